@@ -1,0 +1,68 @@
+#include <iomanip>
+#include <iostream>
+
+#include "cli/command.hpp"
+#include "core/error.hpp"
+
+namespace gdnv::cli {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"inspect", "print each tensor's name, dtype, shape, statistics and the metadata of safetensors files",
+       inspect_main},
+      {"gate", "run the pre-merge checks and print a summary table", gate_main},
+  };
+  return table;
+}
+
+std::optional<po::variables_map> parse_options(const std::string& command, const std::string& usage,
+                                               po::options_description options,
+                                               const po::positional_options_description& positional,
+                                               const std::vector<std::string>& args, std::ostream& out) {
+  options.add_options()("help,h", "show this help");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    if (vm.count("help")) {
+      out << "usage: gdn-verify " << command << " " << usage << "\n\n" << options << "\n";
+      return std::nullopt;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError("gdn-verify " + command + ": " + e.what() + "; see 'gdn-verify " + command + " --help'");
+  }
+  return vm;
+}
+
+namespace {
+void print_usage(std::ostream& out) {
+  out << "usage: gdn-verify <command> [options]   ('gdn-verify <command> --help' for its options)\n\ncommands:\n";
+  for (const auto& c : commands()) out << "  " << std::left << std::setw(10) << c.name << c.summary << "\n";
+}
+}  // namespace
+
+int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  if (argc < 2) {
+    print_usage(err);
+    return kBadInput;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(out);
+    return kPass;
+  }
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  for (const auto& c : commands()) {
+    if (c.name != name) continue;
+    try {
+      return c.run(args, out);
+    } catch (const Error& e) {
+      err << "error: " << e.what() << "\n";
+      return kBadInput;
+    }
+  }
+  err << "error: unknown command '" << name << "'; run 'gdn-verify --help' for the list of commands\n";
+  return kBadInput;
+}
+
+}  // namespace gdnv::cli

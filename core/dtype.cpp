@@ -1,0 +1,33 @@
+#include "core/dtype.hpp"
+
+#include <array>
+
+#include "core/error.hpp"
+
+namespace gdnv {
+namespace {
+struct DTypeInfo {
+  DType type;
+  std::string_view name;
+  std::size_t size;
+};
+constexpr std::array<DTypeInfo, 6> kTypes{{{DType::F64, "F64", 8},
+                                           {DType::F32, "F32", 4},
+                                           {DType::BF16, "BF16", 2},
+                                           {DType::F16, "F16", 2},
+                                           {DType::I64, "I64", 8},
+                                           {DType::I32, "I32", 4}}};
+}  // namespace
+
+std::size_t dtype_size(DType t) { return kTypes[static_cast<std::size_t>(t)].size; }
+std::string_view dtype_name(DType t) { return kTypes[static_cast<std::size_t>(t)].name; }
+bool is_float(DType t) { return t != DType::I64 && t != DType::I32; }
+
+DType parse_dtype(std::string_view name, const std::string& what) {
+  for (const auto& info : kTypes)
+    if (info.name == name) return info.type;
+  throw FormatError(what + ": unknown dtype '" + std::string(name) +
+                    "' (supported: F64, F32, BF16, F16, I64, I32)");
+}
+
+}  // namespace gdnv

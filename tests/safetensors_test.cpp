@@ -1,0 +1,136 @@
+// Every malformed safetensors file is a FormatError naming the file and (where one is involved) the
+// tensor; writes are atomic.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/file.hpp"
+#include "core/safetensors.hpp"
+
+namespace gdnv {
+namespace {
+
+std::vector<std::uint8_t> image(const std::string& header, std::size_t data_bytes, std::uint64_t len_override = 0) {
+  const std::uint64_t len = len_override ? len_override : header.size();
+  std::vector<std::uint8_t> out(8);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(len >> (8 * i));
+  out.insert(out.end(), header.begin(), header.end());
+  out.resize(out.size() + data_bytes, 0);
+  return out;
+}
+
+std::string parse_error(const std::vector<std::uint8_t>& bytes) {
+  try {
+    parse_safetensors(bytes.data(), bytes.size(), "bad.safetensors");
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR(bytes, ...)                                        \
+  do {                                                                  \
+    const std::string msg = parse_error(bytes);                         \
+    EXPECT_EQ(msg.rfind("bad.safetensors: ", 0), 0u) << msg;           \
+    for (const char* part : {__VA_ARGS__}) EXPECT_NE(msg.find(part), std::string::npos) << msg; \
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg; \
+  } while (0)
+
+const std::string kOne = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+
+TEST(SafetensorsReader, AcceptsWellFormedFile) {
+  const auto f = parse_safetensors(image(kOne, 8).data(), 8 + kOne.size() + 8, "ok");
+  EXPECT_EQ(f.at("a", "ok").shape(), (Shape{2}));
+}
+
+TEST(SafetensorsReader, RejectsTruncatedLength) { EXPECT_ERROR(std::vector<std::uint8_t>(5), "truncated"); }
+
+TEST(SafetensorsReader, RejectsHeaderLongerThanFile) {
+  EXPECT_ERROR(image(kOne, 0, kOne.size() + 100), "header length", "larger than");
+}
+
+TEST(SafetensorsReader, RejectsHeaderOver100MB) { EXPECT_ERROR(image(kOne, 8, 200ull << 20), "100 MB"); }
+
+TEST(SafetensorsReader, RejectsInvalidJson) { EXPECT_ERROR(image("{\"a\": [1,", 0), "not valid JSON"); }
+
+TEST(SafetensorsReader, RejectsNonObjectHeader) { EXPECT_ERROR(image("[1, 2]", 0), "not a JSON object"); }
+
+TEST(SafetensorsReader, RejectsUnknownDtype) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1), "tensor 'w'", "unknown dtype 'F8'");
+}
+
+TEST(SafetensorsReader, RejectsOffsetsPastEnd) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8), "tensor 'w'", "past the end");
+}
+
+TEST(SafetensorsReader, RejectsOverlap) {
+  EXPECT_ERROR(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                        "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12), "tensor 'b'", "overlaps");
+}
+
+TEST(SafetensorsReader, RejectsHole) {
+  EXPECT_ERROR(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                        "b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12), "tensor 'b'", "hole");
+}
+
+TEST(SafetensorsReader, RejectsTrailingBytes) { EXPECT_ERROR(image(kOne, 12), "trailing bytes"); }
+
+TEST(SafetensorsReader, RejectsByteCountMismatch) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", 8), "tensor 'w'", "byte count 8",
+               "numel 2");
+}
+
+TEST(SafetensorsReader, RejectsDuplicateNames) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                        "w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "tensor 'w'", "twice");
+}
+
+TEST(SafetensorsReader, RejectsMissingFieldsAndBadTypes) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[1]}})", 0), "tensor 'w'", "missing 'data_offsets'");
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,0]}})", 0), "tensor 'w'", "shape");
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 0), "tensor 'w'", "end < begin");
+  EXPECT_ERROR(image(R"({"__metadata__":{"k":1}})", 0), "__metadata__", "'k'");
+}
+
+TEST(SafetensorsReader, RejectsShapeOverflow) {
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
+               "tensor 'w'", "overflow");
+}
+
+TEST(SafetensorsReader, ReadsFileAndNamesMissingPath) {
+  try {
+    read_safetensors("/nonexistent/x.safetensors");
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.safetensors"), std::string::npos);
+  }
+}
+
+TEST(SafetensorsWriter, WritesAtomicallyAndNeverLeavesPartialFiles) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gdnv_st_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  TensorFile file;
+  file.tensors.emplace("x", Tensor::from(std::vector<float>{1, 2, 3}, {3}));
+  const std::string path = (dir / "x.safetensors").string();
+  write_safetensors(path, file);
+  EXPECT_TRUE(read_safetensors(path).at("x", path).bitwise_equal(file.tensors.at("x")));
+
+  EXPECT_THROW(write_safetensors((dir / "missing_dir" / "y.safetensors").string(), file), IoError);
+  file.tensors.emplace("__metadata__", Tensor(DType::F32, {1}));
+  EXPECT_THROW(write_safetensors(path, file), FormatError);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1)
+      << "a failed write left a file behind";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SafetensorsReader, LoadsEveryReferenceVector) {
+  for (const char* name : {"gdr_batched_h0", "gdr_varlen_gva_scale", "conv1d_silu_bias"}) {
+    const auto f = read_safetensors(std::string(GDNV_TEST_DATA "/vectors/") + name + ".safetensors");
+    EXPECT_GT(f.tensors.size(), 3u) << name;
+    EXPECT_TRUE(f.metadata.count("source")) << name;
+  }
+}
+
+}  // namespace
+}  // namespace gdnv
