@@ -60,8 +60,9 @@ StepResult reference_vectors_load() {
     if (ext != ".safetensors" && ext != ".json") continue;
     ++r.cases;
     try {
-      if (ext == ".json") (void)nlohmann::json::parse(read_file_text(path));
-      else (void)read_safetensors(path);
+      const bool loaded = ext == ".json" ? nlohmann::json::parse(read_file_text(path)).contains("cases")
+                                         : !read_safetensors(path).tensors.empty();
+      if (!loaded) throw FormatError(path + ": holds no cases or tensors");
     } catch (const std::exception& e) {
       ++r.failed;
       if (r.detail.empty()) r.detail = e.what();

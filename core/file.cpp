@@ -28,17 +28,21 @@ std::string read_file_text(const std::string& path) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+void write_file_atomic(const std::string& path, const std::function<bool(std::FILE*)>& write) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw IoError(path + ": cannot open for writing (" + std::strerror(errno) + ")");
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const bool written = write(f);
   const bool closed = std::fclose(f) == 0;
   if (!written || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     throw IoError(path + ": write failed (" + why + "); nothing was written");
   }
+}
+
+void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  write_file_atomic(path, [&](std::FILE* f) { return std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size(); });
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {

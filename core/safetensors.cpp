@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -110,46 +113,35 @@ void check_tiling(std::vector<Entry>& entries, std::uint64_t data_size, const st
     fail(source, std::to_string(data_size - cursor) + " trailing bytes after the last tensor's data");
 }
 
-}  // namespace
+struct Layout {
+  Metadata metadata;
+  std::vector<Entry> entries;  // sorted by data offset, tiling the data area exactly
+};
 
-const Tensor& TensorFile::at(const std::string& name, const std::string& source) const {
-  auto it = tensors.find(name);
-  if (it == tensors.end()) throw FormatError(source + ": tensor '" + name + "' is missing");
-  return it->second;
+std::uint64_t header_length(const std::uint8_t* first8, std::uint64_t file_size, const std::string& source) {
+  if (file_size < 8) fail(source, "truncated: " + std::to_string(file_size) + " bytes, fewer than the 8-byte header length");
+  std::uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | first8[i];
+  if (len > kMaxHeaderBytes) fail(source, "header length " + std::to_string(len) + " exceeds the 100 MB limit");
+  if (len > file_size - 8)
+    fail(source, "header length " + std::to_string(len) + " is larger than the " + std::to_string(file_size - 8) +
+                     " bytes after it (file truncated?)");
+  return len;
 }
 
-TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& source) {
-  if (size < 8) fail(source, "truncated: " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
-  std::uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | data[i];
-  if (header_len > kMaxHeaderBytes)
-    fail(source, "header length " + std::to_string(header_len) + " exceeds the 100 MB limit");
-  if (header_len > size - 8)
-    fail(source, "header length " + std::to_string(header_len) + " is larger than the " +
-                     std::to_string(size - 8) + " bytes after it (file truncated?)");
-  const json header = parse_header(reinterpret_cast<const char*>(data + 8), header_len, source);
-
-  TensorFile file;
-  std::vector<Entry> entries;
+Layout parse_layout(const char* header_text, std::uint64_t header_len, std::uint64_t data_size,
+                    const std::string& source) {
+  const json header = parse_header(header_text, header_len, source);
+  Layout layout;
   for (const auto& [name, spec] : header.items()) {
-    if (name == "__metadata__") file.metadata = parse_metadata(spec, source);
-    else entries.push_back(parse_entry(name, spec, source));
+    if (name == "__metadata__") layout.metadata = parse_metadata(spec, source);
+    else layout.entries.push_back(parse_entry(name, spec, source));
   }
-  const std::uint8_t* body = data + 8 + header_len;
-  check_tiling(entries, size - 8 - header_len, source);
-  for (auto& e : entries) {
-    std::vector<std::uint8_t> bytes(body + e.begin, body + e.end);
-    file.tensors.emplace(e.name, Tensor(e.dtype, std::move(e.shape), std::move(bytes)));
-  }
-  return file;
+  check_tiling(layout.entries, data_size, source);
+  return layout;
 }
 
-TensorFile read_safetensors(const std::string& path) {
-  const std::vector<std::uint8_t> bytes = read_file_bytes(path);
-  return parse_safetensors(bytes.data(), bytes.size(), path);
-}
-
-std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file) {
+std::string header_text(const TensorFile& file) {
   json header = json::object();
   if (!file.metadata.empty()) header["__metadata__"] = file.metadata;
   std::uint64_t offset = 0;
@@ -167,15 +159,68 @@ std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file) {
     throw FormatError(std::string("safetensors: cannot encode header (") + e.what() + ")");
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
-  std::vector<std::uint8_t> out(8);
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
-  out.insert(out.end(), text.begin(), text.end());
+  std::string out;
+  out.reserve(8 + text.size());
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(static_cast<std::uint64_t>(text.size()) >> (8 * i)));
+  return out.append(text);
+}
+
+}  // namespace
+
+const Tensor& TensorFile::at(const std::string& name, const std::string& source) const {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) throw FormatError(source + ": tensor '" + name + "' is missing");
+  return it->second;
+}
+
+TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& source) {
+  const std::uint64_t len = header_length(data, size, source);
+  Layout layout = parse_layout(reinterpret_cast<const char*>(data + 8), len, size - 8 - len, source);
+  const std::uint8_t* body = data + 8 + len;
+  TensorFile file{{}, std::move(layout.metadata)};
+  for (auto& e : layout.entries)
+    file.tensors.emplace(e.name, Tensor(e.dtype, std::move(e.shape), std::vector<std::uint8_t>(body + e.begin, body + e.end)));
+  return file;
+}
+
+// Reads the header, then each tensor straight into its own buffer: peak memory is the tensors alone.
+TensorFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot open for reading (" + std::strerror(errno) + ")");
+  const std::uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(path + ": cannot stat (" + ec.message() + ")");
+  std::uint8_t first8[8] = {};
+  in.read(reinterpret_cast<char*>(first8), std::min<std::uint64_t>(size, 8));
+  const std::uint64_t len = header_length(first8, size, path);
+  std::string header(len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(len));
+  Layout layout = parse_layout(header.data(), len, size - 8 - len, path);
+  TensorFile file{{}, std::move(layout.metadata)};
+  for (auto& e : layout.entries) {  // sorted by offset and tiling: the stream is already positioned
+    std::vector<std::uint8_t> bytes(e.end - e.begin);
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!in) throw IoError(path + ": tensor '" + e.name + "': read failed");
+    file.tensors.emplace(e.name, Tensor(e.dtype, std::move(e.shape), std::move(bytes)));
+  }
+  return file;
+}
+
+std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file) {
+  const std::string head = header_text(file);
+  std::vector<std::uint8_t> out(head.begin(), head.end());
   for (const auto& [name, t] : file.tensors) out.insert(out.end(), t.bytes(), t.bytes() + t.nbytes());
   return out;
 }
 
 void write_safetensors(const std::string& path, const TensorFile& file) {
-  write_file_atomic(path, serialize_safetensors(file));
+  const std::string head = header_text(file);
+  write_file_atomic(path, [&](std::FILE* f) {
+    bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+    for (const auto& [name, t] : file.tensors) ok = ok && std::fwrite(t.bytes(), 1, t.nbytes(), f) == t.nbytes();
+    return ok;
+  });
 }
 
 }  // namespace gdnv
