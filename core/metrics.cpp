@@ -1,0 +1,62 @@
+#include "core/metrics.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace gdnv {
+
+Metrics compare(const Tensor& ref, const Tensor& cand) {
+  if (ref.shape() != cand.shape())
+    throw Error("compare: shapes differ, " + shape_str(ref.shape()) + " vs " + shape_str(cand.shape()));
+  Metrics m;
+  m.numel = ref.numel();
+  m.bitwise = ref.bitwise_equal(cand);
+  double diff2 = 0, ref2 = 0, cand2 = 0, dot = 0;
+  std::int64_t finite = 0;
+  for (std::int64_t i = 0; i < m.numel; ++i) {
+    const double r = ref.get(i), c = cand.get(i);
+    m.nan_ref += std::isnan(r);
+    m.inf_ref += std::isinf(r);
+    m.nan_cand += std::isnan(c);
+    m.inf_cand += std::isinf(c);
+    if (!std::isfinite(r) || !std::isfinite(c)) continue;
+    ++finite;
+    const double d = std::abs(c - r);
+    if (m.max_abs_index < 0 || d > m.max_abs) {
+      m.max_abs = d;
+      m.max_abs_index = i;
+    }
+    if (r != 0 && d / std::abs(r) > m.max_rel) {
+      m.max_rel = d / std::abs(r);
+      m.max_rel_index = i;
+    }
+    diff2 += d * d;
+    ref2 += r * r;
+    cand2 += c * c;
+    dot += r * c;
+  }
+  const double n = std::max<std::int64_t>(finite, 1);
+  m.ref_rms = std::sqrt(ref2 / n);
+  m.rel_rms = std::sqrt(diff2 / n) / (m.ref_rms + 1e-12);
+  if (ref2 == 0 && cand2 == 0) m.one_minus_cos = 0;
+  else if (ref2 == 0 || cand2 == 0) m.one_minus_cos = 1;
+  else m.one_minus_cos = 1.0 - dot / (std::sqrt(ref2) * std::sqrt(cand2));
+  m.snr_db = diff2 == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(ref2 / diff2);
+  return m;
+}
+
+std::int64_t mismatches(const Tensor& ref, const Tensor& cand, double atol, double rtol) {
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.get(i), c = cand.get(i);
+    if (!std::isfinite(r) || !std::isfinite(c)) {
+      const bool same = (std::isnan(r) && std::isnan(c)) || r == c;
+      count += !same;
+      continue;
+    }
+    count += std::abs(c - r) > atol + rtol * std::abs(r);
+  }
+  return count;
+}
+
+}  // namespace gdnv

@@ -1,0 +1,60 @@
+// The comparison metrics of DESIGN.md §4 on cases whose values follow from their definitions.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "core/metrics.hpp"
+
+namespace gdnv {
+namespace {
+
+TEST(Metrics, OneChangedElementGivesItsIndexAndDefinitionalValues) {
+  const Tensor ref = Tensor::from(std::vector<double>{1, 2, 3, 4}, {2, 2});
+  const Tensor cand = Tensor::from(std::vector<double>{1, 2, 3, 5}, {2, 2});
+  const Metrics m = compare(ref, cand);
+  EXPECT_EQ(m.max_abs, 1.0);
+  EXPECT_EQ(m.max_abs_index, 3);
+  EXPECT_EQ(m.max_rel, 0.25);
+  EXPECT_EQ(m.max_rel_index, 3);
+  // rms(diff) = sqrt(1/4), rms(ref) = sqrt(30/4).
+  EXPECT_NEAR(m.rel_rms, std::sqrt(0.25) / (std::sqrt(7.5) + 1e-12), 1e-15);
+  // <a,b> = 1+4+9+20 = 34, |a|^2 = 30, |b|^2 = 39.
+  EXPECT_NEAR(m.one_minus_cos, 1.0 - 34.0 / std::sqrt(30.0 * 39.0), 1e-15);
+  EXPECT_NEAR(m.snr_db, 10 * std::log10(30.0), 1e-12);
+  EXPECT_FALSE(m.bitwise);
+  EXPECT_EQ(mismatches(ref, cand, 0.5, 0.1), 1);  // 1 > 0.5 + 0.4
+  EXPECT_EQ(mismatches(ref, cand, 0.5, 0.2), 0);  // 1 <= 0.5 + 0.8
+}
+
+TEST(Metrics, IdenticalTensorsAreBitwiseWithInfiniteSnr) {
+  const Tensor a = Tensor::from(std::vector<float>{0.5f, -1.0f}, {2});
+  const Metrics m = compare(a, a.to(DType::F32));
+  EXPECT_TRUE(m.bitwise);
+  EXPECT_EQ(m.max_abs, 0.0);
+  EXPECT_TRUE(std::isinf(m.snr_db));
+}
+
+TEST(Metrics, SignedZeroIsNumericallyEqualButNotBitwise) {
+  const Metrics m = compare(Tensor::from(std::vector<double>{0.0}, {1}), Tensor::from(std::vector<double>{-0.0}, {1}));
+  EXPECT_EQ(m.max_abs, 0.0);
+  EXPECT_FALSE(m.bitwise);
+}
+
+TEST(Metrics, NonFiniteValuesAreCountedAndMismatch) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const Tensor ref = Tensor::from(std::vector<double>{1, 2, inf}, {3});
+  const Tensor cand = Tensor::from(std::vector<double>{nan, 2, inf}, {3});
+  const Metrics m = compare(ref, cand);
+  EXPECT_EQ(m.nan_cand, 1);
+  EXPECT_EQ(m.inf_ref, 1);
+  EXPECT_EQ(m.inf_cand, 1);
+  EXPECT_EQ(mismatches(ref, cand, 1e9, 0), 1);  // the NaN, however loose the tolerance
+}
+
+TEST(Metrics, ShapeMismatchIsAnError) {
+  EXPECT_THROW(compare(Tensor(DType::F64, {2}), Tensor(DType::F64, {3})), Error);
+}
+
+}  // namespace
+}  // namespace gdnv
