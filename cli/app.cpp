@@ -11,6 +11,11 @@ const std::vector<Command>& commands() {
       {"inspect", "print each tensor's name, dtype, shape, statistics and the metadata of safetensors files",
        inspect_main},
       {"gate", "run the pre-merge checks and print a summary table", gate_main},
+      {"run", "run the layer fwd+bwd under a CP mode on in-process ranks and judge it against the fp64 oracle",
+       run_main},
+      {"reference", "run the fp64 gated delta rule oracle on a kernel-level safetensors file", reference_main},
+      {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",
+       layout_main},
   };
   return table;
 }

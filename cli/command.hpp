@@ -35,5 +35,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
 
 int inspect_main(const std::vector<std::string>& args, std::ostream& out);
 int gate_main(const std::vector<std::string>& args, std::ostream& out);
+int run_main(const std::vector<std::string>& args, std::ostream& out);
+int reference_main(const std::vector<std::string>& args, std::ostream& out);
+int layout_main(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace gdnv::cli

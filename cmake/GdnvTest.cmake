@@ -13,11 +13,16 @@ function(gdnv_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()
 
-# gdnv_property(<name> SOURCES ... LIBS ...): a RapidCheck suite; its main fixes the default seed.
+# gdnv_property(<name> SOURCES ... LIBS ... [MAX_SUCCESS n]): a RapidCheck suite; its main fixes the
+# default seed and the default number of cases per property (100 unless MAX_SUCCESS says fewer, for
+# suites whose cases run whole layers).
 function(gdnv_property name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
-  add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} gdnv_rc_main rapidcheck_gtest rapidcheck GTest::gtest gdnv_warnings)
-  target_compile_definitions(${name} PRIVATE GDNV_TEST_DATA="${GDNV_TEST_DATA}")
+  cmake_parse_arguments(T "" "MAX_SUCCESS" "SOURCES;LIBS" ${ARGN})
+  if(NOT T_MAX_SUCCESS)
+    set(T_MAX_SUCCESS 100)
+  endif()
+  add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/properties/rc_main.cpp)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} rapidcheck_gtest rapidcheck GTest::gtest gdnv_warnings)
+  target_compile_definitions(${name} PRIVATE GDNV_TEST_DATA="${GDNV_TEST_DATA}" GDNV_RC_MAX_SUCCESS=${T_MAX_SUCCESS})
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60)
 endfunction()

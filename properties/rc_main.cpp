@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 namespace {
-constexpr const char* kDefaultParams = "seed=20261202 max_success=100";
+#define GDNV_STR2(x) #x
+#define GDNV_STR(x) GDNV_STR2(x)
+constexpr const char* kDefaultParams = "seed=20261202 max_success=" GDNV_STR(GDNV_RC_MAX_SUCCESS);
 }
 
 int main(int argc, char** argv) {

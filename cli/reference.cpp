@@ -1,0 +1,53 @@
+// gdn-verify reference --in IN --out OUT: the fp64 oracle on a kernel-level file (gated delta rule) or
+// a layer-level file (GatedDeltaNet layer, when IN holds hidden_states), DESIGN.md §5. Forward always;
+// the backward when IN holds do (kernel) or grad_output (layer).
+#include <ostream>
+
+#include "cli/command.hpp"
+#include "core/safetensors.hpp"
+#include "reference/kernel_io.hpp"
+#include "reference/layer_io.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+ref::GdrForm parse_form(const std::string& name) {
+  if (name == "chunked") return ref::GdrForm::Chunked;
+  if (name == "recurrent") return ref::GdrForm::Recurrent;
+  throw ConfigError("gdn-verify reference: --form '" + name + "' is not one of chunked, recurrent");
+}
+
+int write_result(const TensorFile& result, const std::string& out_path, std::ostream& out) {
+  write_safetensors(out_path, result);
+  out << "reference: " << result.metadata.at("source") << "\n";
+  for (const auto& [name, t] : result.tensors) out << "  " << name << " " << shape_str(t.shape()) << "\n";
+  out << "wrote " << out_path << "\n";
+  return kPass;
+}
+
+}  // namespace
+
+int reference_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description options("reference options");
+  options.add_options()("in", po::value<std::string>()->required(),
+                        "kernel-level input: q k v g beta [initial_state cu_seqlens do dht]; or layer-level: "
+                        "hidden_states, the parameters by name [cu_seqlens grad_output], config in metadata")(
+      "out", po::value<std::string>()->required(),
+      "output, all F64: o final_state [dq dk dv dg dbeta dh0]; or out [grad_hidden grad::<param>]")(
+      "form", po::value<std::string>()->default_value("chunked"),
+      "chunked (WY/UT, the fast oracle) or recurrent (token by token)");
+  const auto vm = parse_options("reference", "--in IN.safetensors --out OUT.safetensors [--form chunked|recurrent]",
+                                options, {}, args, out);
+  if (!vm) return kPass;
+  const std::string in_path = (*vm)["in"].as<std::string>(), out_path = (*vm)["out"].as<std::string>();
+  const ref::GdrForm form = parse_form((*vm)["form"].as<std::string>());
+  ref::GdrCase c;
+  {
+    TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
+    if (ref::is_layer_file(input)) return write_result(ref::run_layer_file(input, in_path, form), out_path, out);
+    c = ref::take_gdr_case(input, in_path);
+  }
+  return write_result(ref::run_gdr_case(c, form), out_path, out);
+}
+
+}  // namespace gdnv::cli

@@ -1,0 +1,161 @@
+// gdn-verify run: the layer fwd+bwd under one CP mode on an in-process world, every tensor judged
+// against the fp64 oracle, plus the collectives each direction performed.
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "cli/lists.hpp"
+#include "core/file.hpp"
+#include "core/metrics.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/harness.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+using cp::Format;
+
+DType parse_dtype_option(const std::string& name) {
+  if (name == "fp64") return DType::F64;
+  if (name == "fp32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  throw ConfigError("--dtype '" + name + "' is not supported: use fp64, fp32 or bf16");
+}
+
+po::options_description run_options() {
+  po::options_description o("run options");
+  o.add_options()
+      ("mode", po::value<std::string>()->required(), "linear_cp_mode: headwise | chunkwise | all_gather")
+      ("cp", po::value<int>()->default_value(2), "static CP size (in-process ranks per TP rank)")
+      ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
+      ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
+      ("format", po::value<std::string>()->default_value("thd"), "thd (packed, --lengths) | sbhd (--seq-len, --batch)")
+      ("lengths", po::value<std::string>()->default_value("128,64"), "THD sequence lengths")
+      ("seq-len", po::value<std::int64_t>()->default_value(64), "SBHD sequence length S")
+      ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
+      ("hidden", po::value<std::int64_t>()->default_value(64), "hidden_size")
+      ("num-key-heads", po::value<std::int64_t>()->default_value(2), "linear_num_key_heads (Hk)")
+      ("num-value-heads", po::value<std::int64_t>()->default_value(4), "linear_num_value_heads (Hv)")
+      ("key-head-dim", po::value<std::int64_t>()->default_value(16), "linear_key_head_dim (dk)")
+      ("value-head-dim", po::value<std::int64_t>()->default_value(16), "linear_value_head_dim (dv)")
+      ("conv-width", po::value<std::int64_t>()->default_value(4), "linear_conv_kernel_dim (W)")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of parameters and inputs")
+      ("deterministic", po::bool_switch(), "request deterministic mode (validation matrix)")
+      ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
+      ("inference", po::bool_switch(), "request inference (validation matrix)")
+      ("dynamic-cp", po::value<std::string>(), "one micro-batch per listed CP size, e.g. 1,2,4 (divisors of --cp)")
+      ("json", po::value<std::string>(), "also write the results as JSON to FILE");
+  return o;
+}
+
+cp::RunSpec spec_from(const po::variables_map& vm) {
+  cp::RunSpec s;
+  s.layer.hidden_size = vm["hidden"].as<std::int64_t>();
+  s.layer.linear_num_key_heads = vm["num-key-heads"].as<std::int64_t>();
+  s.layer.linear_num_value_heads = vm["num-value-heads"].as<std::int64_t>();
+  s.layer.linear_key_head_dim = vm["key-head-dim"].as<std::int64_t>();
+  s.layer.linear_value_head_dim = vm["value-head-dim"].as<std::int64_t>();
+  s.layer.linear_conv_kernel_dim = vm["conv-width"].as<std::int64_t>();
+  s.cp.mode = cp::parse_mode(vm["mode"].as<std::string>());
+  s.cp.cp = vm["cp"].as<int>();
+  s.cp.tp = vm["tp"].as<int>();
+  s.cp.deterministic = vm["deterministic"].as<bool>();
+  s.cp.allgather_cp = vm["allgather-cp"].as<bool>();
+  s.cp.inference = vm["inference"].as<bool>();
+  s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
+  s.format = cp::parse_format(vm["format"].as<std::string>());
+  if (s.format == Format::Thd) s.lengths = parse_int_list(vm["lengths"].as<std::string>(), "--lengths", "256,128");
+  s.seq_len = vm["seq-len"].as<std::int64_t>();
+  s.batch = vm["batch"].as<std::int64_t>();
+  if (vm.count("dynamic-cp")) {
+    for (auto c : parse_int_list(vm["dynamic-cp"].as<std::string>(), "--dynamic-cp", "1,2,4")) {
+      s.cp.dynamic_cp.push_back(static_cast<int>(c));
+      s.micro_batches.push_back(static_cast<int>(c));
+    }
+  }
+  s.seed = vm["seed"].as<std::uint64_t>();
+  return s;
+}
+
+struct Row {
+  std::string name;
+  Metrics m;
+  double gate;  // relative RMS
+  bool pass;
+};
+
+std::vector<Row> judge(const cp::Answer& oracle, const cp::Answer& got, const std::map<std::string, double>& gates) {
+  std::vector<Row> rows;
+  auto add = [&](const std::string& name, const Tensor& ref, const Tensor& cand) {
+    const Metrics m = compare(ref, cand);
+    const double gate = gates.at(name);
+    rows.push_back({name, m, gate, m.rel_rms < gate && m.nan_cand == 0 && m.inf_cand == 0});
+  };
+  add("out", oracle.out, got.out);
+  add("grad_hidden", oracle.grad_hidden, got.grad_hidden);
+  for (const auto& [name, t] : oracle.grads) add("grad::" + name, t, got.grads.at(name));
+  return rows;
+}
+
+void print_rows(const std::vector<Row>& rows, std::ostream& out) {
+  out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
+      << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
+  for (const auto& r : rows)
+    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
+        << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11)
+        << r.m.one_minus_cos << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
+  out << std::defaultfloat;
+}
+
+nlohmann::json counters_json(const Counters& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    const auto kind = static_cast<Collective>(k);
+    if (c[kind].calls)
+      j[std::string(collective_name(kind))] = {{"calls", c[kind].calls}, {"bytes_sent", c[kind].bytes_sent},
+                                               {"bytes_recv", c[kind].bytes_recv}};
+  }
+  j["host_syncs"] = c.host_syncs;
+  return j;
+}
+
+}  // namespace
+
+int run_main(const std::vector<std::string>& args, std::ostream& out) {
+  const auto vm = parse_options("run", "--mode MODE [options]", run_options(), {}, args, out);
+  if (!vm) return kPass;
+  const cp::RunSpec spec = spec_from(*vm);
+  const cp::Case k = cp::make_case(spec);
+  const cp::Answer oracle = cp::oracle_answer(k);
+  const auto runs = cp::run_in_process(spec, k, cp::make_cpu_backend);
+  const auto gates = cp::oracle_gates(k, oracle, spec.dtype);
+
+  out << "gdn-verify run: mode=" << cp::mode_name(spec.cp.mode) << " cp=" << spec.cp.cp << " tp=" << spec.cp.tp
+      << " dtype=" << (*vm)["dtype"].as<std::string>() << " format=" << (*vm)["format"].as<std::string>()
+      << " seed=" << spec.seed << " backend=cpu\n";
+  bool all_pass = true;
+  nlohmann::json report = nlohmann::json::array();
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto rows = judge(oracle, runs[i].answer, gates);
+    out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")\n";
+    print_rows(rows, out);
+    out << "  collectives of rank 0, forward:\n" << runs[i].forward << "  collectives of rank 0, backward:\n"
+        << runs[i].backward;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& r : rows) {
+      all_pass = all_pass && r.pass;
+      tensors.push_back({{"name", r.name}, {"max_abs", r.m.max_abs}, {"rel_rms", r.m.rel_rms}, {"gate", r.gate},
+                         {"one_minus_cos", r.m.one_minus_cos}, {"pass", r.pass}});
+    }
+    report.push_back({{"cp", runs[i].cp_size}, {"tensors", tensors}, {"forward", counters_json(runs[i].forward)},
+                      {"backward", counters_json(runs[i].backward)}});
+  }
+  if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), report.dump(2) + "\n");
+  out << (all_pass ? "PASS" : "FAIL") << "\n";
+  return all_pass ? kPass : kNumericFailure;
+}
+
+}  // namespace gdnv::cli

@@ -1,0 +1,45 @@
+// all_gather (THD, DESIGN.md §3): all-gather the zigzag shards, reorder to whole sequences, compute the
+// layer redundantly on every rank, keep this rank's rows. Backward: every rank back-propagates its own
+// rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
+// back to the shards' owners. Without that reduce-scatter input gradients are wrong.
+#include "cp/modes.hpp"
+#include "cp/faults.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+std::vector<std::int64_t> row_counts(const MicroBatch& mb, std::int64_t width) {
+  std::vector<std::int64_t> counts;
+  for (auto n : mb.counts) counts.push_back(n * width);
+  return counts;
+}
+
+}  // namespace
+
+Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
+  const MicroBatch& mb = *ctx.mb;
+  const std::int64_t hidden = h.dim(1);
+  Buffer gathered = parts.be.alloc(h.dtype(), {mb.full.tokens(), hidden});
+  mb.cp->all_gather_v(h.view(), gathered.mut(), row_counts(mb, hidden));
+  const Buffer h_full = parts.be.gather_rows(gathered, mb.natural_from_received);
+  const Buffer out_full = plain_forward(parts, mb.full, h_full, ctx);
+  return parts.be.gather_rows(out_full, mb.own_positions);
+}
+
+LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout) {
+  const MicroBatch& mb = *ctx.mb;
+  const std::int64_t hidden = dout.dim(1);
+  Buffer dout_full = parts.be.alloc(dout.dtype(), {mb.full.tokens(), hidden});
+  parts.be.scatter_rows(dout, mb.own_positions, dout_full);
+  LocalGrads grads = plain_backward(parts, ctx, dout_full);
+  const Buffer dh_received = parts.be.gather_rows(grads.dh, mb.received_from_natural);
+  if (fault_active(Fault::AllGatherNoReduceScatter)) {
+    grads.dh = parts.be.gather_rows(grads.dh, mb.own_positions);  // this rank's own contribution only
+    return grads;
+  }
+  grads.dh = parts.be.alloc(dout.dtype(), {mb.local_tokens, hidden});
+  mb.cp->reduce_scatter_v(dh_received.view(), grads.dh.mut(), row_counts(mb, hidden));
+  return grads;
+}
+
+}  // namespace gdnv::cp

@@ -1,0 +1,152 @@
+#pragma once
+// The compute Backend: the leaf kernels of the GatedDeltaNet layer, forward and backward. The three CP
+// modes (cp/headwise.*, cp/chunkwise.*, cp/all_gather.*) are written once against this interface and a
+// Communicator; the CPU backend (cp/cpu_backend.*) and the CUDA backend (gpu/) differ only here.
+//
+// Precision contract (DESIGN.md §4): activations and parameters are stored in dtype() (fp64, fp32 or
+// bf16; bf16 rounded to nearest even at every op boundary, as a GPU stack stores them); arithmetic
+// accumulates in fp32 (fp64 for fp64); gates, recurrent states, the (M, h_ext) chain and parameter
+// gradients are stored in state_dtype() (fp32; fp64 for fp64).
+//
+// Shapes: N = local tokens (sequences packed back to back, described by a Varlen), D = channels.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cp/buffer.hpp"
+
+namespace gdnv::cp {
+
+// Packed sequences: cu[i]..cu[i+1] are the rows of local sequence i. `host` drives host-side planning
+// and the CPU kernels; `device` (I64 [n+1]) is the same list where the backend computes, uploaded once
+// per micro-batch so no kernel needs a host copy.
+struct Varlen {
+  std::vector<std::int64_t> host;
+  Buffer device;
+
+  int count() const { return static_cast<int>(host.size()) - 1; }
+  std::int64_t tokens() const { return host.back(); }
+};
+
+struct RmsNormOut {
+  Buffer y;     // [N, D]  dtype()
+  Buffer rstd;  // [N]     state_dtype()
+};
+struct RmsNormGrads {
+  Buffer dx;  // [N, D]  dtype()
+  Buffer dw;  // [D]     state_dtype()
+};
+
+struct LinearGrads {
+  Buffer dx;  // [N, in]    dtype()
+  Buffer dw;  // [out, in]  state_dtype()
+};
+
+// Causal depthwise conv1d + SiLU over packed sequences (DESIGN.md §1.2). `halo` holds the W-1 tokens
+// that precede the FIRST local sequence on earlier ranks (chunkwise CP), oldest first; an empty Buffer
+// means zeros (the sequence starts here). No bleed between sequences.
+struct ConvArgs {
+  const Buffer& x;       // [N, D]  dtype()
+  const Buffer& weight;  // [D, W]  dtype()
+  const Buffer* bias;    // [D]     dtype(), or nullptr
+  const Varlen& seqs;
+  const Buffer& halo;    // [W-1, D] dtype(), or empty
+};
+struct ConvGrads {
+  Buffer dx;     // [N, D]    dtype()
+  Buffer dw;     // [D, W]    state_dtype()
+  Buffer dbias;  // [D]       state_dtype(), empty without bias
+  Buffer dhalo;  // [W-1, D]  dtype(), empty without halo: the gradient returned to the halo's owners
+};
+
+struct Gates {
+  Buffer g;     // [N, Hv]  state_dtype()  g = -exp(A_log) * softplus(a + dt_bias)
+  Buffer beta;  // [N, Hv]  state_dtype()  beta = sigmoid(b)
+};
+struct GateGrads {
+  Buffer da, db;     // [N, Hv]  dtype()
+  Buffer dA_log;     // [Hv]     state_dtype()
+  Buffer ddt_bias;   // [Hv]     state_dtype()
+};
+
+// The chunked gated delta rule over packed sequences (DESIGN.md §1.1), q and k L2-normalised in the
+// kernel (Megatron's use_qk_l2norm_in_kernel=True). `h0` is the initial state of the FIRST local
+// sequence (chunkwise CP: the state folded from earlier ranks); every other sequence starts from zero.
+struct GdrArgs {
+  const Buffer& q;     // [N, Hk, dk]  dtype()
+  const Buffer& k;     // [N, Hk, dk]  dtype()
+  const Buffer& v;     // [N, Hv, dv]  dtype()
+  const Buffer& g;     // [N, Hv]      state_dtype()
+  const Buffer& beta;  // [N, Hv]      state_dtype()
+  const Varlen& seqs;
+  const Buffer& h0;    // [Hv, dk, dv] state_dtype(), or empty for zero
+  double scale;
+};
+struct GdrOut {
+  Buffer o;            // [N, Hv, dv]   dtype()
+  Buffer final_state;  // [Hv, dk, dv]  state_dtype(): the LAST local sequence's
+};
+struct GdrGrads {
+  Buffer dq, dk;   // [N, Hk, dk]   dtype()
+  Buffer dv;       // [N, Hv, dv]   dtype()
+  Buffer dg;       // [N, Hv]       state_dtype()
+  Buffer dbeta;    // [N, Hv]       state_dtype()
+  Buffer dh0;      // [Hv, dk, dv]  state_dtype(): gradient of the FIRST sequence's initial state
+};
+
+// y = rmsnorm_per_head(o) * w * silu(z) (Megatron's gated out_norm).
+struct GatedNormOut {
+  Buffer y;     // [N, Hv, dv]  dtype()
+  Buffer rstd;  // [N, Hv]      state_dtype()
+};
+struct GatedNormGrads {
+  Buffer d_o, dz;  // [N, Hv, dv]  dtype()
+  Buffer dw;       // [dv]         state_dtype()
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;  // "cpu/bf16"
+  virtual DType dtype() const = 0;
+  virtual DType state_dtype() const = 0;
+  virtual Memory memory() const = 0;
+
+  // ---- buffers and data movement --------------------------------------------------------------
+  virtual Buffer alloc(DType dtype, Shape shape) = 0;  // zero-filled
+  virtual Buffer upload(const Tensor& t, DType as) = 0;  // converted to `as`, RNE
+  virtual Tensor download(const Buffer& b) = 0;
+  // out[i, :] = x[index[i], :]; index I64 [M] where the backend computes.
+  virtual Buffer gather_rows(const Buffer& x /*[N, D]*/, const Buffer& index /*[M]*/) = 0;
+  // out[index[i], :] = x[i, :] for i < M.
+  virtual void scatter_rows(const Buffer& x /*[M, D]*/, const Buffer& index /*[M]*/, Buffer& out /*[N, D]*/) = 0;
+  // out[:, j] = x[:, index[j]]; index I64 [E].
+  virtual Buffer gather_columns(const Buffer& x /*[N, D]*/, const Buffer& index /*[E]*/) = 0;
+  // out[:, index[j]] = x[:, j].
+  virtual void scatter_columns(const Buffer& x /*[N, E]*/, const Buffer& index /*[E]*/, Buffer& out /*[N, D]*/) = 0;
+  // y += x, elementwise, accumulated in y's dtype.
+  virtual void accumulate(Buffer& y, const Buffer& x) = 0;
+
+  // ---- leaf math --------------------------------------------------------------------------------
+  virtual RmsNormOut rmsnorm(const Buffer& x /*[N, D]*/, const Buffer& w /*[D]*/, double eps) = 0;
+  virtual RmsNormGrads rmsnorm_backward(const Buffer& dy /*[N, D]*/, const Buffer& x, const Buffer& w,
+                                        const Buffer& rstd /*[N]*/) = 0;
+  virtual Buffer linear(const Buffer& x /*[N, in]*/, const Buffer& w /*[out, in]*/) = 0;  // x w^T
+  virtual LinearGrads linear_backward(const Buffer& dy /*[N, out]*/, const Buffer& x, const Buffer& w) = 0;
+  virtual Buffer conv1d(const ConvArgs& args) = 0;  // [N, D]
+  virtual ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy /*[N, D]*/) = 0;
+  virtual Gates gates(const Buffer& a /*[N, Hv]*/, const Buffer& b /*[N, Hv]*/, const Buffer& A_log /*[Hv]*/,
+                      const Buffer& dt_bias /*[Hv]*/) = 0;
+  virtual GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                                   const Buffer& A_log, const Buffer& dt_bias) = 0;
+  virtual GdrOut gdr(const GdrArgs& args) = 0;
+  // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
+  virtual GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
+  virtual GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
+                                  const Buffer& w /*[dv]*/, double eps) = 0;
+  virtual GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                             const Buffer& rstd, double eps) = 0;
+};
+
+}  // namespace gdnv::cp

@@ -1,0 +1,56 @@
+#include "cp/faults.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+std::atomic<Fault> g_override{Fault::None};
+std::atomic<bool> g_override_set{false};
+
+Fault from_environment() {
+  const char* env = std::getenv("GDNV_FAULT");
+  if (!env || !*env) return Fault::None;
+  for (const auto& f : all_faults())
+    if (f.name == env) return f.fault;
+  std::string known;
+  for (const auto& f : all_faults()) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  throw ConfigError("GDNV_FAULT='" + std::string(env) + "' is not a known fault: use one of " + known +
+                    " (gdn-verify gate --list-faults), or unset it");
+}
+
+}  // namespace
+
+const std::vector<FaultInfo>& all_faults() {
+  static const std::vector<FaultInfo> table = {
+      {Fault::AllGatherNoReduceScatter, "allgather_no_reduce_scatter",
+       "all_gather backward keeps each rank's own input-gradient rows instead of reduce-scattering the sum"},
+      {Fault::HeadwiseHeadPermShift, "headwise_head_perm_shift",
+       "headwise sends CP rank j the heads of rank j+1 (section permutation shifted by one rank)"},
+      {Fault::MissingGradReductionOverCp, "missing_grad_reduction_over_cp",
+       "parameter gradients are left as per-rank partials, not summed over the CP group"},
+  };
+  return table;
+}
+
+Fault active_fault() {
+  if (g_override_set.load()) return g_override.load();
+  static const Fault env = from_environment();
+  return env;
+}
+
+ScopedFault::ScopedFault(Fault f) : previous_(g_override.load()) {
+  g_override.store(f);
+  g_override_set.store(true);
+}
+
+ScopedFault::~ScopedFault() {
+  g_override.store(previous_);
+  g_override_set.store(previous_ != Fault::None);
+}
+
+}  // namespace gdnv::cp

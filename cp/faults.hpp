@@ -1,0 +1,41 @@
+#pragma once
+// Planted faults: runtime-selected bugs of the kind that have shipped in CP stacks, so the test suite
+// and the gate can prove they catch them. Selected by GDNV_FAULT=<name> (or ScopedFault in tests) and
+// honoured only by the implementation under test (cp/, gpu/), never by the oracle.
+#include <string_view>
+#include <vector>
+
+namespace gdnv::cp {
+
+enum class Fault {
+  None,
+  AllGatherNoReduceScatter,     // all_gather backward keeps its own gradient rows, no reduce-scatter
+  HeadwiseHeadPermShift,        // headwise section permutation shifted by one CP rank
+  MissingGradReductionOverCp,   // parameter gradients not summed over the CP group
+};
+
+struct FaultInfo {
+  Fault fault;
+  std::string_view name;
+  std::string_view what;
+};
+const std::vector<FaultInfo>& all_faults();
+
+// The active fault: a ScopedFault's if one is alive, else GDNV_FAULT's (an unknown name is a
+// ConfigError listing the known ones).
+Fault active_fault();
+inline bool fault_active(Fault f) { return active_fault() == f; }
+
+// Test-only override of GDNV_FAULT for the whole process while alive.
+class ScopedFault {
+ public:
+  explicit ScopedFault(Fault f);
+  ~ScopedFault();
+  ScopedFault(const ScopedFault&) = delete;
+  ScopedFault& operator=(const ScopedFault&) = delete;
+
+ private:
+  Fault previous_;
+};
+
+}  // namespace gdnv::cp

@@ -1,0 +1,195 @@
+#include "cp/harness.hpp"
+
+#include <algorithm>
+
+#include "comm/inprocess.hpp"
+#include "core/metrics.hpp"
+#include "core/rng.hpp"
+#include "cp/layer.hpp"
+#include "layouts/partition.hpp"
+#include "reference/tp_sharding.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+Tensor rounded(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::F64); }
+
+// Natural positions (rows of hidden viewed as [rows, width]) held by CP rank r of c.
+std::vector<std::int64_t> shard_rows(const Case& k, int c, int r) {
+  if (k.cu_seqlens) return layouts::thd_partition(layouts::Layout::zigzag, *k.cu_seqlens, c, r).positions();
+  return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
+}
+
+Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& rows) {
+  const std::int64_t width = t.numel() / t.dim(0);
+  Shape shape = t.shape();
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  Tensor out(t.dtype(), shape);
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(t.dtype());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(t.bytes() + rows[i] * row_bytes, row_bytes, out.bytes() + i * row_bytes);
+  return out;
+}
+
+void put_rows(const Tensor& shard, const std::vector<std::int64_t>& rows, Tensor& full) {
+  const std::size_t row_bytes = shard.nbytes() / std::max<std::size_t>(rows.size(), 1);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(shard.bytes() + i * row_bytes, row_bytes, full.bytes() + rows[i] * row_bytes);
+}
+
+// What one rank hands back for one micro-batch.
+struct RankOutput {
+  Tensor out, grad_hidden;  // its zigzag shard, F64
+  ref::LayerParams grads;
+  Counters forward, backward;
+  int cp_rank = 0;
+  bool reports_grads = false;  // first CP rank of the first (sub-)group: its TP rank's gradients
+};
+
+}  // namespace
+
+Case make_case(const RunSpec& spec) {
+  const ref::LayerConfig config(spec.layer);
+  Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};
+  for (auto& [name, t] : k.params) t = rounded(t, spec.dtype);
+  Shape shape;
+  if (spec.format == Format::Thd) {
+    std::vector<std::int64_t> cu{0};
+    for (auto L : spec.lengths) cu.push_back(cu.back() + L);
+    shape = {cu.back(), 1, config.hidden()};
+    k.cu_seqlens = cu;
+  } else {
+    shape = {spec.seq_len, spec.batch, config.hidden()};
+  }
+  k.hidden = rounded(ref::seeded_normal(spec.seed, "hidden_states", shape), spec.dtype);
+  k.grad_output = rounded(ref::seeded_normal(spec.seed, "grad_output", shape), spec.dtype);
+  return k;
+}
+
+Answer oracle_answer(const Case& k) {
+  const ref::LayerForward fwd = ref::layer_forward(k.config, k.params, k.hidden, k.cu_seqlens);
+  ref::LayerGrads grads = ref::layer_backward(k.config, k.params, fwd, k.grad_output);
+  return {fwd.out, grads.grad_hidden, std::move(grads.params)};
+}
+
+namespace {
+
+// Per-tensor condition numbers of the layer, measured: the oracle rerun with hidden_states,
+// grad_output and every parameter perturbed elementwise by a relative N(0, delta^2), delta =
+// 2^-9/sqrt(3) (the RMS of one bf16 rounding); kappa = rel_rms(change) / delta. Perturbing the
+// parameters moves every internal tensor (p, q, k, v, g, beta, o) the way rounding them does.
+// Gradients that are sums over every token with cancellation (A_log, dt_bias) get kappa >> 1.
+std::map<std::string, double> condition_numbers(const Case& k, const Answer& oracle) {
+  constexpr double delta = 0x1.0p-9 / 1.7320508075688772;
+  auto perturbed = [&](const Tensor& t, const std::string& stream) {
+    Tensor out = t;
+    const Rng rng(k.params.size(), stream);
+    for (std::int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i) * (1.0 + delta * rng.normal(i)));
+    return out;
+  };
+  std::map<std::string, double> kappa;
+  auto record = [&](const std::string& name, const Tensor& ref, const Tensor& moved) {
+    kappa[name] = std::max(kappa[name], compare(ref, moved).rel_rms / delta);
+  };
+  // One random direction can miss a small tensor's worst case ([Hv] gradients): take the largest of
+  // three draws.
+  for (int draw = 0; draw < 3; ++draw) {
+    const std::string tag = "condition/" + std::to_string(draw) + "/";
+    Case moved = k;
+    moved.hidden = perturbed(k.hidden, tag + "hidden");
+    moved.grad_output = perturbed(k.grad_output, tag + "grad_output");
+    for (auto& [name, t] : moved.params) t = perturbed(t, tag + name);
+    const Answer other = oracle_answer(moved);
+    record("out", oracle.out, other.out);
+    record("grad_hidden", oracle.grad_hidden, other.grad_hidden);
+    for (const auto& [name, t] : oracle.grads) record("grad::" + name, t, other.grads.at(name));
+  }
+  return kappa;
+}
+
+}  // namespace
+
+std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, DType dtype) {
+  std::map<std::string, double> gates;
+  if (dtype != DType::F64) {
+    // The gate for a well-conditioned tensor (kappa like out's), then scaled by how much worse the
+    // tensor's condition is than out's: an error that is eps x condition grows with the condition.
+    //  bf16: one rounding to bf16 has RMS relative error u = 2^-9/sqrt(3) = 1.13e-3; the longest path
+    //        (to a parameter gradient) crosses ~14 rounded tensors (x, p, conv, q/k/v, o, y, out and
+    //        their gradients); independent errors add in quadrature, sqrt(14) u = 4.2e-3, and the
+    //        backward of the L2 norm and the RMSNorms (head dims down to 4) and the gated product
+    //        amplify it by up to ~4: 1.7e-2 -> 2e-2.
+    //  fp32: DESIGN.md §4's gate, fp32 < 1e-5 relative RMS vs the fp64 oracle.
+    const double well_conditioned = dtype == DType::BF16 ? 2e-2 : 1e-5;
+    const auto kappa = condition_numbers(k, oracle);
+    for (const auto& [name, kap] : kappa) gates[name] = well_conditioned * std::max(1.0, kap / kappa.at("out"));
+    return gates;
+  }
+  // fp64: the CP modes only reorder fp64 sums; the chunked core agrees with the recurrent oracle to
+  // ~1e-12, so 1e-10 leaves two orders of magnitude for reordering while catching any real bug.
+  const double gate = 1e-10;
+  gates["out"] = gates["grad_hidden"] = gate;
+  for (const auto& [name, t] : oracle.grads) gates["grad::" + name] = gate;
+  return gates;
+}
+
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
+  const int tp = spec.cp.tp, cp = spec.cp.cp, n = tp * cp;
+  std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches;
+  validate_static(spec.cp, k.config);
+  std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n), std::vector<RankOutput>(sizes.size()));
+
+  run_world(n, [&](Communicator& world) {
+    const int tp_rank = world.rank() % tp, cp_rank = world.rank() / tp;
+    auto tp_group = world.split(cp_rank, tp_rank);
+    auto cp_group = world.split(tp_rank, cp_rank);
+    auto be = factory(spec.dtype);
+    const GdnCpLayer layer(k.config, spec.cp, k.params, *be, *cp_group, tp > 1 ? tp_group.get() : nullptr);
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      const int c = sizes[m];
+      Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
+      MicroBatchSpec mbs{spec.format, k.cu_seqlens.value_or(std::vector<std::int64_t>{}), spec.seq_len, spec.batch};
+      auto mb = layer.prepare(mbs, group, group ? c : 0);
+      const auto rows = shard_rows(k, c, mb->cp_rank);
+      RankOutput& o = outputs[static_cast<std::size_t>(world.rank())][m];
+      Context ctx;
+      Buffer out;
+      {
+        ScopedCounter counter(world.accounting());
+        out = layer.forward(mb, be->upload(take_rows(k.hidden, rows), spec.dtype), ctx);
+        o.forward = counter.delta();
+      }
+      ScopedCounter counter(world.accounting());
+      LayerBackward back = layer.backward(ctx, be->upload(take_rows(k.grad_output, rows), spec.dtype));
+      o.backward = counter.delta();
+      o.out = be->download(out).to(DType::F64);
+      o.grad_hidden = be->download(back.grad_hidden).to(DType::F64);
+      o.cp_rank = mb->cp_rank;
+      o.reports_grads = cp_rank == mb->cp_rank && mb->cp_rank == 0;
+      if (o.reports_grads) o.grads = std::move(back.grads);
+    }
+  });
+
+  std::vector<MicroBatchRun> runs;
+  for (std::size_t m = 0; m < sizes.size(); ++m) {
+    const int c = sizes[m];
+    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
+                      outputs[0][m].forward, outputs[0][m].backward};
+    std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
+    for (int rank = 0; rank < n; ++rank) {
+      const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
+      const int cp_rank = rank / tp;
+      if (rank % tp == 0 && cp_rank < c) {  // TP rank 0 of the first sub-group holds the answer
+        const auto rows = shard_rows(k, c, o.cp_rank);
+        put_rows(o.out, rows, run.answer.out);
+        put_rows(o.grad_hidden, rows, run.answer.grad_hidden);
+      }
+      if (o.reports_grads) tp_grads[static_cast<std::size_t>(rank % tp)] = o.grads;
+    }
+    run.answer.grads = ref::tp_unshard(k.config, tp_grads);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+}  // namespace gdnv::cp

@@ -1,0 +1,64 @@
+#pragma once
+// The shared harness behind `gdn-verify run`, the property suites and bench_cp: build a seeded case,
+// ask the fp64 oracle, run GdnCpLayer on an in-process world of tp*cp ranks, and assemble what the
+// ranks computed back into natural order for comparison.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "comm/accounting.hpp"
+#include "cp/backend.hpp"
+#include "cp/cp_config.hpp"
+#include "reference/layer.hpp"
+
+namespace gdnv::cp {
+
+struct RunSpec {
+  ref::LayerConfig::Values layer;
+  CpConfig cp;
+  DType dtype = DType::F32;
+  Format format = Format::Thd;
+  std::vector<std::int64_t> lengths;    // THD sequence lengths
+  std::int64_t seq_len = 0, batch = 1;  // SBHD
+  std::vector<int> micro_batches;       // CP size of each micro-batch; empty: one at cp.cp
+  std::uint64_t seed = 0;
+};
+
+// Inputs rounded to the storage dtype (so the oracle sees exactly what the implementation sees), and
+// the fp64 oracle's answer on them.
+struct Case {
+  ref::LayerConfig config;
+  ref::LayerParams params;  // F64
+  Tensor hidden;            // [T, 1, hidden] | [S, B, hidden] F64, natural order
+  Tensor grad_output;       // same shape
+  ref::CuSeqlens cu_seqlens;
+};
+Case make_case(const RunSpec& spec);
+
+struct Answer {
+  Tensor out, grad_hidden;  // natural order, F64
+  ref::LayerParams grads;   // full (TP-assembled), F64
+};
+Answer oracle_answer(const Case& c);
+
+struct MicroBatchRun {
+  int cp_size = 1;
+  Answer answer;
+  Counters forward, backward;  // world rank 0's collectives in this micro-batch
+};
+
+// Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
+// by tensor name ("out", "grad_hidden", "grad::<param>").
+std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);
+
+using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
+
+// Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks. Validation errors (ConfigError)
+// are thrown before any collective.
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
+
+}  // namespace gdnv::cp

@@ -1,0 +1,217 @@
+#include "cp/layer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cp/faults.hpp"
+#include "layouts/headwise.hpp"
+#include "layouts/validate.hpp"
+#include "reference/tp_sharding.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+Buffer upload_index(Backend& be, const std::vector<std::int64_t>& idx) {
+  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
+}
+
+std::vector<std::int64_t> iota(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// Rows `rows` of a row-major F64 tensor [R, ...] (a copy).
+Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& rows) {
+  Shape shape = t.shape();
+  const std::int64_t width = t.numel() / shape[0];
+  shape[0] = static_cast<std::int64_t>(rows.size());
+  Tensor out(DType::F64, shape);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(t.data<double>() + rows[i] * width, width, out.data<double>() + i * width);
+  return out;
+}
+
+}  // namespace
+
+// The mixer slice CP rank j computes, and how its gradients land in the TP-local tensors.
+struct RankSlice {
+  MixerParams mixer;
+  Buffer conv_rows, head_rows;  // I64: TP-local conv channels / value heads of the slice
+};
+
+struct GdnCpLayer::SizeParams {
+  ProjParams proj;                 // in_proj rows permuted for headwise
+  Buffer in_proj_rows;             // I64 [P]: TP-local in_proj row of each proj.in_proj row
+  std::vector<RankSlice> slices;   // by CP rank
+};
+
+GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params,
+                       Backend& backend, Communicator& cp_group, Communicator* tp_group)
+    : config_(config),
+      local_config_((validate_static(cp, config), ref::tp_local_config(config, cp.tp))),
+      cp_(cp),
+      be_(backend),
+      cp_group_(cp_group),
+      tp_(tp_group) {
+  const int tp_size = tp_group ? tp_group->size() : 1;
+  if (tp_size != cp.tp)
+    throw ConfigError("tp = " + std::to_string(cp.tp) + " but the TP group has " + std::to_string(tp_size) +
+                      " ranks: pass the TP group of size tp");
+  if (cp_group.size() != cp.cp)
+    throw ConfigError("cp = " + std::to_string(cp.cp) + " but the CP group has " + std::to_string(cp_group.size()) +
+                      " ranks: pass the static CP group of size cp");
+  ref::validate_params(config, params);
+  local_params_ = ref::tp_shard(config, params, cp.tp, tp_group ? tp_group->rank() : 0);
+
+  std::vector<int> sizes{cp.cp};
+  for (int c : cp.dynamic_cp)
+    if (c != cp.cp) sizes.push_back(c);
+  for (int c : sizes) {
+    if (c != cp.cp) dynamic_groups_[c] = cp_group.split(cp_group.rank() / c, cp_group.rank());
+    auto sp = std::make_unique<SizeParams>();
+    const std::int64_t W = config.W();
+    const ref::LayerConfig& L = local_config_;
+    std::vector<std::int64_t> rows = iota(L.in_proj_dim());
+    const layouts::HeadwiseGeometry geo{config.Hk(), config.Hv(), config.dk(), config.dv(), cp.tp, c};
+    if (cp.mode == CpMode::Headwise) rows = layouts::in_proj_row_permutation(geo);
+    const Tensor& conv_w = local_params_.at(ref::kConvWeight);
+    sp->proj = {be_.upload(local_params_.at(ref::kInProjNorm), be_.dtype()),
+                be_.upload(take_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
+                be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config.eps()};
+    sp->in_proj_rows = upload_index(be_, rows);
+    const int slices = cp.mode == CpMode::Headwise ? c : 1;
+    for (int j = 0; j < slices; ++j) {
+      // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
+      const int owner = fault_active(Fault::HeadwiseHeadPermShift) && slices > 1 ? (j + 1) % slices : j;
+      std::vector<std::int64_t> channels = iota(L.conv_dim()), heads = iota(L.Hv());
+      std::int64_t Hk = L.Hk(), Hv = L.Hv();
+      if (cp.mode == CpMode::Headwise) {
+        channels = layouts::conv_channels_of(geo, owner);
+        heads = layouts::value_head_indices_of(geo, owner);
+        Hk /= c;
+        Hv /= c;
+      }
+      RankSlice slice;
+      MixerParams& mp = slice.mixer;
+      mp.geo = {Hk, Hv, L.dk(), L.dv(), W, config.eps(), 1.0 / std::sqrt(static_cast<double>(L.dk()))};
+      mp.conv_w = be_.upload(take_rows(conv_w, channels).reshaped({static_cast<std::int64_t>(channels.size()), W}),
+                             be_.dtype());
+      if (config.conv_bias()) mp.conv_b = be_.upload(take_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
+      mp.A_log = be_.upload(take_rows(local_params_.at(ref::kALog), heads), be_.dtype());
+      mp.dt_bias = be_.upload(take_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
+      mp.out_norm = be_.upload(local_params_.at(ref::kOutNorm), be_.dtype());
+      plan_mixer_columns(be_, mp);
+      slice.conv_rows = upload_index(be_, channels);
+      slice.head_rows = upload_index(be_, heads);
+      sp->slices.push_back(std::move(slice));
+    }
+    by_size_[c] = std::move(sp);
+  }
+}
+
+GdnCpLayer::~GdnCpLayer() = default;
+
+Communicator& GdnCpLayer::dynamic_group(int size) const {
+  if (size == cp_.cp) return cp_group_;
+  auto it = dynamic_groups_.find(size);
+  if (it == dynamic_groups_.end())
+    throw ConfigError("CP size " + std::to_string(size) + " was not declared: list it in dynamic_cp");
+  return *it->second;
+}
+
+const GdnCpLayer::SizeParams& GdnCpLayer::size_params(int cp_size) const {
+  auto it = by_size_.find(cp_size);
+  if (it == by_size_.end())
+    throw ConfigError("CP size " + std::to_string(cp_size) + " was not declared: list it in dynamic_cp");
+  return *it->second;
+}
+
+std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec, Communicator* cp_group,
+                                                      int local_cp_size) const {
+  if (spec.format == Format::Thd) (void)layouts::checked_cu_seqlens(spec.cu_seqlens);
+  MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch, {}, cp_group != nullptr,
+                        local_cp_size, cp_group ? cp_group->size() : 0};
+  if (spec.format == Format::Sbhd) shape.lengths = {spec.seq_len};
+  for (std::size_t i = 1; i < spec.cu_seqlens.size(); ++i)
+    shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);
+  const int c = validate_micro_batch(cp_, config_, shape);
+  (void)size_params(c);
+  return make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_);
+}
+
+LayerParts GdnCpLayer::parts(const MicroBatch& mb) const {
+  const SizeParams& sp = size_params(mb.cp_size);
+  const std::size_t slice = cp_.mode == CpMode::Headwise ? static_cast<std::size_t>(mb.cp_rank) : 0;
+  return {be_, sp.proj, sp.slices.at(slice).mixer, tp_};
+}
+
+Buffer GdnCpLayer::forward(const std::shared_ptr<const MicroBatch>& plan, const Buffer& hidden, Context& ctx) const {
+  const MicroBatch& mb = *plan;
+  const std::int64_t width = config_.hidden();
+  if (hidden.numel() != mb.local_tokens * width)
+    throw ConfigError("hidden_states " + shape_str(hidden.shape()) + " hold " + std::to_string(hidden.numel() / width) +
+                      " tokens but this rank's zigzag partition has " + std::to_string(mb.local_tokens) +
+                      ": pass the rank's zigzag shard of the micro-batch");
+  Buffer h = hidden.reshaped({mb.local_tokens, width});
+  if (mb.format == Format::Sbhd) h = be_.gather_rows(h, mb.sbhd_to_rows);
+  ctx = Context{};
+  ctx.mb = plan;
+  const LayerParts p = parts(mb);
+  Buffer out;
+  if (mb.cp_size == 1) out = plain_forward(p, mb.full, h, ctx);
+  else if (cp_.mode == CpMode::Headwise) out = headwise_forward(p, h, ctx);
+  else if (cp_.mode == CpMode::AllGather) out = all_gather_forward(p, h, ctx);
+  else throw ConfigError("linear_cp_mode='chunkwise' with CP>1 is not implemented yet");
+  if (mb.format == Format::Sbhd) out = be_.gather_rows(out, mb.rows_to_sbhd);
+  return out.reshaped(hidden.shape());
+}
+
+LayerBackward GdnCpLayer::backward(const Context& ctx, const Buffer& grad_output) const {
+  const MicroBatch& mb = *ctx.mb;
+  Buffer dout = grad_output.reshaped({mb.local_tokens, config_.hidden()});
+  if (mb.format == Format::Sbhd) dout = be_.gather_rows(dout, mb.sbhd_to_rows);
+  const LayerParts p = parts(mb);
+  LocalGrads g;
+  if (mb.cp_size == 1) g = plain_backward(p, ctx, dout);
+  else if (cp_.mode == CpMode::Headwise) g = headwise_backward(p, ctx, dout);
+  else g = all_gather_backward(p, ctx, dout);
+  Buffer dh = mb.format == Format::Sbhd ? be_.gather_rows(g.dh, mb.rows_to_sbhd) : g.dh;
+  return {dh.reshaped(grad_output.shape()), reduce_grads(mb, g)};
+}
+
+ref::LayerParams GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) const {
+  const SizeParams& sp = size_params(mb.cp_size);
+  const std::size_t slice = cp_.mode == CpMode::Headwise ? static_cast<std::size_t>(mb.cp_rank) : 0;
+  const RankSlice& rs = sp.slices.at(slice);
+  const ref::LayerConfig& L = local_config_;
+  const DType sd = be_.state_dtype();
+  // Every gradient into a TP-local-shaped state-dtype buffer, then one sum over CP each.
+  auto placed = [&](const Buffer& part, const Buffer& rows, Shape full) {
+    Buffer out = be_.alloc(sd, full);
+    const std::int64_t width = shape_numel(full) / full[0];
+    Buffer rows_view = out.reshaped({full[0], width});
+    be_.scatter_rows(part.reshaped({part.numel() / width, width}), rows, rows_view);
+    return out;
+  };
+  std::map<std::string, Buffer> grads;
+  grads[ref::kInProjNorm] = g.d_ln_w;
+  grads[ref::kInProj] = placed(g.d_in_proj, sp.in_proj_rows, {L.in_proj_dim(), L.hidden()});
+  grads[ref::kOutProj] = g.d_out_proj;
+  grads[ref::kConvWeight] = placed(g.mixer.d_conv_w, rs.conv_rows, {L.conv_dim(), 1, L.W()});
+  if (L.conv_bias()) grads[ref::kConvBias] = placed(g.mixer.d_conv_b, rs.conv_rows, {L.conv_dim()});
+  grads[ref::kALog] = placed(g.mixer.d_A_log, rs.head_rows, {L.Hv()});
+  grads[ref::kDtBias] = placed(g.mixer.d_dt_bias, rs.head_rows, {L.Hv()});
+  grads[ref::kOutNorm] = g.mixer.d_out_norm;
+  if (tp_ && tp_->size() > 1) tp_->all_reduce(grads[ref::kOutNorm].mut());  // replicated over TP, per-head partials
+
+  ref::LayerParams out;
+  for (auto& [name, buf] : grads) {
+    if (mb.cp_size > 1 && !fault_active(Fault::MissingGradReductionOverCp)) mb.cp->all_reduce(buf.mut());
+    out[name] = be_.download(buf).to(DType::F64).reshaped(ref::param_shape(L, name));
+  }
+  return out;
+}
+
+}  // namespace gdnv::cp

@@ -1,0 +1,65 @@
+#pragma once
+// GdnCpLayer: the GatedDeltaNet layer of DESIGN.md §1.3 under context parallelism (§3). The mode is
+// static per instance; every micro-batch arrives in zigzag layout and leaves in zigzag layout.
+//
+//   GdnCpLayer layer(config, cp, params, backend, cp_group, tp_group);
+//   auto mb = layer.prepare(spec);               // once per micro-batch: validation, routes, indices
+//   Context ctx;
+//   Buffer out = layer.forward(mb, hidden, ctx);  // hidden: [T_loc, 1, hidden] or [S_loc, B, hidden]
+//   LayerBackward g = layer.backward(ctx, grad_out);
+//
+// forward/backward are const: all per-call state lives in the caller's Context, so one layer serves
+// many micro-batches (and dynamic CP sizes) without mutating shared state.
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "cp/cp_config.hpp"
+#include "cp/modes.hpp"
+#include "reference/layer_params.hpp"
+
+namespace gdnv::cp {
+
+struct LayerBackward {
+  Buffer grad_hidden;      // like the forward's hidden
+  ref::LayerParams grads;  // this TP rank's shard (F64), summed over CP; replicated ones full
+};
+
+class GdnCpLayer {
+ public:
+  // `params`: the full layer (F64); the layer keeps its TP rank's shard in the backend's dtype.
+  // `tp_group` may be nullptr (tp = 1). Throws ConfigError (DESIGN.md §3.1) before any collective.
+  GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params, Backend& backend,
+             Communicator& cp_group, Communicator* tp_group = nullptr);
+  ~GdnCpLayer();
+
+  // Validates the micro-batch and plans it. Dynamic CP: pass its group and local_cp_size together.
+  std::shared_ptr<const MicroBatch> prepare(const MicroBatchSpec& spec, Communicator* cp_group = nullptr,
+                                            int local_cp_size = 0) const;
+  Buffer forward(const std::shared_ptr<const MicroBatch>& mb, const Buffer& hidden, Context& ctx) const;
+  LayerBackward backward(const Context& ctx, const Buffer& grad_output) const;
+
+  // The sub-group of the static CP group for a dynamic CP size (split once, at construction).
+  Communicator& dynamic_group(int size) const;
+
+  const CpConfig& cp_config() const { return cp_; }
+  const ref::LayerConfig& tp_local_config() const { return local_config_; }
+  Backend& backend() const { return be_; }
+
+ private:
+  struct SizeParams;  // everything that depends on the CP size (headwise slices, index maps)
+  const SizeParams& size_params(int cp_size) const;
+  LayerParts parts(const MicroBatch& mb) const;
+  ref::LayerParams reduce_grads(const MicroBatch& mb, const LocalGrads& g) const;
+
+  ref::LayerConfig config_, local_config_;
+  CpConfig cp_;
+  Backend& be_;
+  Communicator& cp_group_;
+  Communicator* tp_;
+  ref::LayerParams local_params_;  // TP shard, F64
+  std::map<int, std::unique_ptr<Communicator>> dynamic_groups_;
+  std::map<int, std::unique_ptr<SizeParams>> by_size_;
+};
+
+}  // namespace gdnv::cp

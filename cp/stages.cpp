@@ -1,0 +1,90 @@
+#include "cp/stages.hpp"
+
+#include <numeric>
+
+namespace gdnv::cp {
+namespace {
+
+Buffer index_buffer(Backend& be, std::int64_t begin, std::int64_t count) {
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(count));
+  std::iota(idx.begin(), idx.end(), begin);
+  return be.upload(Tensor::from(idx, {count}), DType::I64);
+}
+
+}  // namespace
+
+void plan_mixer_columns(Backend& be, MixerParams& mp) {
+  const MixerGeometry& g = mp.geo;
+  const std::int64_t c = g.conv_dim(), v = g.v_dim();
+  mp.cols_qkv = index_buffer(be, 0, c);
+  mp.cols_z = index_buffer(be, c, v);
+  mp.cols_b = index_buffer(be, c + v, g.Hv);
+  mp.cols_a = index_buffer(be, c + v + g.Hv, g.Hv);
+  mp.cols_q = index_buffer(be, 0, g.qk_dim());
+  mp.cols_k = index_buffer(be, g.qk_dim(), g.qk_dim());
+  mp.cols_v = index_buffer(be, 2 * g.qk_dim(), v);
+}
+
+Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& h, InProjSaved& saved) {
+  RmsNormOut norm = be.rmsnorm(h, pp.ln_w, pp.eps);
+  saved = {h, norm.y, norm.rstd};
+  return be.linear(norm.y, pp.in_proj);
+}
+
+InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,
+                             Communicator* tp_group) {
+  LinearGrads lin = be.linear_backward(dp, saved.x, pp.in_proj);
+  if (tp_group && tp_group->size() > 1) tp_group->all_reduce(lin.dx.mut());  // column-parallel in_proj
+  RmsNormGrads norm = be.rmsnorm_backward(lin.dx, saved.h, pp.ln_w, saved.rstd);
+  return {norm.dx, norm.dw, lin.dw};
+}
+
+MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
+                       const Buffer& h0, MixerSaved& s) {
+  const MixerGeometry& g = mp.geo;
+  const std::int64_t N = p.dim(0);
+  s.p = p;
+  s.seqs = &seqs;
+  s.halo = halo;
+  s.h0 = h0;
+  s.qkv = be.gather_columns(p, mp.cols_qkv);
+  s.z = be.gather_columns(p, mp.cols_z).reshaped({N, g.Hv, g.dv});
+  s.b = be.gather_columns(p, mp.cols_b);
+  s.a = be.gather_columns(p, mp.cols_a);
+  s.conv = be.conv1d({s.qkv, mp.conv_w, mp.conv_b.empty() ? nullptr : &mp.conv_b, seqs, halo});
+  s.q = be.gather_columns(s.conv, mp.cols_q).reshaped({N, g.Hk, g.dk});
+  s.k = be.gather_columns(s.conv, mp.cols_k).reshaped({N, g.Hk, g.dk});
+  s.v = be.gather_columns(s.conv, mp.cols_v).reshaped({N, g.Hv, g.dv});
+  s.gates = be.gates(s.a, s.b, mp.A_log, mp.dt_bias);
+  GdrOut core = be.gdr({s.q, s.k, s.v, s.gates.g, s.gates.beta, seqs, h0, g.scale});
+  s.o = core.o;
+  GatedNormOut norm = be.gated_norm(core.o, s.z, mp.out_norm, g.eps);
+  s.norm_rstd = norm.rstd;
+  return {norm.y.reshaped({N, g.v_dim()}), core.final_state};
+}
+
+MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy,
+                          const Buffer& dht) {
+  const MixerGeometry& g = mp.geo;
+  const std::int64_t N = s.p.dim(0);
+  GatedNormGrads norm = be.gated_norm_backward(dy.reshaped({N, g.Hv, g.dv}), s.o, s.z, mp.out_norm, s.norm_rstd, g.eps);
+  GdrGrads core =
+      be.gdr_backward({s.q, s.k, s.v, s.gates.g, s.gates.beta, *s.seqs, s.h0, g.scale}, norm.d_o, dht);
+  GateGrads gates = be.gates_backward(core.dg, core.dbeta, s.a, s.b, mp.A_log, mp.dt_bias);
+
+  Buffer dconv = be.alloc(be.dtype(), {N, g.conv_dim()});
+  be.scatter_columns(core.dq.reshaped({N, g.qk_dim()}), mp.cols_q, dconv);
+  be.scatter_columns(core.dk.reshaped({N, g.qk_dim()}), mp.cols_k, dconv);
+  be.scatter_columns(core.dv.reshaped({N, g.v_dim()}), mp.cols_v, dconv);
+  ConvGrads conv = be.conv1d_backward({s.qkv, mp.conv_w, mp.conv_b.empty() ? nullptr : &mp.conv_b, *s.seqs, s.halo},
+                                      dconv);
+
+  Buffer dp = be.alloc(be.dtype(), {N, g.in_dim()});
+  be.scatter_columns(conv.dx, mp.cols_qkv, dp);
+  be.scatter_columns(norm.dz.reshaped({N, g.v_dim()}), mp.cols_z, dp);
+  be.scatter_columns(gates.db, mp.cols_b, dp);
+  be.scatter_columns(gates.da, mp.cols_a, dp);
+  return {dp, conv.dw, conv.dbias, gates.dA_log, gates.ddt_bias, norm.dw, conv.dhalo, core.dh0};
+}
+
+}  // namespace gdnv::cp

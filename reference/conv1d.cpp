@@ -1,0 +1,131 @@
+// Causal depthwise conv1d (DESIGN.md §1.2), token by token:
+//   y[t] = act(bias + sum_{i<W} w[:, i] * x[t - (W-1) + i]),
+// tokens before a sequence's start read initial_state slot (token - (-W)) or zero; nothing crosses
+// from one packed sequence into the next.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/sequences.hpp"
+
+namespace gdnv::ref {
+namespace {
+
+struct ConvGeometry {
+  std::int64_t B, T, D, W;
+  std::vector<Sequence> seqs;
+};
+
+void check_tensor(const Tensor& t, const char* name, const Shape& want, const char* dims) {
+  if (t.dtype() != DType::F64)
+    throw ConfigError(std::string(name) + " is " + std::string(dtype_name(t.dtype())) +
+                      "; the oracle takes F64 tensors (upcast with Tensor::to(DType::F64))");
+  if (t.shape() != want)
+    throw ConfigError(std::string(name) + " has shape " + shape_str(t.shape()) + ", expected " + dims + " = " +
+                      shape_str(want));
+  const double* p = t.data<double>();
+  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
+    if (!std::isfinite(p[i]))
+      throw ConfigError(std::string(name) + " holds " + (std::isnan(p[i]) ? "NaN" : "Inf") + " at flat index " +
+                        std::to_string(i) + "; the oracle needs finite inputs");
+}
+
+ConvGeometry conv_geometry(const Conv1dInputs& in) {
+  if (in.x.rank() != 3) throw ConfigError("x has shape " + shape_str(in.x.shape()) + ", expected rank 3 [B, T, D]");
+  if (in.weight.rank() != 2 || in.weight.dim(1) < 1)
+    throw ConfigError("weight has shape " + shape_str(in.weight.shape()) + ", expected [D, W] with W >= 1");
+  ConvGeometry geo{in.x.dim(0), in.x.dim(1), in.x.dim(2), in.weight.dim(1), {}};
+  geo.seqs = sequences_of(geo.B, geo.T, in.cu_seqlens);
+  const auto N = static_cast<std::int64_t>(geo.seqs.size());
+  check_tensor(in.x, "x", {geo.B, geo.T, geo.D}, "[B, T, D]");
+  check_tensor(in.weight, "weight", {geo.D, geo.W}, "[D, W] (D of x)");
+  if (in.bias) check_tensor(*in.bias, "bias", {geo.D}, "[D]");
+  if (in.initial_state) check_tensor(*in.initial_state, "initial_state", {N, geo.D, geo.W}, "[N, D, W]");
+  return geo;
+}
+
+double sigmoid(double p) { return 1.0 / (1.0 + std::exp(-p)); }
+
+// Reads and accumulates the conv's window inputs: token tau of a sequence, tau in [-(W-1), len).
+struct Window {
+  const Conv1dInputs& in;
+  const ConvGeometry& geo;
+  const Sequence& s;
+
+  // Pointer to channel 0 of token tau and the stride between channels; null for a zero token.
+  std::pair<const double*, std::int64_t> token(std::int64_t tau) const {
+    if (tau >= 0) return {in.x.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D, 1};
+    if (!in.initial_state) return {nullptr, 0};
+    return {in.initial_state->data<double>() + s.n * geo.D * geo.W + (tau + geo.W), geo.W};
+  }
+
+  // Pre-activation of token t, all channels.
+  std::vector<double> pre_activation(std::int64_t t) const {
+    std::vector<double> pre(static_cast<std::size_t>(geo.D), 0.0);
+    if (in.bias) std::copy_n(in.bias->data<double>(), geo.D, pre.begin());
+    const double* w = in.weight.data<double>();
+    for (std::int64_t i = 0; i < geo.W; ++i) {
+      const auto [x, stride] = token(t - (geo.W - 1) + i);
+      if (!x) continue;
+      for (std::int64_t d = 0; d < geo.D; ++d) pre[d] += w[d * geo.W + i] * x[d * stride];
+    }
+    return pre;
+  }
+};
+
+}  // namespace
+
+Tensor conv1d_forward(const Conv1dInputs& in) {
+  const ConvGeometry geo = conv_geometry(in);
+  Tensor y(DType::F64, {geo.B, geo.T, geo.D});
+  for (const Sequence& s : geo.seqs) {
+    const Window win{in, geo, s};
+    for (std::int64_t t = 0; t < s.len; ++t) {
+      const std::vector<double> pre = win.pre_activation(t);
+      double* out = y.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
+      for (std::int64_t d = 0; d < geo.D; ++d)
+        out[d] = in.activation == Activation::Silu ? pre[d] * sigmoid(pre[d]) : pre[d];
+    }
+  }
+  return y;
+}
+
+Conv1dGrads conv1d_backward(const Conv1dInputs& in, const Tensor& dy) {
+  const ConvGeometry geo = conv_geometry(in);
+  check_tensor(dy, "dy", {geo.B, geo.T, geo.D}, "[B, T, D] (the shape of x)");
+  Conv1dGrads grads{Tensor(DType::F64, in.x.shape()), Tensor(DType::F64, in.weight.shape()), std::nullopt,
+                    std::nullopt};
+  if (in.bias) grads.dbias = Tensor(DType::F64, in.bias->shape());
+  if (in.initial_state) grads.dh0 = Tensor(DType::F64, in.initial_state->shape());
+  const double* w = in.weight.data<double>();
+  double* dw = grads.dweight.data<double>();
+  for (const Sequence& s : geo.seqs) {
+    const Window win{in, geo, s};
+    for (std::int64_t t = 0; t < s.len; ++t) {
+      std::vector<double> d_pre = win.pre_activation(t);
+      const double* g = dy.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
+      for (std::int64_t d = 0; d < geo.D; ++d) {
+        const double p = d_pre[d], sig = sigmoid(p);
+        d_pre[d] = in.activation == Activation::Silu ? g[d] * sig * (1 + p * (1 - sig)) : g[d];
+      }
+      if (grads.dbias)
+        for (std::int64_t d = 0; d < geo.D; ++d) grads.dbias->data<double>()[d] += d_pre[d];
+      for (std::int64_t i = 0; i < geo.W; ++i) {
+        const std::int64_t tau = t - (geo.W - 1) + i;
+        const auto [x, stride] = win.token(tau);
+        if (!x) continue;
+        double* dx = tau >= 0 ? grads.dx.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D
+                              : grads.dh0->data<double>() + s.n * geo.D * geo.W + (tau + geo.W);
+        for (std::int64_t d = 0; d < geo.D; ++d) {
+          dw[d * geo.W + i] += d_pre[d] * x[d * stride];
+          dx[d * stride] += d_pre[d] * w[d * geo.W + i];
+        }
+      }
+    }
+  }
+  return grads;
+}
+
+}  // namespace gdnv::ref

@@ -1,0 +1,48 @@
+#pragma once
+// fp64 oracle of the gated delta rule (DESIGN.md §1.1, FLA chunk_gated_delta_rule semantics).
+// Two independent forms: recurrent (slow, obviously correct) and chunked WY/UT (fast).
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace gdnv::ref {
+
+struct GdrInputs {
+  Tensor q;                                           // [B, T, Hk, K]  F64
+  Tensor k;                                           // [B, T, Hk, K]  F64
+  Tensor v;                                           // [B, T, Hv, V]  F64
+  Tensor g;                                           // [B, T, Hv]     F64, log decay
+  Tensor beta;                                        // [B, T, Hv]     F64
+  std::optional<Tensor> initial_state;                // [N, Hv, K, V]  F64
+  std::optional<std::vector<std::int64_t>> cu_seqlens;  // [N + 1], only with B == 1
+  std::optional<double> scale;                        // default 1/sqrt(K)
+  bool use_qk_l2norm = false;                         // x / sqrt(sum x^2 + 1e-6) on q and k
+};
+
+struct GdrOutputs {
+  Tensor o;            // [B, T, Hv, V]
+  Tensor final_state;  // [N, Hv, K, V]  (N = B without cu_seqlens)
+};
+
+struct GdrGrads {
+  Tensor dq, dk;  // [B, T, Hk, K]  (summed over the value heads of each GVA group)
+  Tensor dv;      // [B, T, Hv, V]
+  Tensor dg;      // [B, T, Hv]
+  Tensor dbeta;   // [B, T, Hv]
+  Tensor dh0;     // [N, Hv, K, V]
+};
+
+// Validates shapes (throws ConfigError naming the tensor and the fix).
+void validate(const GdrInputs& in);
+
+GdrOutputs gdr_recurrent_forward(const GdrInputs& in);
+// d_o [B, T, Hv, V]; dht [N, Hv, K, V] optional gradient of final_state.
+GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht);
+
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64);
+GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
+                              int chunk_size = 64);
+
+}  // namespace gdnv::ref

@@ -1,0 +1,267 @@
+// Chunked (WY / UT) form of the gated delta rule (DESIGN.md §1.1), the fast oracle. Per chunk of C
+// tokens, with gamma = within-chunk cumsum of g and S the state entering the chunk:
+//   A[i,j] = beta_i (k_i.k_j) e^{gamma_i - gamma_j} (j < i),  T = (I + A)^-1,
+//   U = T (beta V),  W = T (beta e^gamma K),  V_new = U - W S,
+//   O = scale [(e^gamma Q) S + (Q K^T * e^{gamma_i - gamma_j} * tril_incl) V_new],
+//   S <- e^{gamma_C} S + (e^{gamma_C - gamma} K)^T V_new.
+// Stages, as in FLA's pipeline: intra-chunk (gamma, A, U, W) -> state pass (V_new, next S) -> output.
+// The backward keeps S once per chunk and recomputes the chunk's intermediates from it.
+#include <cmath>
+
+#include "core/error.hpp"
+#include "reference/gdr_common.hpp"
+#include "reference/l2norm.hpp"
+
+namespace gdnv::ref {
+namespace {
+
+using namespace detail;
+using Eigen::Index;
+
+// One chunk of one (sequence, value head), copied contiguous.
+struct Chunk {
+  RowMatrix q, k;  // [c, K]  (L2-normalised when asked)
+  RowMatrix v;     // [c, V]
+  Vec g, beta;     // [c]
+};
+
+// Intra-chunk stage.
+struct Intra {
+  Vec gamma;        // [c]     within-chunk cumsum of g
+  RowMatrix decay;  // [c, c]  e^{gamma_i - gamma_j} for j <= i, 0 above the diagonal
+  RowMatrix KKd;    // [c, c]  (k_i.k_j) e^{gamma_i - gamma_j} for j < i, 0 elsewhere
+  RowMatrix A;      // [c, c]  beta_i KKd[i,j]: strictly lower, so I + A is unit lower triangular
+  RowMatrix U;      // [c, V]
+  RowMatrix W;      // [c, K]
+};
+
+struct ChunkGrads {
+  RowMatrix dq, dk;  // [c, K]  w.r.t. the (normalised) q, k
+  RowMatrix dv;      // [c, V]
+  Vec dg, dbeta;     // [c]
+};
+
+Vec cumsum(const Vec& x) {
+  Vec out(x.size());
+  double acc = 0;
+  for (Index i = 0; i < x.size(); ++i) out(i) = acc += x(i);
+  return out;
+}
+
+Vec reverse_cumsum(const Vec& x) {
+  Vec out(x.size());
+  double acc = 0;
+  for (Index i = x.size() - 1; i >= 0; --i) out(i) = acc += x(i);
+  return out;
+}
+
+// Gradient w.r.t. gamma of <dX, X> for X[i,j] carrying the factor e^{gamma_i - gamma_j}: row sums minus
+// column sums of H = dX * X. The diagonal (factor 1) is left out rather than added and subtracted:
+// with strongly negative g it is O(1) while the true gradient is tiny, and +x - x would round it away.
+Vec decay_grad(RowMatrix H) {
+  H.diagonal().setZero();
+  return H.rowwise().sum() - H.colwise().sum().transpose();
+}
+
+Intra intra_chunk(const Chunk& x) {
+  const Index c = x.g.size();
+  Intra in;
+  in.gamma = cumsum(x.g);
+  in.decay = RowMatrix::Zero(c, c);
+  // The difference, never e^{gamma_i} e^{-gamma_j}: with strongly negative g the second factor overflows.
+  for (Index i = 0; i < c; ++i)
+    for (Index j = 0; j <= i; ++j) in.decay(i, j) = std::exp(in.gamma(i) - in.gamma(j));
+  in.KKd.noalias() = x.k * x.k.transpose();
+  in.KKd = in.KKd.cwiseProduct(in.decay).triangularView<Eigen::StrictlyLower>();
+  in.A = x.beta.asDiagonal() * in.KKd;
+  const auto I_plus_A = in.A.triangularView<Eigen::UnitLower>();
+  in.U = I_plus_A.solve(x.beta.asDiagonal() * x.v);
+  const Vec beta_eg = x.beta.array() * in.gamma.array().exp();
+  in.W = I_plus_A.solve(beta_eg.asDiagonal() * x.k);
+  return in;
+}
+
+// State pass, V_new [c, V] = U - W S for the state S [K, V] entering the chunk.
+RowMatrix new_values(const Intra& in, const RowMatrix& S) {
+  RowMatrix v_new = in.U;
+  v_new.noalias() -= in.W * S;
+  return v_new;
+}
+
+// State pass, S [K, V] advanced to the chunk's end.
+void advance_state(const Chunk& x, const Intra& in, const RowMatrix& v_new, RowMatrix& S) {
+  const double gamma_C = in.gamma(in.gamma.size() - 1);
+  const Vec e_tail = (gamma_C - in.gamma.array()).exp();  // e^{gamma_C - gamma}
+  const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
+  S *= std::exp(gamma_C);
+  S.noalias() += k_tail.transpose() * v_new;
+}
+
+// Output stage: o [c, V] from the state S [K, V] entering the chunk and V_new [c, V].
+void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const RowMatrix& v_new, double scale,
+                  Rows o) {
+  RowMatrix P = x.q * x.k.transpose();
+  P = P.cwiseProduct(in.decay);  // decay is zero above the diagonal: tril_incl
+  const RowMatrix q_decayed = in.gamma.array().exp().matrix().asDiagonal() * x.q;
+  RowMatrix out = q_decayed * S;
+  out.noalias() += P * v_new;
+  o = scale * out;
+}
+
+// Backward of one chunk. S [K, V] is the state entering it, d_o [c, V] the output gradient; dS [K, V]
+// enters as the gradient of the state leaving the chunk and leaves as the gradient of S.
+ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, const RowMatrix& d_o, RowMatrix& dS) {
+  const Intra in = intra_chunk(x);
+  const Index c = x.g.size();
+  const RowMatrix v_new = new_values(in, S);
+  const Vec e_gamma = in.gamma.array().exp();
+  const double gamma_C = in.gamma(c - 1), e_C = std::exp(gamma_C);
+  const Vec e_tail = (gamma_C - in.gamma.array()).exp();
+  const RowMatrix q_decayed = e_gamma.asDiagonal() * x.q;
+  const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
+  RowMatrix P = x.q * x.k.transpose();
+  P = P.cwiseProduct(in.decay);
+  ChunkGrads d;
+  Vec d_gamma = Vec::Zero(c);
+
+  // Output: O = scale [q_decayed S + P V_new].
+  const RowMatrix s_do = scale * d_o;
+  const RowMatrix d_qdec = s_do * S.transpose();
+  RowMatrix dS_in = q_decayed.transpose() * s_do;
+  const RowMatrix dP = s_do * v_new.transpose();
+  RowMatrix dv_new = P.transpose() * s_do;
+  d.dq = e_gamma.asDiagonal() * d_qdec;
+  d_gamma += q_decayed.cwiseProduct(d_qdec).rowwise().sum();
+  const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
+  d.dq.noalias() += dQK * x.k;
+  d.dk.noalias() = dQK.transpose() * x.q;
+  d_gamma += decay_grad(dP.cwiseProduct(P));
+
+  // State: S_next = e^{gamma_C} S + k_tail^T V_new.
+  dS_in += e_C * dS;
+  d_gamma(c - 1) += e_C * S.cwiseProduct(dS).sum();
+  const RowMatrix d_ktail = v_new * dS.transpose();
+  dv_new.noalias() += k_tail * dS;
+  d.dk += e_tail.asDiagonal() * d_ktail;
+  // e^{gamma_C - gamma_i}: + to gamma_C, - to gamma_i; the last token's factor is 1 and is left out.
+  const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum().head(c - 1);
+  d_gamma(c - 1) += tail.sum();
+  d_gamma.head(c - 1) -= tail;
+
+  // V_new = U - W S.
+  const RowMatrix dW = -dv_new * S.transpose();
+  dS_in.noalias() -= in.W.transpose() * dv_new;
+
+  // U = (I + A)^-1 (beta V), W = (I + A)^-1 (beta e^gamma K).
+  const auto I_plus_A_T = in.A.transpose().triangularView<Eigen::UnitUpper>();
+  const RowMatrix d_bv = I_plus_A_T.solve(dv_new);
+  const RowMatrix d_bk = I_plus_A_T.solve(dW);
+  RowMatrix dA = d_bv * in.U.transpose();
+  dA.noalias() += d_bk * in.W.transpose();
+  dA = (-dA).triangularView<Eigen::StrictlyLower>();
+  d.dv = x.beta.asDiagonal() * d_bv;
+  d.dbeta = x.v.cwiseProduct(d_bv).rowwise().sum();
+  const Vec k_dbk = e_gamma.array() * x.k.cwiseProduct(d_bk).rowwise().sum().array();  // e^gamma_i k_i.d_bk_i
+  d.dk += (x.beta.array() * e_gamma.array()).matrix().asDiagonal() * d_bk;
+  d.dbeta += k_dbk;
+  d_gamma += x.beta.cwiseProduct(k_dbk);
+
+  // A = beta * KKd.
+  d.dbeta += dA.cwiseProduct(in.KKd).rowwise().sum();
+  const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
+  d.dk.noalias() += dKK * x.k;
+  d.dk.noalias() += dKK.transpose() * x.k;
+  d_gamma += decay_grad(dA.cwiseProduct(in.A));
+
+  d.dg = reverse_cumsum(d_gamma);  // gamma = cumsum(g)
+  dS = dS_in;
+  return d;
+}
+
+// One (sequence, value head) of the input, read chunk by chunk.
+struct Head {
+  const GdrInputs& in;
+  const Sequence& s;
+  std::int64_t h, kh;  // value head and the key head it reads
+
+  Chunk chunk(std::int64_t begin, std::int64_t c) const {
+    Chunk x{head_rows(in.q, s, kh, begin, c), head_rows(in.k, s, kh, begin, c), head_rows(in.v, s, h, begin, c),
+            head_gates(in.g, s, h, begin, c), head_gates(in.beta, s, h, begin, c)};
+    if (in.use_qk_l2norm) {
+      l2norm_rows(x.q);
+      l2norm_rows(x.k);
+    }
+    return x;
+  }
+};
+
+void check_chunk_size(int chunk_size) {
+  if (chunk_size < 1)
+    throw ConfigError("chunk_size is " + std::to_string(chunk_size) +
+                      "; it must be a positive number of tokens (e.g. 64)");
+}
+
+void forward_head(const Head& hd, double scale, int C, RowMatrix& S, Tensor& o) {
+  for (std::int64_t begin = 0; begin < hd.s.len; begin += C) {
+    const std::int64_t c = std::min<std::int64_t>(C, hd.s.len - begin);
+    const Chunk x = hd.chunk(begin, c);
+    const Intra in = intra_chunk(x);
+    const RowMatrix v_new = new_values(in, S);
+    chunk_output(x, in, S, v_new, scale, head_rows(o, hd.s, hd.h, begin, c));
+    advance_state(x, in, v_new, S);
+  }
+}
+
+void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, const Tensor& d_o, RowMatrix& dS,
+                   GdrGrads& grads) {
+  std::vector<RowMatrix> checkpoints;  // state entering each chunk
+  RowMatrix S = S0;
+  for (std::int64_t begin = 0; begin < hd.s.len; begin += C) {
+    checkpoints.push_back(S);
+    const Chunk x = hd.chunk(begin, std::min<std::int64_t>(C, hd.s.len - begin));
+    const Intra in = intra_chunk(x);
+    advance_state(x, in, new_values(in, S), S);
+  }
+  for (auto j = static_cast<std::int64_t>(checkpoints.size()) - 1; j >= 0; --j) {
+    const std::int64_t begin = j * C, c = std::min<std::int64_t>(C, hd.s.len - begin);
+    const ChunkGrads d =
+        chunk_backward(hd.chunk(begin, c), scale, checkpoints[j], head_rows(d_o, hd.s, hd.h, begin, c), dS);
+    head_rows(grads.dq, hd.s, hd.kh, begin, c) += d.dq;
+    head_rows(grads.dk, hd.s, hd.kh, begin, c) += d.dk;
+    head_rows(grads.dv, hd.s, hd.h, begin, c) = d.dv;
+    head_gates(grads.dg, hd.s, hd.h, begin, c) = d.dg;
+    head_gates(grads.dbeta, hd.s, hd.h, begin, c) = d.dbeta;
+  }
+}
+
+}  // namespace
+
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size) {
+  check_chunk_size(chunk_size);
+  const GdrGeometry geo = gdr_geometry(in);
+  GdrOutputs out = make_outputs(geo);
+  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+    RowMatrix S = state_or_zero(in.initial_state, geo, s, h);
+    forward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S, out.o);
+    state_of(out.final_state, s.n, h) = S;
+  });
+  return out;
+}
+
+GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
+                              int chunk_size) {
+  check_chunk_size(chunk_size);
+  const GdrGeometry geo = gdr_geometry(in);
+  check_grad_inputs(geo, d_o, dht);
+  GdrGrads grads = make_grads(geo);
+  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+    RowMatrix dS = state_or_zero(dht, geo, s, h);
+    const RowMatrix S0 = state_or_zero(in.initial_state, geo, s, h);
+    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, d_o, dS, grads);
+    state_of(grads.dh0, s.n, h) = dS;
+  });
+  finish_qk_grads(in, grads);
+  return grads;
+}
+
+}  // namespace gdnv::ref

@@ -1,0 +1,289 @@
+#include "reference/layer.hpp"
+
+#include <algorithm>
+
+#include "core/eigen.hpp"
+#include "core/error.hpp"
+#include "reference/gates.hpp"
+#include "reference/parallel.hpp"
+#include "reference/sequences.hpp"
+
+namespace gdnv::ref {
+namespace {
+
+// Columns [begin, begin + count) of the row-major matrix m [N, C], as [N, count].
+Tensor cols(const Tensor& m, std::int64_t begin, std::int64_t count) {
+  const std::int64_t N = m.numel() / m.dim(-1);
+  Tensor out(DType::F64, {N, count});
+  as_matrix(out, N, count) = as_matrix(m, N, m.dim(-1)).middleCols(begin, count);
+  return out;
+}
+
+// m[:, begin : begin + part.cols] = part, with m [N, C] and part [N, count] (any shape of that numel).
+void put_cols(Tensor& m, std::int64_t begin, const Tensor& part) {
+  const std::int64_t N = m.numel() / m.dim(-1), count = part.numel() / N;
+  as_matrix(m, N, m.dim(-1)).middleCols(begin, count) = as_matrix(part, N, count);
+}
+
+// [X, Y, F] -> [Y, X, F]: SBHD <-> batch-major tokens.
+Tensor swap_leading(const Tensor& t) {
+  const std::int64_t X = t.dim(0), Y = t.dim(1), F = t.dim(2);
+  Tensor out(DType::F64, {Y, X, F});
+  const double* src = t.data<double>();
+  double* dst = out.data<double>();
+  for (std::int64_t x = 0; x < X; ++x)
+    for (std::int64_t y = 0; y < Y; ++y) std::copy_n(src + (x * Y + y) * F, F, dst + (y * X + x) * F);
+  return out;
+}
+
+const Tensor& param(const LayerParams& params, const char* name) {
+  const auto it = params.find(name);
+  if (it == params.end()) throw ConfigError(std::string("parameter '") + name + "' is missing");
+  return it->second;
+}
+
+// GEMMs run in fixed blocks of output rows, one block per task: the blocking, and so every bit of the
+// result, is the same whatever the thread count.
+constexpr std::int64_t kGemmBlock = 256;
+
+std::int64_t blocks(std::int64_t rows) { return (rows + kGemmBlock - 1) / kGemmBlock; }
+std::int64_t block_rows(std::int64_t b, std::int64_t rows) { return std::min(kGemmBlock, rows - b * kGemmBlock); }
+
+void check_last_dim(const Tensor& x, std::int64_t want, const char* what) {
+  if (x.rank() == 0 || x.dim(-1) != want)
+    throw Error(std::string(what) + ": input " + shape_str(x.shape()) + " does not end in " + std::to_string(want));
+}
+
+// y = x W^T for x [N, in], W [out, in].
+Tensor linear(const Tensor& x, const Tensor& W, int threads) {
+  check_last_dim(x, W.dim(1), "linear");
+  const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
+  Tensor y(DType::F64, {N, out_dim});
+  const auto X = as_matrix(x, N, in_dim), Wm = as_matrix(W, out_dim, in_dim);
+  auto Y = as_matrix(y, N, out_dim);
+  parallel_for(blocks(N), threads, [&](std::int64_t b) {
+    const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
+    Y.middleRows(r0, n).noalias() = X.middleRows(r0, n) * Wm.transpose();
+  });
+  return y;
+}
+
+// For y = x W^T: dx = dy W [N, in] and dW = dy^T x [out, in] (blocks of dW rows, each summing over
+// all N tokens).
+void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor& dx, Tensor& dW, int threads) {
+  check_last_dim(x, W.dim(1), "linear_backward");
+  check_last_dim(dy, W.dim(0), "linear_backward");
+  const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
+  dx = Tensor(DType::F64, {N, in_dim});
+  dW = Tensor(DType::F64, W.shape());
+  const auto X = as_matrix(x, N, in_dim), Wm = as_matrix(W, out_dim, in_dim), dY = as_matrix(dy, N, out_dim);
+  auto dX = as_matrix(dx, N, in_dim);
+  auto dWm = as_matrix(dW, out_dim, in_dim);
+  parallel_for(blocks(N) + blocks(out_dim), threads, [&](std::int64_t b) {
+    if (b < blocks(N)) {
+      const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
+      dX.middleRows(r0, n).noalias() = dY.middleRows(r0, n) * Wm;
+    } else {
+      const std::int64_t r0 = (b - blocks(N)) * kGemmBlock, n = block_rows(b - blocks(N), out_dim);
+      dWm.middleRows(r0, n).noalias() = dY.middleCols(r0, n).transpose() * X;
+    }
+  });
+}
+
+// Heads [h0, h0 + count) of x [B, T, H, ...] as [B, T, count, ...], and the inverse.
+Tensor heads(const Tensor& x, std::int64_t h0, std::int64_t count) {
+  const std::int64_t outer = x.dim(0) * x.dim(1), H = x.dim(2), inner = x.numel() / (outer * H);
+  Shape shape = x.shape();
+  shape[2] = count;
+  Tensor out(DType::F64, shape);
+  for (std::int64_t o = 0; o < outer; ++o)
+    std::copy_n(x.data<double>() + (o * H + h0) * inner, count * inner, out.data<double>() + o * count * inner);
+  return out;
+}
+void put_heads(Tensor& x, std::int64_t h0, const Tensor& part) {
+  const std::int64_t outer = x.dim(0) * x.dim(1), H = x.dim(2), count = part.dim(2), inner = x.numel() / (outer * H);
+  for (std::int64_t o = 0; o < outer; ++o)
+    std::copy_n(part.data<double>() + o * count * inner, count * inner, x.data<double>() + (o * H + h0) * inner);
+}
+
+// The core inputs of key head j and its GVA group of value heads [j*G, (j+1)*G). The core computes
+// every (sequence, head) independently, so running the groups separately changes no bit.
+GdrInputs key_head_group(const GdrInputs& in, std::int64_t j) {
+  const std::int64_t G = in.v.dim(2) / in.q.dim(2);
+  return {heads(in.q, j, 1), heads(in.k, j, 1), heads(in.v, j * G, G), heads(in.g, j * G, G),
+          heads(in.beta, j * G, G), std::nullopt, in.cu_seqlens, in.scale, in.use_qk_l2norm};
+}
+
+Tensor core_forward(const GdrInputs& in, const LayerOptions& options) {
+  const std::int64_t Hk = in.q.dim(2), G = in.v.dim(2) / Hk;
+  Tensor o(DType::F64, in.v.shape());
+  parallel_for(Hk, options.threads, [&](std::int64_t j) {
+    const GdrInputs group = key_head_group(in, j);
+    put_heads(o, j * G, options.core == CoreForm::Recurrent ? gdr_recurrent_forward(group).o
+                                                            : gdr_chunked_forward(group, options.chunk_size).o);
+  });
+  return o;
+}
+
+GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOptions& options) {
+  const std::int64_t Hk = in.q.dim(2), G = in.v.dim(2) / Hk;
+  GdrGrads g{Tensor(DType::F64, in.q.shape()), Tensor(DType::F64, in.k.shape()), Tensor(DType::F64, in.v.shape()),
+             Tensor(DType::F64, in.g.shape()), Tensor(DType::F64, in.beta.shape()), Tensor()};
+  parallel_for(Hk, options.threads, [&](std::int64_t j) {
+    const GdrInputs group = key_head_group(in, j);
+    const Tensor d_o_group = heads(d_o, j * G, G);
+    const GdrGrads d = options.core == CoreForm::Recurrent
+                           ? gdr_recurrent_backward(group, d_o_group, std::nullopt)
+                           : gdr_chunked_backward(group, d_o_group, std::nullopt, options.chunk_size);
+    put_heads(g.dq, j, d.dq);
+    put_heads(g.dk, j, d.dk);
+    put_heads(g.dv, j * G, d.dv);
+    put_heads(g.dg, j * G, d.dg);
+    put_heads(g.dbeta, j * G, d.dbeta);
+  });
+  return g;
+}
+
+}  // namespace
+
+InProj in_proj_forward(const LayerConfig& config, const LayerParams& params, const Tensor& h, int threads) {
+  RmsNorm norm = rmsnorm_forward(h, param(params, kInProjNorm), config.eps());
+  Tensor p = linear(norm.y, param(params, kInProj), threads);
+  return {std::move(norm.y), std::move(norm.rstd), std::move(p)};
+}
+
+InProjGrads in_proj_backward(const LayerParams& params, const Tensor& h, const InProj& fwd, const Tensor& dp,
+                             int threads) {
+  InProjGrads g;
+  Tensor dx;
+  linear_backward(fwd.x, param(params, kInProj), dp, dx, g.d_weight, threads);
+  RmsNormGrads norm = rmsnorm_backward(h, param(params, kInProjNorm), fwd.rstd, dx);
+  g.dh = std::move(norm.dx);
+  g.d_norm_weight = std::move(norm.dw);
+  return g;
+}
+
+Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const Tensor& p,
+                    const CuSeqlens& cu_seqlens, const LayerOptions& options) {
+  if (p.rank() != 3) throw Error("mixer_forward: P " + shape_str(p.shape()) + " is not [B, T, in_proj_dim]");
+  check_last_dim(p, config.in_proj_dim(), "mixer_forward");
+  const std::int64_t B = p.dim(0), T = p.dim(1), C = config.conv_dim(), qk = config.qk_dim();
+  const std::int64_t Hk = config.Hk(), Hv = config.Hv(), dk = config.dk(), dv = config.dv();
+  Mixer m;
+  m.conv_in.x = cols(p, 0, C).reshaped({B, T, C});
+  m.conv_in.weight = param(params, kConvWeight).reshaped({C, config.W()});
+  if (config.conv_bias()) m.conv_in.bias = param(params, kConvBias);
+  m.conv_in.cu_seqlens = cu_seqlens;
+  m.conv_in.activation = Activation::Silu;
+  m.z = cols(p, C, config.v_dim()).reshaped({B, T, Hv, dv});
+  m.b = cols(p, C + config.v_dim(), Hv).reshaped({B, T, Hv});
+  m.a = cols(p, C + config.v_dim() + Hv, Hv).reshaped({B, T, Hv});
+
+  const Tensor conv_y = conv1d_forward(m.conv_in);  // [B, T, C]
+  Gates gates = gates_forward(m.a, m.b, param(params, kALog), param(params, kDtBias));
+  m.core_in.q = cols(conv_y, 0, qk).reshaped({B, T, Hk, dk});
+  m.core_in.k = cols(conv_y, qk, qk).reshaped({B, T, Hk, dk});
+  m.core_in.v = cols(conv_y, 2 * qk, config.v_dim()).reshaped({B, T, Hv, dv});
+  m.core_in.g = std::move(gates.g);
+  m.core_in.beta = std::move(gates.beta);
+  m.core_in.cu_seqlens = cu_seqlens;
+  m.core_in.use_qk_l2norm = true;  // Megatron: fla l2norm(x) = x / sqrt(sum x^2 + 1e-6) on q and k
+  m.o = core_forward(m.core_in, options);
+  m.y = gated_rmsnorm_forward(m.o, m.z, param(params, kOutNorm), config.eps());
+  return m;
+}
+
+MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,
+                          const Tensor& dy, const LayerOptions& options) {
+  if (dy.shape() != fwd.o.shape())
+    throw Error("mixer_backward: dy " + shape_str(dy.shape()) + " is not the shape of o " + shape_str(fwd.o.shape()));
+  const std::int64_t C = config.conv_dim(), qk = config.qk_dim(), Hv = config.Hv();
+  GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy);
+  GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
+  GateGrads gates = gates_backward(fwd.a, fwd.b, param(params, kALog), param(params, kDtBias), core.dg, core.dbeta);
+
+  Tensor d_conv_y(DType::F64, fwd.conv_in.x.shape());  // [B, T, C]
+  put_cols(d_conv_y, 0, core.dq);
+  put_cols(d_conv_y, qk, core.dk);
+  put_cols(d_conv_y, 2 * qk, core.dv);
+  Conv1dGrads conv = conv1d_backward(fwd.conv_in, d_conv_y);
+
+  MixerGrads g;
+  g.dp = Tensor(DType::F64, {fwd.conv_in.x.dim(0), fwd.conv_in.x.dim(1), config.in_proj_dim()});
+  put_cols(g.dp, 0, conv.dx);
+  put_cols(g.dp, C, norm.dz);
+  put_cols(g.dp, C + config.v_dim(), gates.db);
+  put_cols(g.dp, C + config.v_dim() + Hv, gates.da);
+  g.params[kConvWeight] = conv.dweight.reshaped({C, 1, config.W()});
+  if (config.conv_bias()) g.params[kConvBias] = std::move(*conv.dbias);
+  g.params[kALog] = std::move(gates.dA_log);
+  g.params[kDtBias] = std::move(gates.ddt_bias);
+  g.params[kOutNorm] = std::move(norm.dw);
+  return g;
+}
+
+Tensor out_proj_forward(const LayerParams& params, const Tensor& y, int threads) {
+  return linear(y, param(params, kOutProj), threads);
+}
+
+OutProjGrads out_proj_backward(const LayerParams& params, const Tensor& y, const Tensor& dout, int threads) {
+  OutProjGrads g;
+  linear_backward(y, param(params, kOutProj), dout, g.dy, g.d_weight, threads);
+  return g;
+}
+
+void validate_layer_input(const LayerConfig& config, const Tensor& hidden_states, const CuSeqlens& cu_seqlens) {
+  const Shape& s = hidden_states.shape();
+  if (hidden_states.rank() != 3 || s[2] != config.hidden())
+    throw ConfigError("hidden_states has shape " + shape_str(s) + "; expected [S, B, " +
+                      std::to_string(config.hidden()) + "] (SBHD) or [T, 1, " + std::to_string(config.hidden()) +
+                      "] with cu_seqlens (THD), the last dimension being hidden_size");
+  if (hidden_states.dtype() != DType::F64)
+    throw ConfigError("hidden_states has dtype " + std::string(dtype_name(hidden_states.dtype())) +
+                      "; the oracle computes in fp64: convert it with Tensor::to(DType::F64)");
+  if (cu_seqlens && s[1] != 1)
+    throw ConfigError("hidden_states " + shape_str(s) + " has batch " + std::to_string(s[1]) +
+                      " with cu_seqlens; THD input is [T, 1, hidden] with the sequences packed along T");
+  sequences_of(s[1], s[0], cu_seqlens);  // validates cu_seqlens against T
+}
+
+LayerForward layer_forward(const LayerConfig& config, const LayerParams& params, const Tensor& hidden_states,
+                           const CuSeqlens& cu_seqlens, const LayerOptions& options) {
+  validate_params(config, params);
+  validate_layer_input(config, hidden_states, cu_seqlens);
+  const std::int64_t S = hidden_states.dim(0), B = hidden_states.dim(1), hidden = config.hidden();
+  LayerForward f;
+  f.h = swap_leading(hidden_states).reshaped({B * S, hidden});
+  f.options = options;
+  f.in_proj = in_proj_forward(config, params, f.h, options.threads);
+  f.mixer = mixer_forward(config, params, f.in_proj.p.reshaped({B, S, config.in_proj_dim()}), cu_seqlens, options);
+  const Tensor out = out_proj_forward(params, f.mixer.y.y.reshaped({B * S, config.v_dim()}), options.threads);
+  f.out = swap_leading(out.reshaped({B, S, hidden}));
+  return f;
+}
+
+LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                          const Tensor& grad_output) {
+  const std::int64_t S = fwd.out.dim(0), B = fwd.out.dim(1), hidden = config.hidden();
+  if (grad_output.shape() != fwd.out.shape() || grad_output.dtype() != DType::F64)
+    throw ConfigError("grad_output is " + std::string(dtype_name(grad_output.dtype())) + " " +
+                      shape_str(grad_output.shape()) + "; expected F64 " + shape_str(fwd.out.shape()) +
+                      ", the shape of out");
+  const Tensor dout = swap_leading(grad_output).reshaped({B * S, hidden});
+  const int threads = fwd.options.threads;
+  OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}), dout, threads);
+  MixerGrads mixer =
+      mixer_backward(config, params, fwd.mixer, out.dy.reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
+  InProjGrads in =
+      in_proj_backward(params, fwd.h, fwd.in_proj, mixer.dp.reshaped({B * S, config.in_proj_dim()}), threads);
+
+  LayerGrads g;
+  g.grad_hidden = swap_leading(in.dh.reshaped({B, S, hidden}));
+  g.params = std::move(mixer.params);
+  g.params[kInProjNorm] = std::move(in.d_norm_weight);
+  g.params[kInProj] = std::move(in.d_weight);
+  g.params[kOutProj] = std::move(out.d_weight);
+  return g;
+}
+
+}  // namespace gdnv::ref

@@ -1,0 +1,113 @@
+#pragma once
+// fp64 oracle of the Megatron-Core GatedDeltaNet layer (DESIGN.md §1.3), forward and hand-written
+// backward. Three stages, each usable alone (the CP modes put their communication between them):
+//   in_proj  (token-local)   P = (rmsnorm(h) * ln_w) W_in^T, rows q,k,v,z,beta,alpha
+//   mixer    (per sequence)  conv+SiLU over [q,k,v] -> L2 norm q,k -> GVA -> gates -> core ->
+//                            y = rmsnorm_per_head(o) * out_norm_w * silu(z)
+//   out_proj (token-local)   out = y W_out^T
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/gated_delta_rule.hpp"
+#include "reference/kernel_io.hpp"
+#include "reference/layer_config.hpp"
+#include "reference/layer_params.hpp"
+#include "reference/norms.hpp"
+
+namespace gdnv::ref {
+
+// The core op's form: GdrForm::Chunked (WY/UT) or GdrForm::Recurrent (token by token).
+using CoreForm = GdrForm;
+
+struct LayerOptions {
+  CoreForm core = CoreForm::Chunked;
+  int chunk_size = 64;  // chunked core only
+  int threads = 0;      // 0: one per hardware thread; the results are bit-identical for any count
+};
+
+using CuSeqlens = std::optional<std::vector<std::int64_t>>;
+
+// ---- stage 1: pre-RMSNorm fused into in_proj -------------------------------------------------
+struct InProj {
+  Tensor x;     // [N, hidden]  rmsnorm(h) * ln_w
+  Tensor rstd;  // [N]
+  Tensor p;     // [N, in_proj_dim]
+};
+// `threads` as in LayerOptions.
+InProj in_proj_forward(const LayerConfig& config, const LayerParams& params,
+                       const Tensor& h,  // [N, hidden], N tokens in any order
+                       int threads = 0);
+
+struct InProjGrads {
+  Tensor dh;             // [N, hidden]
+  Tensor d_norm_weight;  // [hidden]
+  Tensor d_weight;       // [in_proj_dim, hidden]
+};
+InProjGrads in_proj_backward(const LayerParams& params, const Tensor& h,  // [N, hidden]
+                             const InProj& fwd,
+                             const Tensor& dp,  // [N, in_proj_dim]
+                             int threads = 0);
+
+// ---- stage 2: the mixer over whole sequences -------------------------------------------------
+struct Mixer {
+  Conv1dInputs conv_in;  // x [B, T, conv_dim] = q,k,v sections of P; weight [conv_dim, W]; SiLU
+  Tensor z;              // [B, T, Hv, dv]
+  Tensor b, a;           // [B, T, Hv]  beta and alpha sections of P
+  GdrInputs core_in;     // conv outputs q,k [B,T,Hk,dk], v [B,T,Hv,dv]; g, beta [B,T,Hv]; L2 norm in the core
+  Tensor o;              // [B, T, Hv, dv]  core output
+  GatedNorm y;           // y [B, T, Hv, dv], rstd [B*T*Hv]
+};
+Mixer mixer_forward(const LayerConfig& config, const LayerParams& params,
+                    const Tensor& p,  // [B, T, in_proj_dim]
+                    const CuSeqlens& cu_seqlens, const LayerOptions& options);
+
+struct MixerGrads {
+  Tensor dp;  // [B, T, in_proj_dim]
+  LayerParams params;  // conv1d.weight, conv1d.bias (when present), A_log, dt_bias, out_norm.weight
+};
+MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,
+                          const Tensor& dy,  // [B, T, Hv, dv]
+                          const LayerOptions& options);
+
+// ---- stage 3: out_proj (row-parallel under TP: each rank's output is a partial sum) ----------
+Tensor out_proj_forward(const LayerParams& params, const Tensor& y,  // [N, Hv*dv] -> [N, hidden]
+                        int threads = 0);
+
+struct OutProjGrads {
+  Tensor dy;        // [N, Hv*dv]
+  Tensor d_weight;  // [hidden, Hv*dv]
+};
+OutProjGrads out_proj_backward(const LayerParams& params, const Tensor& y,  // [N, Hv*dv]
+                               const Tensor& dout,                          // [N, hidden]
+                               int threads = 0);
+
+// ---- the whole layer ----------------------------------------------------------------------------
+// hidden_states: THD [T, 1, hidden] with cu_seqlens, or SBHD [S, B, hidden] without. Everything the
+// backward needs is kept here.
+struct LayerForward {
+  Tensor out;  // [S, B, hidden]
+  Tensor h;    // [B*S, hidden]  hidden_states in batch-major token order
+  LayerOptions options;
+  InProj in_proj;
+  Mixer mixer;
+};
+LayerForward layer_forward(const LayerConfig& config, const LayerParams& params,
+                           const Tensor& hidden_states,  // [S, B, hidden]
+                           const CuSeqlens& cu_seqlens, const LayerOptions& options = {});
+
+struct LayerGrads {
+  Tensor grad_hidden;  // [S, B, hidden]
+  LayerParams params;  // every parameter's gradient, by parameter name
+};
+// config and params must be those the forward ran with.
+LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                          const Tensor& grad_output);  // [S, B, hidden]
+
+// Throws ConfigError for a hidden_states shape or cu_seqlens that do not fit `config` (THD needs
+// B == 1 and cu_seqlens from 0, non-decreasing, ending at T).
+void validate_layer_input(const LayerConfig& config, const Tensor& hidden_states, const CuSeqlens& cu_seqlens);
+
+}  // namespace gdnv::ref

@@ -1,0 +1,124 @@
+#include "reference/layer_io.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/metadata.hpp"
+
+namespace gdnv::ref {
+namespace {
+
+constexpr const char* kHidden = "hidden_states";
+constexpr const char* kGradOutput = "grad_output";
+constexpr const char* kCuSeqlens = "cu_seqlens";
+constexpr const char* kGradPrefix = "grad::";
+
+// The named float tensor as F64; FormatError for an integer dtype or a NaN/Inf element.
+Tensor float_tensor(const TensorFile& file, const std::string& name, const std::string& source) {
+  const Tensor& t = file.at(name, source);
+  if (!is_float(t.dtype()))
+    throw FormatError(source + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
+                      "; it must be floating point (F64, F32, BF16 or F16)");
+  Tensor f = t.to(DType::F64);
+  const double* p = f.data<double>();
+  for (std::int64_t i = 0; i < f.numel(); ++i)
+    if (!std::isfinite(p[i]))
+      throw FormatError(source + ": tensor '" + name + "' holds " + (std::isnan(p[i]) ? "NaN" : "Inf") +
+                        " at flat index " + std::to_string(i) + "; the oracle needs finite inputs");
+  return f;
+}
+
+std::vector<std::int64_t> read_cu_seqlens(const TensorFile& file, const std::string& source) {
+  const Tensor& t = file.at(kCuSeqlens, source);
+  if (t.rank() != 1 || (t.dtype() != DType::I32 && t.dtype() != DType::I64))
+    throw FormatError(source + ": tensor 'cu_seqlens' is " + std::string(dtype_name(t.dtype())) + " " +
+                      shape_str(t.shape()) + "; it must be a 1-d I32 or I64 tensor [N + 1]");
+  return t.to_i64();
+}
+
+template <class F>
+auto with_source(const std::string& source, F f) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+bool is_layer_file(const TensorFile& file) { return file.has(kHidden); }
+
+LayerCase read_layer_case(const TensorFile& file, const std::string& source) {
+  const LayerConfig config = layer_config_from_metadata(file.metadata, file.has(kConvBias), source);
+  const auto names = param_names(config);
+  for (const auto& [name, tensor] : file.tensors)
+    if (name != kHidden && name != kGradOutput && name != kCuSeqlens &&
+        std::find(names.begin(), names.end(), name) == names.end())
+      throw FormatError(source + ": unknown tensor '" + name +
+                        "' in a layer file; expected hidden_states, grad_output, cu_seqlens and the parameters "
+                        "of DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, conv1d.weight, "
+                        "conv1d.bias, A_log, dt_bias, out_norm.weight, out_proj.weight)");
+  LayerCase c{config, {}, float_tensor(file, kHidden, source), std::nullopt, std::nullopt};
+  for (const auto& name : names) {
+    if (!file.has(name))
+      throw FormatError(source + ": parameter '" + name + "' " + shape_str(param_shape(config, name)) +
+                        " is missing from the layer file");
+    c.params[name] = float_tensor(file, name, source);
+  }
+  if (file.has(kCuSeqlens)) c.cu_seqlens = read_cu_seqlens(file, source);
+  if (file.has(kGradOutput)) c.grad_output = float_tensor(file, kGradOutput, source);
+  const long long chunk = meta_int(file.metadata, "chunk_size", source).value_or(64);
+  if (chunk < 1 || chunk > 1024)
+    throw ConfigError(source + ": metadata 'chunk_size' = " + std::to_string(chunk) +
+                      "; it must be a number of tokens in [1, 1024] (FLA uses 64)");
+  c.chunk_size = static_cast<int>(chunk);
+  with_source(source, [&] {
+    validate_params(config, c.params);
+    validate_layer_input(config, c.hidden_states, c.cu_seqlens);
+    if (c.grad_output && c.grad_output->shape() != c.hidden_states.shape())
+      throw ConfigError("grad_output has shape " + shape_str(c.grad_output->shape()) +
+                        "; it must have the shape of hidden_states " + shape_str(c.hidden_states.shape()));
+  });
+  return c;
+}
+
+TensorFile write_layer_case(const LayerCase& layer_case) {
+  TensorFile f;
+  write_layer_config(layer_case.config, f.metadata);
+  f.tensors = layer_case.params;
+  f.tensors[kHidden] = layer_case.hidden_states;
+  if (layer_case.cu_seqlens) {
+    const auto& cu = *layer_case.cu_seqlens;
+    f.tensors[kCuSeqlens] = Tensor::from(cu, {static_cast<std::int64_t>(cu.size())});
+  }
+  if (layer_case.grad_output) f.tensors[kGradOutput] = *layer_case.grad_output;
+  return f;
+}
+
+TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form) {
+  const LayerCase c = read_layer_case(file, source);
+  const LayerOptions options{form, c.chunk_size};
+  const LayerForward fwd = with_source(source, [&] {
+    return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options);
+  });
+  TensorFile out;
+  const bool chunked = form == CoreForm::Chunked;
+  const std::string form_name =
+      chunked ? "chunked WY/UT core, C=" + std::to_string(c.chunk_size) : std::string("recurrent core");
+  out.metadata = {
+      {"source", "gdn-verify " GDNV_VERSION " fp64 reference oracle, GatedDeltaNet layer (" + form_name + ")"},
+      {"oracle_version", GDNV_VERSION},
+      {"form", chunked ? "chunked" : "recurrent"}};
+  if (chunked) out.metadata["chunk_size"] = std::to_string(c.chunk_size);
+  write_layer_config(c.config, out.metadata);
+  out.tensors["out"] = fwd.out;
+  if (!c.grad_output) return out;
+  const LayerGrads grads = layer_backward(c.config, c.params, fwd, *c.grad_output);
+  out.tensors["grad_hidden"] = grads.grad_hidden;
+  for (const auto& [name, g] : grads.params) out.tensors[kGradPrefix + name] = g;
+  return out;
+}
+
+}  // namespace gdnv::ref

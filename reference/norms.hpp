@@ -1,0 +1,49 @@
+#pragma once
+// The two RMSNorms of the GatedDeltaNet layer (DESIGN.md §1.3), fp64, forward and backward:
+// the pre-norm fused into in_proj, and the per-head output norm gated by silu(z).
+#include "core/tensor.hpp"
+
+namespace gdnv::ref {
+
+// Over the last dimension n: y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps).
+struct RmsNorm {
+  Tensor y;     // like x
+  Tensor rstd;  // [rows] (rows = numel / n)
+};
+RmsNorm rmsnorm_forward(const Tensor& x,  // [..., n]
+                        const Tensor& w,  // [n]
+                        double eps);
+
+struct RmsNormGrads {
+  Tensor dx;  // like x
+  Tensor dw;  // [n]
+};
+RmsNormGrads rmsnorm_backward(const Tensor& x,     // [..., n]
+                              const Tensor& w,     // [n]
+                              const Tensor& rstd,  // [rows] from the forward
+                              const Tensor& dy);   // like x
+
+// Megatron's _apply_gated_norm: y = rmsnorm(o) * w * silu(z), one row per token and value head.
+struct GatedNorm {
+  Tensor y;     // like o
+  Tensor rstd;  // [rows]
+};
+GatedNorm gated_rmsnorm_forward(const Tensor& o,  // [..., dv]
+                                const Tensor& z,  // numel of o, same row-major order
+                                const Tensor& w,  // [dv]
+                                double eps);
+
+struct GatedNormGrads {
+  Tensor d_o;  // like o
+  Tensor dz;   // like z
+  Tensor dw;   // [dv]
+};
+GatedNormGrads gated_rmsnorm_backward(const Tensor& o, const Tensor& z, const Tensor& w,
+                                      const Tensor& rstd,  // [rows] from the forward
+                                      const Tensor& dy);   // like o
+
+double sigmoid(double x);
+double silu(double x);
+double silu_grad(double x);  // d silu / dx
+
+}  // namespace gdnv::ref

@@ -1,0 +1,93 @@
+// The MPI transport's failure semantics, end to end: each test launches `mpirun --oversubscribe -np 4
+// comm_mpi_scenario <scenario>` (as root where needed: the harness sets OpenMPI's opt-in variables)
+// and checks the job's exit code and every rank's error line.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/file.hpp"
+
+namespace gdnv {
+namespace {
+
+struct MpiRun {
+  int code;
+  std::string output;  // stdout and stderr of every rank
+  double seconds;
+};
+
+MpiRun mpirun(const std::string& scenario, int timeout_ms) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  const auto log = std::filesystem::temp_directory_path() /
+                   ("gdnv_mpi_" + std::to_string(::getpid()) + "_" + scenario + ".log");
+  const std::string command = std::string(GDNV_MPIEXEC) + " --oversubscribe -np 4 " + GDNV_MPI_SCENARIO + " " +
+                              scenario + " " + std::to_string(timeout_ms) + " >" + log.string() + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MpiRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file_text(log.string()), seconds};
+  std::filesystem::remove(log);
+  return run;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(CommMpiFailure, AgreeingRanksExitCleanly) {
+  const MpiRun run = mpirun("ok", 10000);
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_FALSE(has(run.output, "error:")) << run.output;
+}
+
+TEST(CommMpiFailure, ThrowingRankFailsEveryPeerWithoutWaitingForTheTimeout) {
+  const MpiRun run = mpirun("throw", 20000);
+  EXPECT_EQ(run.code, 3) << run.output;  // a gdnv::Error aborts the job with 3
+  EXPECT_LT(run.seconds, 5.0) << "the 20 s timeout must not be needed";
+  EXPECT_TRUE(has(run.output, "error: rank 2: planted failure on rank 2\n")) << run.output;
+  for (const int r : {0, 1, 3})
+    EXPECT_TRUE(has(run.output, "error: rank " + std::to_string(r) +
+                                    ": all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): rank 2 failed: "
+                                    "planted failure on rank 2\n"))
+        << "rank " << r << ":\n"
+        << run.output;
+}
+
+TEST(CommMpiFailure, SkippedCollectiveTimesOutNamingTheBusyRank) {
+  const MpiRun run = mpirun("skip", 300);
+  EXPECT_EQ(run.code, 3) << run.output;
+  EXPECT_TRUE(has(run.output,
+                  "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 0.3 s: rank 3 did not "
+                  "arrive (rank 3 did not answer: busy outside any collective)"))
+      << run.output;
+}
+
+TEST(CommMpiFailure, SkippedCollectiveTimesOutNamingTheRankThatReturned) {
+  const MpiRun run = mpirun("skip-return", 300);
+  EXPECT_EQ(run.code, 3) << run.output;
+  EXPECT_TRUE(has(run.output,
+                  "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 0.3 s: rank 3 did not "
+                  "arrive (rank 3 returned from the world function)"))
+      << run.output;
+}
+
+TEST(CommMpiFailure, CountMismatchIsReportedBeforeAnyTransfer) {
+  const MpiRun run = mpirun("mismatch", 20000);
+  EXPECT_EQ(run.code, 3) << run.output;
+  const std::string mismatch = "count mismatch: rank 0 sends 3 elements to rank 1, which expects 4";
+  EXPECT_TRUE(has(run.output, "error: rank 1: all_to_all_v on group of 4 ranks [0, 1, 2, 3] (call #1): " + mismatch))
+      << run.output;
+  for (const int r : {0, 2, 3})
+    EXPECT_TRUE(has(run.output, "error: rank " + std::to_string(r) + ": all_to_all_v on group of 4 ranks [0, 1, 2, 3] "
+                                                                      "(call #1): rank 1 failed: all_to_all_v"))
+        << "rank " << r << ":\n"
+        << run.output;
+}
+
+}  // namespace
+}  // namespace gdnv

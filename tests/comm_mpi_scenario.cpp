@@ -1,0 +1,67 @@
+// Failure scenarios for the MPI transport, launched by comm_mpi_failure_test under
+// `mpirun -np 4`: comm_mpi_scenario <ok|throw|skip|skip-return|mismatch> <timeout ms>.
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "comm/mpi.hpp"
+
+namespace gdnv {
+namespace {
+
+void gather_one(Communicator& comm) {
+  std::vector<float> mine{static_cast<float>(comm.rank())}, all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(mine, all);
+}
+
+void scenario(const std::string& name, Communicator& comm) {
+  const int r = comm.rank();
+  if (name == "ok") {
+    const auto pair = comm.split(r / 2, r);
+    std::vector<double> x{1.0, 2.0};
+    pair->all_reduce(x);
+    gather_one(comm);
+    comm.barrier();
+    if (x[0] != 2.0 || x[1] != 4.0) throw Error("wrong sum");
+  } else if (name == "throw") {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the peers are inside all_gather by now
+      throw ConfigError("planted failure on rank 2");
+    }
+    gather_one(comm);
+  } else if (name == "skip") {
+    if (r == 3) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // busy, outside any collective
+      return;
+    }
+    gather_one(comm);
+  } else if (name == "skip-return") {
+    if (r != 3) gather_one(comm);
+  } else if (name == "mismatch") {
+    // Rank 0 sends 3 elements to rank 1, which expects 4; every other pair exchanges 1.
+    std::vector<std::int64_t> send_counts(4, 1), recv_counts(4, 1);
+    if (r == 0) send_counts[1] = 3;
+    if (r == 1) recv_counts[0] = 4;
+    std::vector<float> send(static_cast<std::size_t>(send_counts[0] + send_counts[1] + 2)),
+        recv(static_cast<std::size_t>(recv_counts[0] + recv_counts[1] + 2));
+    comm.all_to_all_v(send, send_counts, recv, recv_counts);
+  } else {
+    throw ConfigError("unknown scenario '" + name + "'");
+  }
+}
+
+}  // namespace
+}  // namespace gdnv
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: comm_mpi_scenario <scenario> <timeout ms>\n";
+    return 3;
+  }
+  const std::string name = argv[1];
+  gdnv::run_mpi([&](gdnv::Communicator& world) { gdnv::scenario(name, world); },
+                {std::chrono::milliseconds(std::atoi(argv[2]))});
+  return 0;
+}

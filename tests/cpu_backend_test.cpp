@@ -1,0 +1,421 @@
+// The CPU backend (cp/cpu_backend.hpp): data movement exactly, every leaf op forward and backward
+// against the fp64 oracle of reference/ on the same stored inputs, for fp64, fp32 and bf16 storage.
+#include <cmath>
+#include <functional>
+#include <iostream>
+
+#include <gtest/gtest.h>
+
+#include "core/eigen.hpp"
+#include "core/half.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/cpu_gdr_chunk.hpp"
+#include "reference/gates.hpp"
+#include "reference/norms.hpp"
+#include "tests/cpu_backend_testing.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+using gdnv::testing::matches;
+using gdnv::testing::random_normal;
+using gdnv::testing::stored;
+using gdnv::testing::Tolerance;
+
+std::string storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
+
+// 1 + scale * N(0, 1): a norm weight.
+Tensor around_one(std::int64_t n, std::uint64_t seed, const std::string& stream, double scale = 0.3) {
+  Tensor w = random_normal({n}, seed, stream, scale);
+  for (std::int64_t i = 0; i < n; ++i) w.set(i, 1 + w.get(i));
+  return w;
+}
+
+Buffer index_buffer(Backend& be, const std::vector<std::int64_t>& idx) {
+  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
+}
+
+// ---- factory ------------------------------------------------------------------------------------
+
+TEST(CpuBackendFactory, NamesItsStorageAndStateDtypes) {
+  const auto bf16 = make_cpu_backend(DType::BF16), fp64 = make_cpu_backend(DType::F64);
+  EXPECT_EQ(bf16->name(), "cpu/bf16");
+  EXPECT_EQ(bf16->dtype(), DType::BF16);
+  EXPECT_EQ(bf16->state_dtype(), DType::F32);
+  EXPECT_EQ(bf16->memory(), Memory::Host);
+  EXPECT_EQ(fp64->name(), "cpu/fp64");
+  EXPECT_EQ(fp64->state_dtype(), DType::F64);
+  EXPECT_EQ(make_cpu_backend(DType::F32)->state_dtype(), DType::F32);
+}
+
+TEST(CpuBackendFactory, RejectsNonFloatStorageWithItsMessage) {
+  for (const DType d : {DType::F16, DType::I64}) {
+    try {
+      make_cpu_backend(d);
+      ADD_FAILURE() << "no error for " << dtype_name(d);
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "the CPU backend stores F64, F32 or BF16, not " + std::string(dtype_name(d)) +
+                                           "; choose --dtype fp64, fp32 or bf16");
+    }
+  }
+}
+
+// ---- buffers and data movement ------------------------------------------------------------------
+
+TEST(CpuBackendData, AllocIsZeroFilledWithTheRequestedShape) {
+  const auto be = make_cpu_backend(DType::F32);
+  const Tensor t = be->download(be->alloc(DType::BF16, {3, 5}));
+  EXPECT_TRUE(t.bitwise_equal(Tensor(DType::BF16, {3, 5})));
+}
+
+TEST(CpuBackendData, UploadRoundsToNearestEvenAndDownloadReturnsTheSameBytes) {
+  const auto be = make_cpu_backend(DType::BF16);
+  const Tensor t = random_normal({4, 7}, 5, "upload");
+  for (const DType d : {DType::F64, DType::F32, DType::BF16}) EXPECT_TRUE(be->download(be->upload(t, d)).bitwise_equal(t.to(d)));
+  const Tensor ints = Tensor::from(std::vector<std::int32_t>{0, 3, -2}, {3});
+  EXPECT_TRUE(be->download(be->upload(ints, DType::I64)).bitwise_equal(ints.to(DType::I64)));
+}
+
+TEST(CpuBackendData, GatherRowsPicksTheIndexedRowsAndScatterRowsPutsThemBack) {
+  const auto be = make_cpu_backend(DType::F32);
+  const Tensor x = random_normal({5, 2, 3}, 7, "rows").to(DType::BF16);
+  const std::vector<std::int64_t> perm{3, 0, 4, 1, 2};
+  const Buffer xb = be->upload(x, DType::BF16);
+  const Tensor got = be->download(be->gather_rows(xb, index_buffer(*be, perm)));
+  ASSERT_EQ(got.shape(), (Shape{5, 2, 3}));
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) EXPECT_EQ(got.get(i * 6 + j), x.get(perm[i] * 6 + j));
+  Buffer back = be->alloc(DType::BF16, {5, 2, 3});
+  be->scatter_rows(be->upload(got, DType::BF16), index_buffer(*be, perm), back);
+  EXPECT_TRUE(be->download(back).bitwise_equal(x));
+}
+
+TEST(CpuBackendData, GatherColumnsPicksTheIndexedColumnsAndScatterColumnsPutsThemBack) {
+  const auto be = make_cpu_backend(DType::F64);
+  const Tensor x = random_normal({3, 6}, 8, "cols");
+  const std::vector<std::int64_t> cols{5, 1, 2};
+  const Tensor got = be->download(be->gather_columns(be->upload(x, DType::F64), index_buffer(*be, cols)));
+  ASSERT_EQ(got.shape(), (Shape{3, 3}));
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t j = 0; j < 3; ++j) EXPECT_EQ(got.get(r * 3 + j), x.get(r * 6 + cols[j]));
+  Buffer out = be->alloc(DType::F64, {3, 6});
+  be->scatter_columns(be->upload(got, DType::F64), index_buffer(*be, cols), out);
+  const Tensor back = be->download(out);
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t c = 0; c < 6; ++c) {
+      const bool picked = c == 5 || c == 1 || c == 2;
+      EXPECT_EQ(back.get(r * 6 + c), picked ? x.get(r * 6 + c) : 0.0) << r << "," << c;
+    }
+}
+
+TEST(CpuBackendData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
+  const auto be = make_cpu_backend(DType::BF16);
+  const Tensor y = random_normal({4, 3}, 9, "y").to(DType::BF16), x = random_normal({4, 3}, 9, "x").to(DType::BF16);
+  Buffer yb = be->upload(y, DType::BF16);
+  be->accumulate(yb, be->upload(x, DType::BF16));
+  const Tensor sum = be->download(yb);
+  for (std::int64_t i = 0; i < 12; ++i)
+    EXPECT_EQ(sum.get(i), round_bf16(static_cast<float>(y.get(i)) + static_cast<float>(x.get(i))));
+  const Tensor y64 = random_normal({5}, 9, "y64"), x64 = random_normal({5}, 9, "x64");
+  Buffer acc = be->upload(y64, DType::F64);
+  be->accumulate(acc, be->upload(x64, DType::F64));
+  for (std::int64_t i = 0; i < 5; ++i) EXPECT_EQ(be->download(acc).get(i), y64.get(i) + x64.get(i));
+}
+
+// ---- leaf ops against the oracle ----------------------------------------------------------------
+
+class CpuBackendOps : public ::testing::TestWithParam<DType> {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend(GetParam());
+  DType act = be->dtype(), st = be->state_dtype();
+  Tolerance tol = gdnv::testing::tolerance(act);
+
+  Buffer up(const Tensor& t) { return be->upload(t, act); }
+  Buffer up_state(const Tensor& t) { return be->upload(t, st); }
+  Tensor down(const Buffer& b) { return be->download(b); }
+};
+
+TEST_P(CpuBackendOps, RmsNormForwardAndBackwardMatchTheOracle) {
+  const Tensor x = stored(random_normal({7, 13}, 3, "x"), act), w = stored(around_one(13, 3, "w"), act);
+  const Tensor dy = stored(random_normal({7, 13}, 3, "dy"), act);
+  const RmsNormOut fwd = be->rmsnorm(up(x), up(w), 1e-6);
+  const ref::RmsNorm want = ref::rmsnorm_forward(x, w, 1e-6);
+  EXPECT_TRUE(matches("y", down(fwd.y), want.y, tol.act));
+  EXPECT_TRUE(matches("rstd", down(fwd.rstd), want.rstd, tol.state));
+  const RmsNormGrads g = be->rmsnorm_backward(up(dy), up(x), up(w), fwd.rstd);
+  const ref::RmsNormGrads g_want = ref::rmsnorm_backward(x, w, want.rstd, dy);
+  EXPECT_TRUE(matches("dx", down(g.dx), g_want.dx, tol.act));
+  EXPECT_TRUE(matches("dw", down(g.dw), g_want.dw, tol.state));
+}
+
+TEST_P(CpuBackendOps, LinearForwardAndBackwardMatchFp64Gemm) {
+  const std::int64_t N = 9, in = 11, out = 6;
+  const Tensor x = stored(random_normal({N, in}, 4, "x"), act), w = stored(random_normal({out, in}, 4, "w", 0.3), act);
+  const Tensor dy = stored(random_normal({N, out}, 4, "dy"), act);
+  Tensor y(DType::F64, {N, out}), dx(DType::F64, {N, in}), dw(DType::F64, {out, in});
+  as_matrix(y, N, out) = as_matrix(x, N, in) * as_matrix(w, out, in).transpose();
+  as_matrix(dx, N, in) = as_matrix(dy, N, out) * as_matrix(w, out, in);
+  as_matrix(dw, out, in) = as_matrix(dy, N, out).transpose() * as_matrix(x, N, in);
+  EXPECT_TRUE(matches("y", down(be->linear(up(x), up(w))), y, tol.act));
+  const LinearGrads g = be->linear_backward(up(dy), up(x), up(w));
+  EXPECT_TRUE(matches("dx", down(g.dx), dx, tol.act));
+  EXPECT_TRUE(matches("dw", down(g.dw), dw, tol.state));
+}
+
+TEST_P(CpuBackendOps, GatesForwardAndBackwardMatchTheOracle) {
+  const std::int64_t N = 9, Hv = 5;
+  const Tensor a = stored(random_normal({N, Hv}, 5, "a", 2), act), b = stored(random_normal({N, Hv}, 5, "b", 2), act);
+  Tensor A_log(DType::F64, {Hv});
+  const Rng u(5, "A");
+  for (std::int64_t h = 0; h < Hv; ++h) A_log.set(h, std::log(u.uniform(static_cast<std::uint64_t>(h), 1, 16)));
+  A_log = stored(A_log, act);
+  const Tensor dt_bias = stored(around_one(Hv, 5, "dt", 0.1), act);
+  const Tensor dg = stored(random_normal({N, Hv}, 5, "dg"), st), dbeta = stored(random_normal({N, Hv}, 5, "dbeta"), st);
+  const Gates fwd = be->gates(up(a), up(b), up(A_log), up(dt_bias));
+  const ref::Gates want = ref::gates_forward(a, b, A_log, dt_bias);
+  EXPECT_TRUE(matches("g", down(fwd.g), want.g, tol.state));
+  EXPECT_TRUE(matches("beta", down(fwd.beta), want.beta, tol.state));
+  const GateGrads g = be->gates_backward(up_state(dg), up_state(dbeta), up(a), up(b), up(A_log), up(dt_bias));
+  const ref::GateGrads g_want = ref::gates_backward(a, b, A_log, dt_bias, dg, dbeta);
+  EXPECT_TRUE(matches("da", down(g.da), g_want.da, tol.act));
+  EXPECT_TRUE(matches("db", down(g.db), g_want.db, tol.act));
+  EXPECT_TRUE(matches("dA_log", down(g.dA_log), g_want.dA_log, tol.state));
+  EXPECT_TRUE(matches("ddt_bias", down(g.ddt_bias), g_want.ddt_bias, tol.state));
+}
+
+TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) {
+  const Shape shape{6, 3, 10};
+  const Tensor o = stored(random_normal(shape, 6, "o"), act), z = stored(random_normal(shape, 6, "z", 2), act);
+  const Tensor w = stored(around_one(10, 6, "w"), act), dy = stored(random_normal(shape, 6, "dy"), act);
+  const GatedNormOut fwd = be->gated_norm(up(o), up(z), up(w), 1e-6);
+  const ref::GatedNorm want = ref::gated_rmsnorm_forward(o, z, w, 1e-6);
+  EXPECT_TRUE(matches("y", down(fwd.y), want.y, tol.act));
+  EXPECT_TRUE(matches("rstd", down(fwd.rstd), want.rstd, tol.state));
+  const GatedNormGrads g = be->gated_norm_backward(up(dy), up(o), up(z), up(w), fwd.rstd, 1e-6);
+  const ref::GatedNormGrads g_want = ref::gated_rmsnorm_backward(o, z, w, want.rstd, dy);
+  EXPECT_TRUE(matches("d_o", down(g.d_o), g_want.d_o, tol.act));
+  EXPECT_TRUE(matches("dz", down(g.dz), g_want.dz, tol.act));
+  EXPECT_TRUE(matches("dw", down(g.dw), g_want.dw, tol.state));
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, CpuBackendOps, ::testing::Values(DType::F64, DType::F32, DType::BF16),
+                         [](const auto& p) { return storage_name(p.param); });
+
+// A fixed case with a test-name suffix.
+template <class Case>
+struct Named {
+  const char* name;
+  Case c;
+};
+template <class Case>
+void PrintTo(const Named<Case>& n, std::ostream* os) {
+  *os << n.name;
+}
+template <class Case>
+std::string test_name(const ::testing::TestParamInfo<std::tuple<DType, Named<Case>>>& p) {
+  return storage_name(std::get<0>(p.param)) + "_" + std::get<1>(p.param).name;
+}
+using NamedConv = Named<gdnv::testing::ConvCase>;
+using NamedGdr = Named<gdnv::testing::GdrCase>;
+
+// Logs every comparison (name, relative RMS, max abs) and fails on any miss.
+void expect_all(const gdnv::testing::Results& results) {
+  for (const auto& r : results) {
+    std::cout << "  " << r.message() << "\n";
+    EXPECT_TRUE(r);
+  }
+}
+
+// ---- conv1d ------------------------------------------------------------------------------------
+
+class CpuBackendConv : public ::testing::TestWithParam<std::tuple<DType, NamedConv>> {};
+
+TEST_P(CpuBackendConv, MatchesTheOracleOnTheConcatenationWithTheHalo) {
+  const auto be = make_cpu_backend(std::get<0>(GetParam()));
+  expect_all(gdnv::testing::compare_conv(*be, std::get<1>(GetParam()).c));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuBackendConv,
+    ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
+                       ::testing::Values(NamedConv{"packed_with_length_1", {{0, 1, 6, 23, 24}, 10, 4, true, false, 11}},
+                                         NamedConv{"no_bias_width_3", {{0, 9, 17}, 7, 3, false, false, 12}},
+                                         NamedConv{"halo", {{0, 5, 12}, 6, 4, true, true, 13}},
+                                         NamedConv{"halo_first_shorter_than_width", {{0, 2, 9}, 5, 4, true, true, 14}},
+                                         NamedConv{"halo_single_token", {{0, 1}, 3, 4, false, true, 15}},
+                                         NamedConv{"halo_width_2", {{0, 3, 4}, 4, 2, true, true, 16}})),
+    test_name<gdnv::testing::ConvCase>);
+
+// ---- gated delta rule ---------------------------------------------------------------------------
+
+class CpuBackendGdr : public ::testing::TestWithParam<std::tuple<DType, NamedGdr>> {};
+
+TEST_P(CpuBackendGdr, ChunkedMatchesTheRecurrentOracle) {
+  const auto be = make_cpu_backend(std::get<0>(GetParam()));
+  expect_all(gdnv::testing::compare_gdr(*be, std::get<1>(GetParam()).c));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CpuBackendGdr,
+    ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
+                       ::testing::Values(NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}},
+                                         NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
+                                         NamedGdr{"T64", {{0, 64}, 1, 1, 8, 6, true, true, 23}},
+                                         NamedGdr{"T65", {{0, 65}, 2, 2, 6, 5, true, true, 24}},
+                                         NamedGdr{"packed_gva2", {{0, 1, 66, 129, 193}, 2, 4, 12, 10, true, true, 25}},
+                                         NamedGdr{"packed_gva4", {{0, 70, 71, 135}, 1, 4, 7, 9, true, true, 26}},
+                                         NamedGdr{"packed_gva1_3heads", {{0, 30, 100}, 3, 3, 6, 5, true, true, 27}},
+                                         NamedGdr{"no_h0_no_dht", {{0, 20, 90}, 1, 2, 9, 3, false, false, 28}},
+                                         // g ~ -8 per token: gamma reaches ~ -500 within a chunk, where
+                                         // e^{gamma_i - gamma_j} from fp32 cumsums lost 3e-5 of dg.
+                                         NamedGdr{"strong_decay", {{0, 64}, 1, 4, 2, 1, false, false, 0,
+                                                                   gdnv::testing::Gates::LogSigmoidTau01}},
+                                         NamedGdr{"strongly_negative_gates", {{0, 40, 130}, 2, 4, 10, 6, true, true, 29,
+                                                                              gdnv::testing::Gates::StronglyNegative}})),
+    test_name<gdnv::testing::GdrCase>);
+
+// bf16 storage is the fp32 kernel with each output rounded to nearest even: same bits as rounding
+// the fp32 backend's outputs on the same stored inputs.
+TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
+  const auto bf16 = make_cpu_backend(DType::BF16), fp32 = make_cpu_backend(DType::F32);
+  const Tensor x = random_normal({24, 10}, 31, "x").to(DType::BF16), w = random_normal({10, 4}, 31, "w").to(DType::BF16);
+  const std::vector<std::int64_t> cu{0, 7, 24};
+  const auto conv = [&](Backend& be) {
+    const Buffer xb = be.upload(x, be.dtype()), wb = be.upload(w, be.dtype()), none;
+    const Varlen seqs{cu, be.upload(Tensor::from(cu, {3}), DType::I64)};
+    return be.download(be.conv1d({xb, wb, nullptr, seqs, none}));
+  };
+  const Tensor y16 = conv(*bf16), y32 = conv(*fp32);
+  ASSERT_TRUE(gdnv::testing::nontrivial(y32));
+  EXPECT_TRUE(y16.bitwise_equal(y32.to(DType::BF16)));
+  const Tensor lw = random_normal({5, 10}, 31, "lw").to(DType::BF16);
+  const auto lin = [&](Backend& be) { return be.download(be.linear(be.upload(x, be.dtype()), be.upload(lw, be.dtype()))); };
+  EXPECT_TRUE(lin(*bf16).bitwise_equal(lin(*fp32).to(DType::BF16)));
+}
+
+// ---- chunk stages -------------------------------------------------------------------------------
+
+// The chunk's affine map (M, h_ext) reproduces its state update for any entering state S.
+template <class C>
+void expect_transition_is_the_state_update(double tol) {
+  using namespace cpu;
+  const Eigen::Index c = 37, K = 5, V = 4;
+  const auto rand = [](Eigen::Index r, Eigen::Index k, const char* s) {
+    const Tensor t = random_normal({r, k}, 41, s);
+    Mat<C> m(r, k);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<C>(t.get(i));
+    return m;
+  };
+  Mat<C> q = rand(c, K, "q"), k = rand(c, K, "k"), v = rand(c, V, "v"), gb = rand(c, 2, "gb");
+  k.rowwise().normalize();
+  const Vec<C> g = -(gb.col(0).array().exp().log1p()) * C(0.02), beta = 1 / (1 + (-gb.col(1).array()).exp());
+  const Chunk<C> x{ConstMatMap<C>(q.data(), c, K), ConstMatMap<C>(k.data(), c, K), ConstMatMap<C>(v.data(), c, V),
+                   ConstVecMap<C>(g.data(), c), ConstVecMap<C>(beta.data(), c)};
+  const Intra<C> in = ChunkStages<C>::intra(x);
+  const AffineMap<C> map = ChunkStages<C>::transition(in);
+  Mat<C> S = rand(K, V, "S");
+  const Mat<C> via_map = map.M * S + map.h_ext;
+  ChunkStages<C>::advance(in, ChunkStages<C>::new_values(in, S), S);
+  ASSERT_GT(in.e_C, 0.3);                                                      // the state survives the chunk
+  ASSERT_GT((map.M - in.e_C * Mat<C>::Identity(K, K)).norm(), 0.1);  // and the keys move it
+  ASSERT_GT(map.h_ext.norm(), 0.1);
+  EXPECT_LT((via_map - S).norm() / S.norm(), tol);
+}
+
+// fp64: a few roundings of O(1) terms over 37 tokens, ~1e-15; fp32 likewise ~1e-6.
+TEST(CpuGdrChunk, TransitionMapReproducesTheStateUpdateFp64) { expect_transition_is_the_state_update<double>(1e-12); }
+TEST(CpuGdrChunk, TransitionMapReproducesTheStateUpdateFp32) { expect_transition_is_the_state_update<float>(1e-5); }
+
+// ---- argument errors ----------------------------------------------------------------------------
+
+struct ErrorCase {
+  const char* name;
+  std::function<void(Backend&)> call;
+  std::string message;
+};
+
+Buffer f32(Backend& be, Shape shape) { return be.alloc(DType::F32, std::move(shape)); }
+
+std::vector<ErrorCase> error_cases() {
+  return {
+      {"gather_rows_index_out_of_range",
+       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), index_buffer(be, {0, 5})); },
+       "gather_rows: index[1] = 5 is outside [0, 5)"},
+      {"gather_rows_index_dtype",
+       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2})); },
+       "gather_rows: index is I32 [2]; expected I64 [M]"},
+      {"scatter_rows_row_mismatch",
+       [](Backend& be) {
+         Buffer out = f32(be, {4, 3});
+         be.scatter_rows(f32(be, {2, 2}), index_buffer(be, {0, 1}), out);
+       },
+       "scatter_rows: x F32 [2, 2] does not match 2 rows of out F32 [4, 3]"},
+      {"gather_columns_rank",
+       [](Backend& be) { be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0})); },
+       "gather_columns: x has shape [2, 3, 4]; expected rank 2 [N, D]"},
+      {"scatter_columns_width",
+       [](Backend& be) {
+         Buffer out = f32(be, {2, 6});
+         be.scatter_columns(f32(be, {2, 3}), index_buffer(be, {0, 1}), out);
+       },
+       "scatter_columns: x is F32 [2, 3]; expected F32 [N, E] = [2, 2]"},
+      {"accumulate_shape",
+       [](Backend& be) {
+         Buffer y = f32(be, {2, 3});
+         be.accumulate(y, f32(be, {3, 2}));
+       },
+       "accumulate: y F32 [2, 3] and x F32 [3, 2] must be F64, F32 or BF16 of one shape"},
+      {"rmsnorm_weight_dtype",
+       [](Backend& be) { be.rmsnorm(f32(be, {3, 4}), be.alloc(DType::BF16, {4}), 1e-6); },
+       "rmsnorm: w is BF16 [4]; expected F32 [D] = [4]"},
+      {"linear_empty_input",
+       [](Backend& be) { be.linear(Buffer(), f32(be, {2, 3})); },
+       "linear: x has shape (empty); expected rank 2 [N, in]"},
+      {"conv_halo_rows",
+       [](Backend& be) {
+         const Buffer x = f32(be, {4, 3}), w = f32(be, {3, 4}), halo = f32(be, {2, 3});
+         const Varlen seqs{{0, 4}, be.alloc(DType::I64, {2})};
+         be.conv1d({x, w, nullptr, seqs, halo});
+       },
+       "conv1d: halo is F32 [2, 3]; expected F32 [W-1, D] = [3, 3]"},
+      {"conv_offsets",
+       [](Backend& be) {
+         const Buffer x = f32(be, {4, 3}), w = f32(be, {3, 4}), none;
+         const Varlen seqs{{0, 3, 2, 4}, be.alloc(DType::I64, {4})};
+         be.conv1d({x, w, nullptr, seqs, none});
+       },
+       "conv1d: sequence offsets [0,3,2,4] must start at 0, not decrease and end at the 4 local tokens"},
+      {"gdr_gva",
+       [](Backend& be) {
+         const Buffer q = f32(be, {4, 2, 3}), v = f32(be, {4, 3, 2}), gate = f32(be, {4, 3}), none;
+         const Varlen seqs{{0, 4}, be.alloc(DType::I64, {2})};
+         be.gdr({q, q, v, gate, gate, seqs, none, 1.0});
+       },
+       "gdr: 3 value heads cannot share 2 key heads; GVA needs Hv % Hk == 0"},
+      {"gdr_backward_dht_shape",
+       [](Backend& be) {
+         const Buffer q = f32(be, {4, 1, 3}), v = f32(be, {4, 2, 2}), gate = f32(be, {4, 2}), none;
+         const Varlen seqs{{0, 4}, be.alloc(DType::I64, {2})};
+         be.gdr_backward({q, q, v, gate, gate, seqs, none, 1.0}, v, f32(be, {2, 2, 3}));
+       },
+       "gdr_backward: dht is F32 [2, 2, 3]; expected F32 [Hv, dk, dv] = [2, 3, 2]"},
+  };
+}
+
+class CpuBackendErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(CpuBackendErrors, RejectsTheArgumentWithItsMessage) {
+  const auto be = make_cpu_backend(DType::F32);
+  try {
+    GetParam().call(*be);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), GetParam().message);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arguments, CpuBackendErrors, ::testing::ValuesIn(error_cases()),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace gdnv::cp

@@ -1,0 +1,172 @@
+#pragma once
+// Harness of the CPU backend's tests and properties: inputs as the backend stores them, the fp64
+// oracle of reference/ run on those same stored values, and whole-tensor comparisons with the
+// tolerance of each output's storage dtype.
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cp/backend.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/gated_delta_rule.hpp"
+#include "tests/reference_testing.hpp"
+
+namespace gdnv::testing {
+
+// Relative-RMS tolerances per storage dtype (DESIGN.md §4).
+struct Tolerance {
+  double act;    // outputs of single ops (norms, GEMM, conv, gates) stored in dtype()
+  double gdr;    // gated delta rule outputs stored in dtype()
+  double state;  // outputs stored in state_dtype(): computed in fp32 (fp64) whatever the storage
+};
+
+inline Tolerance tolerance(DType storage) {
+  switch (storage) {
+    // fp64: unit roundoff 1.1e-16; the deepest sums here (a <= 200-token state chain, 64-row chunk
+    // GEMMs, condition of the unit-lower (I + A) ~ 1e2) stay near 1e-13; chunked and recurrent
+    // forms agree to ~1e-12 (DESIGN.md §1.1). 1e-10 leaves two orders of margin.
+    case DType::F64: return {1e-10, 1e-10, 1e-10};
+    // fp32: unit roundoff 6e-8; sums of <= 64 terms per chunk in blocked form grow it to ~5e-7, times a
+    // condition ~10 for the chunk solve: the DESIGN.md §4 gate 1e-5.
+    case DType::F32: return {1e-5, 1e-5, 1e-5};
+    // bf16 storage: values stored in bf16 are compared with the oracle rounded to bf16, what an exact
+    // kernel stores (the ThunderKittens convention of STYLE.md 4). Against the unrounded oracle the
+    // storage rounding alone is 2^-7 / sqrt(12 E[m^2]) ~ 1.5e-3 relative RMS for mantissas m log-uniform
+    // in [1, 2), above the 1e-3 conv gate whatever the kernel does. Rounded on both sides, an output
+    // differs only where the fp32 error (~1e-6 relative) straddles a rounding boundary: one bf16 ulp
+    // (<= 2^-7) with probability ~1e-6 / 2^-8, ~1e-5 relative RMS, well inside the DESIGN.md §4 gates
+    // (bf16 conv 1e-3, used for every single op; bf16 GDN 2e-3). Outputs kept in fp32 (gates, rstd,
+    // states, dg, dbeta, parameter gradients) see fp32 math on the same stored inputs: the fp32 gate.
+    case DType::BF16: return {1e-3, 2e-3, 1e-5};
+    default: return {0, 0, 0};
+  }
+}
+
+// The value the backend holds for t uploaded as `dtype`, back in fp64: the oracle's input.
+inline Tensor stored(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::F64); }
+
+// got (as the backend stored it) against the fp64 oracle `want`, rounded alike when got is bf16.
+inline ::testing::AssertionResult matches(const std::string& name, const Tensor& got, const Tensor& want, double tol) {
+  const Tensor ref = got.dtype() == DType::BF16 ? stored(want, DType::BF16) : want;
+  return close(name, got.to(DType::F64), ref.reshaped(got.shape()), tol);
+}
+
+// Rows [begin, begin + count) of t seen as rows of numel(shape) / count elements, shaped `shape`.
+inline Tensor rows_of(const Tensor& t, std::int64_t begin, std::int64_t count, const Shape& shape) {
+  const std::int64_t row = count == 0 ? 0 : shape_numel(shape) / count;
+  const std::vector<double> all = t.to_f64();
+  return Tensor::from_f64(std::vector<double>(all.begin() + begin * row, all.begin() + (begin + count) * row), shape);
+}
+
+inline cp::Varlen varlen(cp::Backend& be, const std::vector<std::int64_t>& cu) {
+  return {cu, be.upload(Tensor::from(cu, {static_cast<std::int64_t>(cu.size())}), DType::I64)};
+}
+
+using Results = std::vector<::testing::AssertionResult>;
+
+// ---- conv1d ------------------------------------------------------------------------------------
+struct ConvCase {
+  std::vector<std::int64_t> cu;  // local packed sequences
+  std::int64_t D = 5, W = 4;
+  bool bias = true;
+  bool halo = false;  // the first sequence continues from a previous rank
+  std::uint64_t seed = 1;
+};
+
+// The backend's conv over [halo; x] against the oracle's conv of the concatenation, whose first
+// W-1 rows are the halo: y and dx are its remaining rows, dhalo the gradient of its first rows.
+inline Results compare_conv(cp::Backend& be, const ConvCase& c) {
+  const DType act = be.dtype();
+  const Tolerance tol = tolerance(act);
+  const std::int64_t N = c.cu.back(), off = c.halo ? c.W - 1 : 0;
+  const Tensor halo = stored(random_normal({off, c.D}, c.seed, "halo"), act);
+  const Tensor x = stored(random_normal({N, c.D}, c.seed, "x"), act);
+  ref::Conv1dInputs in;
+  std::vector<double> cat = halo.to_f64();
+  for (const double v : x.to_f64()) cat.push_back(v);
+  in.x = Tensor::from_f64(cat, {1, N + off, c.D});
+  in.weight = stored(random_normal({c.D, c.W}, c.seed, "w", 0.5), act);
+  if (c.bias) in.bias = stored(random_normal({c.D}, c.seed, "bias", 0.3), act);
+  in.cu_seqlens = c.cu;
+  for (std::size_t i = 1; i < c.cu.size(); ++i) (*in.cu_seqlens)[i] += off;
+  const Tensor dy = stored(random_normal({N, c.D}, c.seed, "dy"), act);
+  Tensor dy_cat(DType::F64, {1, N + off, c.D});
+  for (std::int64_t i = 0; i < dy.numel(); ++i) dy_cat.set(off * c.D + i, dy.get(i));
+  const Tensor y_ref = ref::conv1d_forward(in);
+  const ref::Conv1dGrads g_ref = ref::conv1d_backward(in, dy_cat);
+
+  const cp::Buffer xb = be.upload(x, act), wb = be.upload(in.weight, act);
+  const cp::Buffer bb = c.bias ? be.upload(*in.bias, act) : cp::Buffer();
+  const cp::Buffer hb = c.halo ? be.upload(halo, act) : cp::Buffer();
+  const cp::Varlen seqs = varlen(be, c.cu);
+  const cp::ConvArgs args{xb, wb, c.bias ? &bb : nullptr, seqs, hb};
+  const Tensor y = be.download(be.conv1d(args));
+  const cp::ConvGrads g = be.conv1d_backward(args, be.upload(dy, act));
+  Results r{matches("y", y, rows_of(y_ref, off, N, {N, c.D}), tol.act),
+            matches("dx", be.download(g.dx), rows_of(g_ref.dx, off, N, {N, c.D}), tol.act),
+            matches("dw", be.download(g.dw), g_ref.dweight, tol.state)};
+  if (c.bias) r.push_back(matches("dbias", be.download(g.dbias), *g_ref.dbias, tol.state));
+  if (c.halo) r.push_back(matches("dhalo", be.download(g.dhalo), rows_of(g_ref.dx, 0, off, {off, c.D}), tol.act));
+  return r;
+}
+
+// ---- gated delta rule ----------------------------------------------------------------------------
+struct GdrCase {
+  std::vector<std::int64_t> cu;
+  std::int64_t Hk = 1, Hv = 1, K = 8, V = 6;
+  bool h0 = true, dht = true;  // initial state of the first sequence, gradient of the last one's final state
+  std::uint64_t seed = 1;
+  Gates gates = Gates::LogSigmoidTau1;
+};
+
+// The backend's chunked kernel against the recurrent fp64 oracle (an independent form) on the same
+// stored inputs: h0 enters the first sequence only, dht the last one's final state.
+inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
+  const DType act = be.dtype(), st = be.state_dtype();
+  const Tolerance tol = tolerance(act);
+  const std::int64_t N = c.cu.back(), n = static_cast<std::int64_t>(c.cu.size()) - 1;
+  const Shape state_shape{c.Hv, c.K, c.V};
+  GdrSpec spec;
+  spec.T = N, spec.Hk = c.Hk, spec.Hv = c.Hv, spec.K = c.K, spec.V = c.V, spec.cu_seqlens = c.cu;
+  spec.initial_state = false, spec.l2norm = true, spec.seed = c.seed, spec.gates = c.gates;
+  ref::GdrInputs in = random_gdr(spec);
+  in.q = stored(in.q, act), in.k = stored(in.k, act), in.v = stored(in.v, act);
+  in.g = stored(in.g, st), in.beta = stored(in.beta, st);
+  in.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  const Tensor h0 = stored(random_normal(state_shape, c.seed, "h0", 0.5), st);
+  const Tensor dht = stored(random_normal(state_shape, c.seed, "dht", 0.5), st);
+  const Tensor d_o = stored(random_normal({1, N, c.Hv, c.V}, c.seed, "do"), act);
+  const std::int64_t S = h0.numel();
+  in.initial_state = Tensor(DType::F64, {n, c.Hv, c.K, c.V});
+  if (c.h0)
+    for (std::int64_t i = 0; i < S; ++i) in.initial_state->set(i, h0.get(i));
+  Tensor dht_all(DType::F64, {n, c.Hv, c.K, c.V});
+  if (c.dht)
+    for (std::int64_t i = 0; i < S; ++i) dht_all.set((n - 1) * S + i, dht.get(i));
+  const ref::GdrOutputs out_ref = ref::gdr_recurrent_forward(in);
+  const ref::GdrGrads g_ref = ref::gdr_recurrent_backward(in, d_o, dht_all);
+
+  const cp::Buffer q = be.upload(in.q.reshaped({N, c.Hk, c.K}), act), k = be.upload(in.k.reshaped({N, c.Hk, c.K}), act);
+  const cp::Buffer v = be.upload(in.v.reshaped({N, c.Hv, c.V}), act);
+  const cp::Buffer g = be.upload(in.g.reshaped({N, c.Hv}), st), beta = be.upload(in.beta.reshaped({N, c.Hv}), st);
+  const cp::Buffer h0b = c.h0 ? be.upload(h0, st) : cp::Buffer();
+  const cp::Varlen seqs = varlen(be, c.cu);
+  const cp::GdrArgs args{q, k, v, g, beta, seqs, h0b, *in.scale};
+  const cp::GdrOut out = be.gdr(args);
+  const cp::GdrGrads gr = be.gdr_backward(args, be.upload(d_o.reshaped({N, c.Hv, c.V}), act),
+                                          c.dht ? be.upload(dht, st) : cp::Buffer());
+  const auto last = [&](const Tensor& t) { return rows_of(t, (n - 1) * S, S, state_shape); };
+  return {matches("o", be.download(out.o), out_ref.o, tol.gdr),
+          matches("final_state", be.download(out.final_state), last(out_ref.final_state.reshaped({n * S})), tol.state),
+          matches("dq", be.download(gr.dq), g_ref.dq, tol.gdr),
+          matches("dk", be.download(gr.dk), g_ref.dk, tol.gdr),
+          matches("dv", be.download(gr.dv), g_ref.dv, tol.gdr),
+          matches("dg", be.download(gr.dg), g_ref.dg, tol.state),
+          matches("dbeta", be.download(gr.dbeta), g_ref.dbeta, tol.state),
+          matches("dh0", be.download(gr.dh0), rows_of(g_ref.dh0.reshaped({n * S}), 0, S, state_shape), tol.state)};
+}
+
+}  // namespace gdnv::testing
