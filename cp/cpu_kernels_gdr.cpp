@@ -2,7 +2,11 @@
 // kernel, GVA (value head h reads key head h / (Hv/Hk)), chunks of 64 tokens from each sequence's
 // start, the initial state h0 for the first sequence only and the final state of the last one.
 // Inputs are re-laid head-major ([H, N, D]) so every chunk is a contiguous block.
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "cp/cpu_gdr_chunk.hpp"
 #include "cp/cpu_kernels.hpp"
@@ -57,6 +61,31 @@ void l2_backward(const Array<C>& x_hat, const Array<C>& r, Array<C>& dx, std::in
   }
 }
 
+// task(i) for i in [0, n) on up to hardware_concurrency threads. Tasks write disjoint outputs, so the
+// result does not depend on the schedule; the first exception is rethrown after all joined.
+template <class Task>
+void parallel_for(std::int64_t n, const Task& task) {
+  const auto workers = std::min<std::int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<std::int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const auto work = [&] {
+    for (std::int64_t i = next++; i < n; i = next++) {
+      try {
+        task(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 // The kernel's inputs, head-major, q and k normalised.
 template <class C>
 struct Heads {
@@ -80,6 +109,17 @@ struct Heads {
 
   std::int64_t key_head(std::int64_t h) const { return h / (in.Hv / in.Hk); }
   std::int64_t sequences() const { return static_cast<std::int64_t>(in.cu.size()) - 1; }
+
+  // body(s, h) for every sequence s and value head h: one parallel task per (sequence, key head),
+  // its GVA group's value heads in order, so dq and dk sum over the group in a fixed order.
+  template <class Body>
+  void for_each_head(const Body& body) const {
+    const std::int64_t group = in.Hv / in.Hk;
+    parallel_for(sequences() * in.Hk, [&](std::int64_t task) {
+      const std::int64_t s = task / in.Hk, kh = task % in.Hk;
+      for (std::int64_t h = kh * group; h < (kh + 1) * group; ++h) body(s, h);
+    });
+  }
 
   // Rows [begin, begin + c) of value head h.
   Chunk<C> chunk(std::int64_t h, std::int64_t begin, std::int64_t c) const {
@@ -167,12 +207,11 @@ typename Gdr<C>::Out Gdr<C>::forward(const Input& in) {
   const std::int64_t last = x.sequences() - 1;
   Array<C> o_hm(in.v.size());
   Out out{{}, Array<C>(static_cast<std::size_t>(in.Hv * in.K * in.V))};
-  for (std::int64_t s = 0; s <= last; ++s)
-    for (std::int64_t h = 0; h < in.Hv; ++h) {
-      Mat<C> S = x.state_or_zero(in.h0, s == 0, h);
-      forward_head(x, s, h, S, o_hm);
-      if (s == last) store_state(S, h, out.final_state);
-    }
+  x.for_each_head([&](std::int64_t s, std::int64_t h) {
+    Mat<C> S = x.state_or_zero(in.h0, s == 0, h);
+    forward_head(x, s, h, S, o_hm);
+    if (s == last) store_state(S, h, out.final_state);
+  });
   out.o = token_major(o_hm, x.N, in.Hv, in.V);
   return out;
 }
@@ -186,12 +225,11 @@ typename Gdr<C>::Grads Gdr<C>::backward(const Input& in, const Array<C>& d_o, co
                  Array<C>(in.beta.size())};
   Grads out;
   out.dh0.assign(static_cast<std::size_t>(in.Hv * in.K * in.V), C(0));
-  for (std::int64_t s = 0; s <= last; ++s)
-    for (std::int64_t h = 0; h < in.Hv; ++h) {
-      Mat<C> dS = x.state_or_zero(dht, s == last, h);
-      backward_head(x, s, h, x.state_or_zero(in.h0, s == 0, h), do_hm, dS, g);
-      if (s == 0) store_state(dS, h, out.dh0);
-    }
+  x.for_each_head([&](std::int64_t s, std::int64_t h) {
+    Mat<C> dS = x.state_or_zero(dht, s == last, h);
+    backward_head(x, s, h, x.state_or_zero(in.h0, s == 0, h), do_hm, dS, g);
+    if (s == 0) store_state(dS, h, out.dh0);
+  });
   l2_backward(x.q, x.rq, g.dq, in.K);
   l2_backward(x.k, x.rk, g.dk, in.K);
   out.dq = token_major(g.dq, N, in.Hk, in.K);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/rng.hpp"
 #include "cp/faults.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/validate.hpp"
@@ -113,6 +114,30 @@ GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const
 
 GdnCpLayer::~GdnCpLayer() = default;
 
+std::uint64_t GdnCpLayer::fingerprint() const {
+  std::uint64_t h = stream_of(std::string(mode_name(cp_.mode)));
+  auto mix_bytes = [&](const std::uint8_t* bytes, std::size_t n) {
+    h = hash64(h, n, stream_of(std::string_view(reinterpret_cast<const char*>(bytes), n)));
+  };
+  auto mix_buffer = [&](const Buffer& b) {
+    if (b.empty()) return;
+    const Tensor t = be_.download(b);
+    mix_bytes(t.bytes(), t.nbytes());
+  };
+  for (std::int64_t v : {std::int64_t{cp_.tp}, std::int64_t{cp_.cp}, config_.hidden(), config_.Hk(), config_.Hv(),
+                         config_.dk(), config_.dv(), config_.W()})
+    h = hash64(h, 0, static_cast<std::uint64_t>(v));
+  for (const auto& [name, t] : local_params_) mix_bytes(t.bytes(), t.nbytes());
+  for (const auto& [c, sp] : by_size_) {
+    for (const Buffer* b : {&sp->proj.ln_w, &sp->proj.in_proj, &sp->proj.out_proj, &sp->in_proj_rows}) mix_buffer(*b);
+    for (const RankSlice& rs : sp->slices)
+      for (const Buffer* b : {&rs.mixer.conv_w, &rs.mixer.conv_b, &rs.mixer.A_log, &rs.mixer.dt_bias,
+                              &rs.mixer.out_norm, &rs.conv_rows, &rs.head_rows})
+        mix_buffer(*b);
+  }
+  return h;
+}
+
 Communicator& GdnCpLayer::dynamic_group(int size) const {
   if (size == cp_.cp) return cp_group_;
   auto it = dynamic_groups_.find(size);
@@ -137,6 +162,9 @@ std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec
   for (std::size_t i = 1; i < spec.cu_seqlens.size(); ++i)
     shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);
   const int c = validate_micro_batch(cp_, config_, shape);
+  if (cp_.mode == CpMode::Chunkwise && c > 1)
+    throw ConfigError("linear_cp_mode='chunkwise' with CP>1 is not implemented yet: use linear_cp_mode='headwise' or "
+                      "'all_gather' (chunkwise runs at CP=1)");
   (void)size_params(c);
   return make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_);
 }
@@ -163,7 +191,7 @@ Buffer GdnCpLayer::forward(const std::shared_ptr<const MicroBatch>& plan, const 
   if (mb.cp_size == 1) out = plain_forward(p, mb.full, h, ctx);
   else if (cp_.mode == CpMode::Headwise) out = headwise_forward(p, h, ctx);
   else if (cp_.mode == CpMode::AllGather) out = all_gather_forward(p, h, ctx);
-  else throw ConfigError("linear_cp_mode='chunkwise' with CP>1 is not implemented yet");
+  else throw Error("GdnCpLayer: no CP>1 path for linear_cp_mode='chunkwise' (prepare() rejects it)");
   if (mb.format == Format::Sbhd) out = be_.gather_rows(out, mb.rows_to_sbhd);
   return out.reshaped(hidden.shape());
 }

@@ -42,6 +42,10 @@ class GdnCpLayer {
   // The sub-group of the static CP group for a dynamic CP size (split once, at construction).
   Communicator& dynamic_group(int size) const;
 
+  // Hash of everything the layer holds (configs, parameter shards on the host and on the backend),
+  // so a test can show forward/backward never write shared state.
+  std::uint64_t fingerprint() const;
+
   const CpConfig& cp_config() const { return cp_; }
   const ref::LayerConfig& tp_local_config() const { return local_config_; }
   Backend& backend() const { return be_; }

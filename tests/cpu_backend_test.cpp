@@ -274,6 +274,32 @@ INSTANTIATE_TEST_SUITE_P(
                                                                               gdnv::testing::Gates::StronglyNegative}})),
     test_name<gdnv::testing::GdrCase>);
 
+// The kernel runs (sequence, key head) tasks on several threads: the bits must not depend on the schedule.
+TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {
+  const auto be = make_cpu_backend(DType::F32);
+  const std::vector<std::int64_t> cu{0, 70, 71, 200};
+  const std::int64_t N = 200, Hk = 2, Hv = 4, K = 6, V = 5;
+  const Buffer q = be->upload(random_normal({N, Hk, K}, 51, "q"), DType::F32);
+  const Buffer k = be->upload(random_normal({N, Hk, K}, 51, "k"), DType::F32);
+  const Buffer v = be->upload(random_normal({N, Hv, V}, 51, "v"), DType::F32);
+  Tensor g_t = random_normal({N, Hv}, 51, "g");
+  for (std::int64_t i = 0; i < g_t.numel(); ++i) g_t.set(i, -std::abs(g_t.get(i)));
+  const Buffer g = be->upload(g_t, DType::F32), beta = be->upload(around_one(N * Hv, 51, "b", 0.1).reshaped({N, Hv}), DType::F32);
+  const Buffer d_o = be->upload(random_normal({N, Hv, V}, 51, "do"), DType::F32), none;
+  const Varlen seqs{cu, be->upload(Tensor::from(cu, {4}), DType::I64)};
+  const GdrArgs args{q, k, v, g, beta, seqs, none, 0.4};
+  const auto run = [&] {
+    const GdrGrads d = be->gdr_backward(args, d_o, none);
+    return std::vector<Tensor>{be->download(be->gdr(args).o), be->download(d.dq), be->download(d.dk), be->download(d.dg)};
+  };
+  const std::vector<Tensor> first = run();
+  ASSERT_TRUE(gdnv::testing::nontrivial(first[1]));
+  for (int rep = 0; rep < 5; ++rep) {
+    const std::vector<Tensor> again = run();
+    for (std::size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(again[i].bitwise_equal(first[i])) << "output " << i;
+  }
+}
+
 // bf16 storage is the fp32 kernel with each output rounded to nearest even: same bits as rounding
 // the fp32 backend's outputs on the same stored inputs.
 TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
@@ -401,6 +427,8 @@ std::vector<ErrorCase> error_cases() {
        "gdr_backward: dht is F32 [2, 2, 3]; expected F32 [Hv, dk, dv] = [2, 3, 2]"},
   };
 }
+
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
 
 class CpuBackendErrors : public ::testing::TestWithParam<ErrorCase> {};
 

@@ -1,0 +1,181 @@
+// The illegal-combination matrix of DESIGN.md §3.1: each rule fails with a message naming the fix,
+// before any collective.
+#include <gtest/gtest.h>
+
+#include "comm/inprocess.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/layer.hpp"
+#include "reference/layer_params.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+ref::LayerConfig layer(std::int64_t Hk = 4, std::int64_t Hv = 8) { return ref::LayerConfig({32, Hk, Hv, 8, 8, 4, 1e-6, false}); }
+
+CpConfig config(CpMode mode, int cp, int tp = 1) {
+  CpConfig c;
+  c.mode = mode;
+  c.cp = cp;
+  c.tp = tp;
+  return c;
+}
+
+std::string static_error(const CpConfig& cp, const ref::LayerConfig& l = layer()) {
+  try {
+    validate_static(cp, l);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+std::string micro_batch_error(const CpConfig& cp, const MicroBatchShape& mb) {
+  try {
+    validate_micro_batch(cp, layer(), mb);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
+TEST(CpConfig, UnknownModeIncludingAutoNamesTheThreeModes) {
+  for (const char* name : {"auto", "ulysses", ""}) {
+    try {
+      parse_mode(name);
+      FAIL() << name;
+    } catch (const ConfigError& e) {
+      EXPECT_HAS(std::string(e.what()), "use one of 'headwise', 'chunkwise', 'all_gather'");
+    }
+  }
+}
+
+TEST(CpConfig, HeadwiseNeedsHeadsDivisibleByTpTimesCp) {
+  const std::string msg = static_error(config(CpMode::Headwise, 8), layer(4, 8));
+  EXPECT_HAS(msg, "tp*cp = 1*8 = 8");
+  EXPECT_HAS(msg, "use linear_cp_mode='chunkwise' or 'all_gather'");
+  EXPECT_EQ(static_error(config(CpMode::Headwise, 2, 2)), "(accepted)");
+}
+
+TEST(CpConfig, ChunkwiseAndAllGatherNeedHeadsDivisibleByTp) {
+  EXPECT_HAS(static_error(config(CpMode::Chunkwise, 2, 3)), "divisible by tp = 3");
+  EXPECT_HAS(static_error(config(CpMode::AllGather, 2, 3)), "divisible by tp = 3");
+  EXPECT_EQ(static_error(config(CpMode::AllGather, 8, 1)), "(accepted)");
+}
+
+TEST(CpConfig, ChunkwiseRejectsAllgatherCp) {
+  CpConfig c = config(CpMode::Chunkwise, 2);
+  c.allgather_cp = true;
+  EXPECT_HAS(static_error(c), "set allgather_cp=False");
+}
+
+TEST(CpConfig, ChunkwiseRejectsDeterministicWithCpOrDynamicCp) {
+  CpConfig c = config(CpMode::Chunkwise, 2);
+  c.deterministic = true;
+  EXPECT_HAS(static_error(c), "not deterministic");
+  c.cp = 1;
+  EXPECT_EQ(static_error(c), "(accepted)");
+  c.cp = 2;
+  c.dynamic_cp = {1};
+  EXPECT_HAS(static_error(c), "not deterministic");
+}
+
+TEST(CpConfig, InferenceOnlyWithHeadwise) {
+  for (CpMode mode : {CpMode::Chunkwise, CpMode::AllGather}) {
+    CpConfig c = config(mode, 2);
+    c.inference = true;
+    EXPECT_HAS(static_error(c), "use linear_cp_mode='headwise' for inference");
+  }
+  CpConfig h = config(CpMode::Headwise, 2);
+  h.inference = true;
+  EXPECT_EQ(static_error(h), "(accepted)");
+}
+
+TEST(CpConfig, AllGatherRejectsDeterministic) {
+  CpConfig c = config(CpMode::AllGather, 2);
+  c.deterministic = true;
+  EXPECT_HAS(static_error(c), "'all_gather' is not deterministic");
+}
+
+TEST(CpConfig, DynamicSizesMustDivideTheStaticSize) {
+  CpConfig c = config(CpMode::Headwise, 4);
+  c.dynamic_cp = {3};
+  EXPECT_HAS(static_error(c), "dynamic CP size 3 does not divide the static CP size 4");
+}
+
+TEST(CpConfig, ThdNeedsBatchOne) {
+  EXPECT_HAS(micro_batch_error(config(CpMode::Headwise, 2), {Format::Thd, 2, {8}}), "THD input needs batch == 1");
+}
+
+TEST(CpConfig, SbhdChunkwiseNeedsBatchOne) {
+  EXPECT_HAS(micro_batch_error(config(CpMode::Chunkwise, 2), {Format::Sbhd, 2, {8}}), "SBHD input needs batch == 1");
+}
+
+TEST(CpConfig, AllGatherRejectsSbhdWithCp) {
+  EXPECT_HAS(micro_batch_error(config(CpMode::AllGather, 2), {Format::Sbhd, 1, {8}}), "supports THD input only");
+  EXPECT_EQ(micro_batch_error(config(CpMode::AllGather, 1), {Format::Sbhd, 1, {8}}), "(accepted)");
+}
+
+TEST(CpConfig, LengthsMustDivideByCpThenTwoCp) {
+  const CpConfig c = config(CpMode::Headwise, 2);
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {8, 7, 9}}), "sequence lengths 7,9 are not divisible by cp = 2");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {8, 6}}), "sequence lengths 6 are not divisible by 2*cp = 4");
+}
+
+TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
+  const CpConfig c = config(CpMode::Headwise, 4);
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 0, 2}), "only one of cp_group and local_cp_size");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, false, 2, 0}), "only one of cp_group and local_cp_size");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 4, 2}), "local_cp_size = 4 but the cp_group has 2 ranks");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {18}, true, 3, 3}), "dynamic CP size 3 does not divide");
+  EXPECT_EQ(micro_batch_error(c, {Format::Thd, 1, {16}, true, 2, 2}), "(accepted)");
+}
+
+// The layer validates before any collective: construction with an illegal configuration, and a
+// micro-batch with illegal lengths, leave the accounting untouched.
+TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
+  const ref::LayerParams params = ref::init_params(layer(), 1);
+  run_world(2, [&](Communicator& world) {
+    auto be = make_cpu_backend(DType::F32);
+    CpConfig bad = config(CpMode::Chunkwise, 2);
+    bad.allgather_cp = true;
+    {
+      const ScopedCounter counter(world.accounting());
+      EXPECT_THROW(GdnCpLayer(layer(), bad, params, *be, world), ConfigError);
+      EXPECT_EQ(counter.delta().calls(), 0u);
+    }
+    const GdnCpLayer ok(layer(), config(CpMode::Headwise, 2), params, *be, world);
+    const ScopedCounter counter(world.accounting());
+    EXPECT_THROW(ok.prepare({Format::Thd, {0, 8, 14}}), ConfigError);
+    EXPECT_EQ(counter.delta().calls(), 0u);
+  });
+}
+
+// forward/backward are const and keep per-call state in the caller's Context: the layer's fingerprint
+// is unchanged by micro-batches of every declared CP size, and it does see a parameter change.
+TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
+  const ref::LayerParams params = ref::init_params(layer(), 1);
+  ref::LayerParams other = params;
+  other.at(ref::kDtBias).set(0, 2.0);
+  run_world(2, [&](Communicator& world) {
+    auto be = make_cpu_backend(DType::F32);
+    CpConfig cp = config(CpMode::Headwise, 2);
+    cp.dynamic_cp = {1, 2};
+    const GdnCpLayer gdn(layer(), cp, params, *be, world);
+    const std::uint64_t before = gdn.fingerprint();
+    EXPECT_NE(before, GdnCpLayer(layer(), cp, other, *be, world).fingerprint());
+    for (int c : {2, 1}) {
+      Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
+      auto mb = gdn.prepare({Format::Thd, {0, 8, 16}}, group, group ? c : 0);
+      const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 32}), DType::F32);
+      Context ctx;
+      const Buffer out = gdn.forward(mb, h, ctx);
+      (void)gdn.backward(ctx, out);
+      EXPECT_EQ(gdn.fingerprint(), before) << "cp=" << c;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace gdnv::cp
