@@ -1,6 +1,7 @@
 // gdn-verify gate: the pre-merge job. Runs each step in order, prints a progress line per step and a
 // final table, and exits 0 only when every step passes.
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
@@ -9,7 +10,13 @@
 
 #include "cli/command.hpp"
 #include "core/file.hpp"
+#include "core/metrics.hpp"
 #include "core/safetensors.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/harness.hpp"
+#include "layouts/partition.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/kernel_io.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -72,10 +79,94 @@ StepResult reference_vectors_load() {
   return r;
 }
 
+void expect_close(StepResult& r, const std::string& what, const Tensor& ref, const Tensor& got, double gate) {
+  ++r.cases;
+  const double e = compare(ref, got).rel_rms;
+  if (e < gate) return;
+  ++r.failed;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, gate);
+  if (r.detail.empty()) r.detail = what + buf;
+}
+
+// The fp64 oracle reproduces FLA's and torch's own outputs (tests/data/vectors), both core forms.
+StepResult oracle_reproduces_vectors() {
+  StepResult r;
+  const std::string dir = GDNV_TEST_DATA "/vectors/";
+  for (const char* name : {"gdr_batched_h0", "gdr_varlen_gva_scale"})
+    for (auto form : {ref::GdrForm::Chunked, ref::GdrForm::Recurrent}) {
+      const TensorFile expected = read_safetensors(dir + name + ".safetensors");
+      TensorFile input = expected;
+      const TensorFile got = ref::run_gdr_case(ref::take_gdr_case(input, name), form);
+      for (const auto& [tensor, t] : got.tensors)
+        expect_close(r, std::string(name) + " " + tensor, expected.at(tensor, name), t, 1e-12);
+    }
+  const TensorFile conv = read_safetensors(dir + "conv1d_silu_bias.safetensors");
+  const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"),
+                             std::nullopt, std::nullopt, ref::Activation::Silu};
+  const ref::Conv1dGrads g = ref::conv1d_backward(in, conv.at("dy", "conv"));
+  expect_close(r, "conv1d y", conv.at("y", "conv"), ref::conv1d_forward(in), 1e-12);
+  expect_close(r, "conv1d dx", conv.at("dx", "conv"), g.dx, 1e-12);
+  expect_close(r, "conv1d dweight", conv.at("dweight", "conv"), g.dweight, 1e-12);
+  expect_close(r, "conv1d dbias", conv.at("dbias", "conv"), *g.dbias, 1e-12);
+  return r;
+}
+
+// Megatron-Core's THD rank indices, zigzag and contiguous, exactly.
+StepResult layouts_reproduce_megatron() {
+  StepResult r;
+  const auto doc = nlohmann::json::parse(read_file_text(GDNV_TEST_DATA "/vectors/layouts_megatron.json"));
+  for (const auto& c : doc.at("cases")) {
+    const auto cu = c.at("cu_seqlens").get<std::vector<std::int64_t>>();
+    const int W = c.at("cp_size").get<int>(), rank = c.at("cp_rank").get<int>();
+    for (auto [layout, key] : {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}}) {
+      ++r.cases;
+      if (layouts::thd_partition(layout, cu, W, rank).positions() == c.at(key).get<std::vector<std::int64_t>>()) continue;
+      ++r.failed;
+      if (r.detail.empty()) r.detail = std::string(key) + " positions differ at W=" + std::to_string(W) + " rank " + std::to_string(rank);
+    }
+  }
+  return r;
+}
+
+// Every legal (mode, W, dtype, format) on a small GVA geometry, in-process, against the oracle.
+StepResult cp_mode_matrix() {
+  StepResult r;
+  for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::AllGather})
+    for (int W : {1, 2, 4})
+      for (DType dtype : {DType::F64, DType::F32, DType::BF16})
+        for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
+          if (mode == cp::CpMode::AllGather && format == cp::Format::Sbhd && W > 1) continue;
+          cp::RunSpec spec;
+          spec.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+          spec.cp.mode = mode;
+          spec.cp.cp = W;
+          spec.dtype = dtype;
+          spec.format = format;
+          spec.lengths = {8 * W, 4 * W};
+          spec.seq_len = 8 * W;
+          spec.batch = 2;
+          const cp::Case k = cp::make_case(spec);
+          const cp::Answer oracle = cp::oracle_answer(k);
+          const auto gates = cp::oracle_gates(k, oracle, dtype);
+          const cp::Answer got = cp::run_in_process(spec, k, cp::make_cpu_backend).front().answer;
+          const std::string tag = std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " " +
+                                  std::string(dtype_name(dtype)) + (format == cp::Format::Thd ? " thd " : " sbhd ");
+          expect_close(r, tag + "out", oracle.out, got.out, gates.at("out"));
+          expect_close(r, tag + "grad_hidden", oracle.grad_hidden, got.grad_hidden, gates.at("grad_hidden"));
+          for (const auto& [name, t] : oracle.grads)
+            expect_close(r, tag + "grad::" + name, t, got.grads.at(name), gates.at("grad::" + name));
+        }
+  return r;
+}
+
 const std::vector<Step>& steps() {
   static const std::vector<Step> table = {
       {"safetensors round-trip", safetensors_round_trip},
       {"reference vectors load", reference_vectors_load},
+      {"oracle reproduces vectors", oracle_reproduces_vectors},
+      {"layouts reproduce Megatron", layouts_reproduce_megatron},
+      {"CP mode matrix (cpu)", cp_mode_matrix},
   };
   return table;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
@@ -140,11 +141,10 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
   std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n), std::vector<RankOutput>(sizes.size()));
 
   run_world(n, [&](Communicator& world) {
-    const int tp_rank = world.rank() % tp, cp_rank = world.rank() / tp;
-    auto tp_group = world.split(cp_rank, tp_rank);
-    auto cp_group = world.split(tp_rank, cp_rank);
+    const int cp_rank = world.rank() / tp;
+    const TpCpGrid grid = make_tp_cp_grid(world, tp);
     auto be = factory(spec.dtype);
-    const GdnCpLayer layer(k.config, spec.cp, k.params, *be, *cp_group, tp > 1 ? tp_group.get() : nullptr);
+    const GdnCpLayer layer(k.config, spec.cp, k.params, *be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
     for (std::size_t m = 0; m < sizes.size(); ++m) {
       const int c = sizes[m];
       Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);

@@ -69,8 +69,8 @@ GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const
   std::vector<int> sizes{cp.cp};
   for (int c : cp.dynamic_cp)
     if (c != cp.cp) sizes.push_back(c);
+  dynamic_groups_ = std::make_unique<DynamicCpGroups>(cp_group, sizes);
   for (int c : sizes) {
-    if (c != cp.cp) dynamic_groups_[c] = cp_group.split(cp_group.rank() / c, cp_group.rank());
     auto sp = std::make_unique<SizeParams>();
     const std::int64_t W = config.W();
     const ref::LayerConfig& L = local_config_;
@@ -139,11 +139,8 @@ std::uint64_t GdnCpLayer::fingerprint() const {
 }
 
 Communicator& GdnCpLayer::dynamic_group(int size) const {
-  if (size == cp_.cp) return cp_group_;
-  auto it = dynamic_groups_.find(size);
-  if (it == dynamic_groups_.end())
-    throw ConfigError("CP size " + std::to_string(size) + " was not declared: list it in dynamic_cp");
-  return *it->second;
+  (void)size_params(size);  // ConfigError naming the fix for an undeclared size
+  return dynamic_groups_->group(size);
 }
 
 const GdnCpLayer::SizeParams& GdnCpLayer::size_params(int cp_size) const {

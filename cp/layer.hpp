@@ -14,6 +14,7 @@
 #include <memory>
 #include <utility>
 
+#include "comm/groups.hpp"
 #include "cp/cp_config.hpp"
 #include "cp/modes.hpp"
 #include "reference/layer_params.hpp"
@@ -62,7 +63,7 @@ class GdnCpLayer {
   Communicator& cp_group_;
   Communicator* tp_;
   ref::LayerParams local_params_;  // TP shard, F64
-  std::map<int, std::unique_ptr<Communicator>> dynamic_groups_;
+  std::unique_ptr<DynamicCpGroups> dynamic_groups_;
   std::map<int, std::unique_ptr<SizeParams>> by_size_;
 };
 

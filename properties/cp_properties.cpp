@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <cstdio>
 #include <tuple>
 
 #include "core/metrics.hpp"
@@ -80,9 +81,11 @@ void check_against_oracle(const RunSpec& spec) {
   for (const auto& run : run_in_process(spec, k, make_cpu_backend))
     for (const auto& [name, m] : judge(oracle, run.answer)) {
       RC_ASSERT(m.ref_rms > 0.0);
-      if (!(m.rel_rms < gates.at(name)))
-        RC_FAIL(std::string(mode_name(spec.cp.mode)) + " cp=" + std::to_string(run.cp_size) + " " + name +
-                ": rel_rms " + std::to_string(m.rel_rms) + " >= gate " + std::to_string(gates.at(name)));
+      if (!(m.rel_rms < gates.at(name))) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, gates.at(name));
+        RC_FAIL(std::string(mode_name(spec.cp.mode)) + " cp=" + std::to_string(run.cp_size) + " " + name + buf);
+      }
     }
 }
 

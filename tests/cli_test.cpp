@@ -1,5 +1,6 @@
 // The real CLI: dispatch, --help for every command, exit codes and one-line errors.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -77,6 +78,17 @@ TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST(Cli, GateFailsUnderEachPlantedFaultNamingTheStep) {
+  for (const char* fault : {"allgather_no_reduce_scatter", "headwise_head_perm_shift", "missing_grad_reduction_over_cp"}) {
+    setenv("GDNV_FAULT", fault, 1);
+    const auto r = run_cli("gate");
+    unsetenv("GDNV_FAULT");
+    EXPECT_EQ(r.code, 1) << fault << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("CP mode matrix (cpu) ... FAIL"), std::string::npos) << fault << "\n" << r.out;
+    EXPECT_NE(r.out.find("\nFAIL\n"), std::string::npos) << fault << "\n" << r.out;
+  }
 }
 
 }  // namespace
