@@ -13,7 +13,7 @@ const std::vector<Command>& commands() {
       {"gate", "run the pre-merge checks and print a summary table", gate_main},
       {"run", "run the layer fwd+bwd under a CP mode on in-process ranks and judge it against the fp64 oracle",
        run_main},
-      {"reference", "run the fp64 gated delta rule oracle on a kernel-level safetensors file", reference_main},
+      {"reference", "run the fp64 oracle on a kernel- or layer-level safetensors file and write its outputs", reference_main},
       {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",
        layout_main},
   };

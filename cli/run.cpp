@@ -110,6 +110,17 @@ void print_rows(const std::vector<Row>& rows, std::ostream& out) {
   out << std::defaultfloat;
 }
 
+std::string indented(const std::string& lines) {
+  std::string out;
+  std::size_t begin = 0;
+  while (begin < lines.size()) {
+    const std::size_t end = lines.find('\n', begin);
+    out += "    " + lines.substr(begin, end - begin + 1);
+    begin = end == std::string::npos ? lines.size() : end + 1;
+  }
+  return out;
+}
+
 nlohmann::json counters_json(const Counters& c) {
   nlohmann::json j = nlohmann::json::object();
   for (int k = 0; k < kCollectiveKinds; ++k) {
@@ -142,8 +153,8 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     const auto rows = judge(oracle, runs[i].answer, gates);
     out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")\n";
     print_rows(rows, out);
-    out << "  collectives of rank 0, forward:\n" << runs[i].forward << "  collectives of rank 0, backward:\n"
-        << runs[i].backward;
+    out << "  collectives of rank 0, forward:\n" << indented(format_counters(runs[i].forward))
+        << "  collectives of rank 0, backward:\n" << indented(format_counters(runs[i].backward));
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows) {
       all_pass = all_pass && r.pass;
