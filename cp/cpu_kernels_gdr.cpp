@@ -2,12 +2,9 @@
 // kernel, GVA (value head h reads key head h / (Hv/Hk)), chunks of 64 tokens from each sequence's
 // start, the initial state h0 for the first sequence only and the final state of the last one.
 // Inputs are re-laid head-major ([H, N, D]) so every chunk is a contiguous block.
-#include <atomic>
 #include <cmath>
-#include <exception>
-#include <mutex>
-#include <thread>
 
+#include "core/parallel.hpp"
 #include "cp/cpu_gdr_chunk.hpp"
 #include "cp/cpu_kernels.hpp"
 
@@ -61,31 +58,6 @@ void l2_backward(const Array<C>& x_hat, const Array<C>& r, Array<C>& dx, std::in
   }
 }
 
-// task(i) for i in [0, n) on up to hardware_concurrency threads. Tasks write disjoint outputs, so the
-// result does not depend on the schedule; the first exception is rethrown after all joined.
-template <class Task>
-void parallel_for(std::int64_t n, const Task& task) {
-  const auto workers = std::min<std::int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
-  std::atomic<std::int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  const auto work = [&] {
-    for (std::int64_t i = next++; i < n; i = next++) {
-      try {
-        task(i);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
 // The kernel's inputs, head-major, q and k normalised.
 template <class C>
 struct Heads {
@@ -115,7 +87,7 @@ struct Heads {
   template <class Body>
   void for_each_head(const Body& body) const {
     const std::int64_t group = in.Hv / in.Hk;
-    parallel_for(sequences() * in.Hk, [&](std::int64_t task) {
+    parallel_for(sequences() * in.Hk, 0, [&](std::int64_t task) {
       const std::int64_t s = task / in.Hk, kh = task % in.Hk;
       for (std::int64_t h = kh * group; h < (kh + 1) * group; ++h) body(s, h);
     });

@@ -5,7 +5,7 @@
 #include "core/eigen.hpp"
 #include "core/error.hpp"
 #include "reference/gates.hpp"
-#include "reference/parallel.hpp"
+#include "core/parallel.hpp"
 #include "reference/sequences.hpp"
 
 namespace gdnv::ref {

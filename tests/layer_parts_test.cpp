@@ -11,7 +11,7 @@
 #include "reference/layer_config.hpp"
 #include "reference/layer_params.hpp"
 #include "reference/norms.hpp"
-#include "reference/parallel.hpp"
+#include "core/parallel.hpp"
 #include "reference/tp_sharding.hpp"
 
 namespace gdnv::ref {

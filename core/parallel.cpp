@@ -1,4 +1,4 @@
-#include "reference/parallel.hpp"
+#include "core/parallel.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-namespace gdnv::ref {
+namespace gdnv {
 
 void parallel_for(std::int64_t n, int threads, const std::function<void(std::int64_t)>& f) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -36,4 +36,4 @@ void parallel_for(std::int64_t n, int threads, const std::function<void(std::int
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace gdnv::ref
+}  // namespace gdnv
