@@ -70,46 +70,49 @@ GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const
   for (int c : cp.dynamic_cp)
     if (c != cp.cp) sizes.push_back(c);
   dynamic_groups_ = std::make_unique<DynamicCpGroups>(cp_group, sizes);
-  for (int c : sizes) {
-    auto sp = std::make_unique<SizeParams>();
-    const std::int64_t W = config.W();
-    const ref::LayerConfig& L = local_config_;
-    std::vector<std::int64_t> rows = iota(L.in_proj_dim());
-    const layouts::HeadwiseGeometry geo{config.Hk(), config.Hv(), config.dk(), config.dv(), cp.tp, c};
-    if (cp.mode == CpMode::Headwise) rows = layouts::in_proj_row_permutation(geo);
-    const Tensor& conv_w = local_params_.at(ref::kConvWeight);
-    sp->proj = {be_.upload(local_params_.at(ref::kInProjNorm), be_.dtype()),
-                be_.upload(take_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
-                be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config.eps()};
-    sp->in_proj_rows = upload_index(be_, rows);
-    const int slices = cp.mode == CpMode::Headwise ? c : 1;
-    for (int j = 0; j < slices; ++j) {
-      // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
-      const int owner = fault_active(Fault::HeadwiseHeadPermShift) && slices > 1 ? (j + 1) % slices : j;
-      std::vector<std::int64_t> channels = iota(L.conv_dim()), heads = iota(L.Hv());
-      std::int64_t Hk = L.Hk(), Hv = L.Hv();
-      if (cp.mode == CpMode::Headwise) {
-        channels = layouts::conv_channels_of(geo, owner);
-        heads = layouts::value_head_indices_of(geo, owner);
-        Hk /= c;
-        Hv /= c;
-      }
-      RankSlice slice;
-      MixerParams& mp = slice.mixer;
-      mp.geo = {Hk, Hv, L.dk(), L.dv(), W, config.eps(), 1.0 / std::sqrt(static_cast<double>(L.dk()))};
-      mp.conv_w = be_.upload(take_rows(conv_w, channels).reshaped({static_cast<std::int64_t>(channels.size()), W}),
-                             be_.dtype());
-      if (config.conv_bias()) mp.conv_b = be_.upload(take_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
-      mp.A_log = be_.upload(take_rows(local_params_.at(ref::kALog), heads), be_.dtype());
-      mp.dt_bias = be_.upload(take_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
-      mp.out_norm = be_.upload(local_params_.at(ref::kOutNorm), be_.dtype());
-      plan_mixer_columns(be_, mp);
-      slice.conv_rows = upload_index(be_, channels);
-      slice.head_rows = upload_index(be_, heads);
-      sp->slices.push_back(std::move(slice));
-    }
-    by_size_[c] = std::move(sp);
+  for (int c : sizes) by_size_[c] = make_size_params(c);
+}
+
+// The parameters every micro-batch of CP size c uses: in_proj rows permuted so each CP rank's
+// sections form one block (headwise), and the mixer slice of each CP rank.
+std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) const {
+  auto sp = std::make_unique<SizeParams>();
+  const layouts::HeadwiseGeometry geo{config_.Hk(), config_.Hv(), config_.dk(), config_.dv(), cp_.tp, c};
+  const bool headwise = cp_.mode == CpMode::Headwise;
+  const std::vector<std::int64_t> rows = headwise ? layouts::in_proj_row_permutation(geo) : iota(local_config_.in_proj_dim());
+  sp->proj = {be_.upload(local_params_.at(ref::kInProjNorm), be_.dtype()),
+              be_.upload(take_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
+              be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config_.eps()};
+  sp->in_proj_rows = upload_index(be_, rows);
+  const int slices = headwise ? c : 1;
+  for (int j = 0; j < slices; ++j) {
+    // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
+    const int owner = fault_active(Fault::HeadwiseHeadPermShift) && slices > 1 ? (j + 1) % slices : j;
+    sp->slices.push_back(headwise ? make_slice(layouts::conv_channels_of(geo, owner),
+                                               layouts::value_head_indices_of(geo, owner), c)
+                                  : make_slice(iota(local_config_.conv_dim()), iota(local_config_.Hv()), 1));
   }
+  return sp;
+}
+
+// The mixer over TP-local conv channels `channels` and value heads `heads` (1/c of the heads).
+RankSlice GdnCpLayer::make_slice(const std::vector<std::int64_t>& channels, const std::vector<std::int64_t>& heads,
+                                 int c) const {
+  const ref::LayerConfig& L = local_config_;
+  const std::int64_t W = L.W();
+  RankSlice slice;
+  MixerParams& mp = slice.mixer;
+  mp.geo = {L.Hk() / c, L.Hv() / c, L.dk(), L.dv(), W, L.eps(), 1.0 / std::sqrt(static_cast<double>(L.dk()))};
+  const Tensor conv_w = take_rows(local_params_.at(ref::kConvWeight), channels);
+  mp.conv_w = be_.upload(conv_w.reshaped({static_cast<std::int64_t>(channels.size()), W}), be_.dtype());
+  if (L.conv_bias()) mp.conv_b = be_.upload(take_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
+  mp.A_log = be_.upload(take_rows(local_params_.at(ref::kALog), heads), be_.dtype());
+  mp.dt_bias = be_.upload(take_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
+  mp.out_norm = be_.upload(local_params_.at(ref::kOutNorm), be_.dtype());
+  plan_mixer_columns(be_, mp);
+  slice.conv_rows = upload_index(be_, channels);
+  slice.head_rows = upload_index(be_, heads);
+  return slice;
 }
 
 GdnCpLayer::~GdnCpLayer() = default;

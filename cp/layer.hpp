@@ -26,6 +26,8 @@ struct LayerBackward {
   ref::LayerParams grads;  // this TP rank's shard (F64), summed over CP; replicated ones full
 };
 
+struct RankSlice;  // a CP rank's mixer slice (cp/layer.cpp)
+
 class GdnCpLayer {
  public:
   // `params`: the full layer (F64); the layer keeps its TP rank's shard in the backend's dtype.
@@ -54,6 +56,9 @@ class GdnCpLayer {
  private:
   struct SizeParams;  // everything that depends on the CP size (headwise slices, index maps)
   const SizeParams& size_params(int cp_size) const;
+  std::unique_ptr<SizeParams> make_size_params(int cp_size) const;
+  RankSlice make_slice(const std::vector<std::int64_t>& channels, const std::vector<std::int64_t>& heads,
+                       int cp_size) const;
   LayerParts parts(const MicroBatch& mb) const;
   ref::LayerParams reduce_grads(const MicroBatch& mb, const LocalGrads& g) const;
 
