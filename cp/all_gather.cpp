@@ -6,21 +6,11 @@
 #include "cp/faults.hpp"
 
 namespace gdnv::cp {
-namespace {
-
-std::vector<std::int64_t> row_counts(const MicroBatch& mb, std::int64_t width) {
-  std::vector<std::int64_t> counts;
-  for (auto n : mb.counts) counts.push_back(n * width);
-  return counts;
-}
-
-}  // namespace
-
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
   const std::int64_t hidden = h.dim(1);
   Buffer gathered = parts.be.alloc(h.dtype(), {mb.full.tokens(), hidden});
-  mb.cp->all_gather_v(h.view(), gathered.mut(), row_counts(mb, hidden));
+  mb.cp->all_gather_v(h.view(), gathered.mut(), mb.element_counts(hidden));
   const Buffer h_full = parts.be.gather_rows(gathered, mb.natural_from_received);
   const Buffer out_full = plain_forward(parts, mb.full, h_full, ctx);
   return parts.be.gather_rows(out_full, mb.own_positions);
@@ -38,7 +28,7 @@ LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, cons
     return grads;
   }
   grads.dh = parts.be.alloc(dout.dtype(), {mb.local_tokens, hidden});
-  mb.cp->reduce_scatter_v(dh_received.view(), grads.dh.mut(), row_counts(mb, hidden));
+  mb.cp->reduce_scatter_v(dh_received.view(), grads.dh.mut(), mb.element_counts(hidden));
   return grads;
 }
 

@@ -149,4 +149,9 @@ class Backend {
                                              const Buffer& rstd, double eps) = 0;
 };
 
+// An I64 index list where the backend computes (gather/scatter indices, cu_seqlens).
+inline Buffer upload_index(Backend& backend, const std::vector<std::int64_t>& index) {
+  return backend.upload(Tensor::from(index, {static_cast<std::int64_t>(index.size())}), DType::I64);
+}
+
 }  // namespace gdnv::cp

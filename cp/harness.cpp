@@ -7,6 +7,7 @@
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "cp/layer.hpp"
+#include "layouts/apply.hpp"
 #include "layouts/partition.hpp"
 #include "reference/tp_sharding.hpp"
 
@@ -21,21 +22,9 @@ std::vector<std::int64_t> shard_rows(const Case& k, int c, int r) {
   return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
 }
 
-Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& rows) {
-  const std::int64_t width = t.numel() / t.dim(0);
-  Shape shape = t.shape();
-  shape[0] = static_cast<std::int64_t>(rows.size());
-  Tensor out(t.dtype(), shape);
-  const std::size_t row_bytes = static_cast<std::size_t>(width) * dtype_size(t.dtype());
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(t.bytes() + rows[i] * row_bytes, row_bytes, out.bytes() + i * row_bytes);
-  return out;
-}
-
+// Writes the ranks' shard rows back at their natural positions.
 void put_rows(const Tensor& shard, const std::vector<std::int64_t>& rows, Tensor& full) {
-  const std::size_t row_bytes = shard.nbytes() / std::max<std::size_t>(rows.size(), 1);
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(shard.bytes() + i * row_bytes, row_bytes, full.bytes() + rows[i] * row_bytes);
+  layouts::scatter_rows(shard.bytes(), rows, shard.nbytes() / std::max<std::size_t>(rows.size(), 1), full.bytes());
 }
 
 // What one rank hands back for one micro-batch.
@@ -156,11 +145,11 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
       Buffer out;
       {
         ScopedCounter counter(world.accounting());
-        out = layer.forward(mb, be->upload(take_rows(k.hidden, rows), spec.dtype), ctx);
+        out = layer.forward(mb, be->upload(layouts::gather_rows(k.hidden, rows), spec.dtype), ctx);
         o.forward = counter.delta();
       }
       ScopedCounter counter(world.accounting());
-      LayerBackward back = layer.backward(ctx, be->upload(take_rows(k.grad_output, rows), spec.dtype));
+      LayerBackward back = layer.backward(ctx, be->upload(layouts::gather_rows(k.grad_output, rows), spec.dtype));
       o.backward = counter.delta();
       o.out = be->download(out).to(DType::F64);
       o.grad_hidden = be->download(back.grad_hidden).to(DType::F64);

@@ -12,9 +12,8 @@ Buffer scatter_heads(Backend& be, const MicroBatch& mb, const Buffer& x) {
   const std::int64_t N = mb.local_tokens, c = mb.cp_size, E = x.dim(1) / c, T = mb.full.tokens();
   Buffer send = be.gather_rows(x.reshaped({N * c, E}), mb.to_peer_major);  // [cp, N_loc, E]
   Buffer recv = be.alloc(x.dtype(), {T, E});
-  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(c), N * E), recv_counts;
-  for (auto n : mb.counts) recv_counts.push_back(n * E);
-  mb.cp->all_to_all_v(send.view(), send_counts, recv.mut(), recv_counts);
+  const std::vector<std::int64_t> send_counts(static_cast<std::size_t>(c), N * E);
+  mb.cp->all_to_all_v(send.view(), send_counts, recv.mut(), mb.element_counts(E));
   return be.gather_rows(recv, mb.natural_from_received);
 }
 
@@ -23,9 +22,8 @@ Buffer gather_heads(Backend& be, const MicroBatch& mb, const Buffer& y) {
   const std::int64_t N = mb.local_tokens, c = mb.cp_size, E = y.dim(1);
   Buffer send = be.gather_rows(y, mb.received_from_natural);  // source-rank-major: peer p's tokens
   Buffer recv = be.alloc(y.dtype(), {c * N, E});
-  std::vector<std::int64_t> send_counts, recv_counts(static_cast<std::size_t>(c), N * E);
-  for (auto n : mb.counts) send_counts.push_back(n * E);
-  mb.cp->all_to_all_v(send.view(), send_counts, recv.mut(), recv_counts);
+  const std::vector<std::int64_t> recv_counts(static_cast<std::size_t>(c), N * E);
+  mb.cp->all_to_all_v(send.view(), mb.element_counts(E), recv.mut(), recv_counts);
   return be.gather_rows(recv, mb.from_peer_major).reshaped({N, c * E});
 }
 

@@ -1,11 +1,11 @@
 #include "cp/layer.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/rng.hpp"
 #include "cp/faults.hpp"
+#include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/validate.hpp"
 #include "reference/tp_sharding.hpp"
@@ -13,25 +13,10 @@
 namespace gdnv::cp {
 namespace {
 
-Buffer upload_index(Backend& be, const std::vector<std::int64_t>& idx) {
-  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
-}
-
 std::vector<std::int64_t> iota(std::int64_t n) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(n));
   std::iota(v.begin(), v.end(), 0);
   return v;
-}
-
-// Rows `rows` of a row-major F64 tensor [R, ...] (a copy).
-Tensor take_rows(const Tensor& t, const std::vector<std::int64_t>& rows) {
-  Shape shape = t.shape();
-  const std::int64_t width = t.numel() / shape[0];
-  shape[0] = static_cast<std::int64_t>(rows.size());
-  Tensor out(DType::F64, shape);
-  for (std::size_t i = 0; i < rows.size(); ++i)
-    std::copy_n(t.data<double>() + rows[i] * width, width, out.data<double>() + i * width);
-  return out;
 }
 
 }  // namespace
@@ -81,7 +66,7 @@ std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) cons
   const bool headwise = cp_.mode == CpMode::Headwise;
   const std::vector<std::int64_t> rows = headwise ? layouts::in_proj_row_permutation(geo) : iota(local_config_.in_proj_dim());
   sp->proj = {be_.upload(local_params_.at(ref::kInProjNorm), be_.dtype()),
-              be_.upload(take_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
+              be_.upload(layouts::gather_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
               be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config_.eps()};
   sp->in_proj_rows = upload_index(be_, rows);
   const int slices = headwise ? c : 1;
@@ -103,11 +88,11 @@ RankSlice GdnCpLayer::make_slice(const std::vector<std::int64_t>& channels, cons
   RankSlice slice;
   MixerParams& mp = slice.mixer;
   mp.geo = {L.Hk() / c, L.Hv() / c, L.dk(), L.dv(), W, L.eps(), 1.0 / std::sqrt(static_cast<double>(L.dk()))};
-  const Tensor conv_w = take_rows(local_params_.at(ref::kConvWeight), channels);
+  const Tensor conv_w = layouts::gather_rows(local_params_.at(ref::kConvWeight), channels);
   mp.conv_w = be_.upload(conv_w.reshaped({static_cast<std::int64_t>(channels.size()), W}), be_.dtype());
-  if (L.conv_bias()) mp.conv_b = be_.upload(take_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
-  mp.A_log = be_.upload(take_rows(local_params_.at(ref::kALog), heads), be_.dtype());
-  mp.dt_bias = be_.upload(take_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
+  if (L.conv_bias()) mp.conv_b = be_.upload(layouts::gather_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
+  mp.A_log = be_.upload(layouts::gather_rows(local_params_.at(ref::kALog), heads), be_.dtype());
+  mp.dt_bias = be_.upload(layouts::gather_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
   mp.out_norm = be_.upload(local_params_.at(ref::kOutNorm), be_.dtype());
   plan_mixer_columns(be_, mp);
   slice.conv_rows = upload_index(be_, channels);

@@ -7,10 +7,6 @@
 namespace gdnv::cp {
 namespace {
 
-Buffer upload_index(Backend& be, const std::vector<std::int64_t>& idx) {
-  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
-}
-
 Varlen make_varlen(Backend& be, std::vector<std::int64_t> cu) {
   Buffer device = upload_index(be, cu);
   return {std::move(cu), device};

@@ -23,6 +23,13 @@ struct MicroBatch {
   std::vector<std::int64_t> cu;
   Varlen full;                   // every sequence, natural order
   std::vector<std::int64_t> counts;  // zigzag rows held by each CP rank
+
+  // Elements each CP rank holds of a [rows, width] tensor: the counts of a variable collective.
+  std::vector<std::int64_t> element_counts(std::int64_t width) const {
+    std::vector<std::int64_t> out;
+    for (auto n : counts) out.push_back(n * width);
+    return out;
+  }
   std::int64_t local_tokens = 0;
 
   Buffer sbhd_to_rows, rows_to_sbhd;  // SBHD: [S_loc*B] (s, b) order <-> batch-major rows

@@ -8,7 +8,7 @@ namespace {
 Buffer index_buffer(Backend& be, std::int64_t begin, std::int64_t count) {
   std::vector<std::int64_t> idx(static_cast<std::size_t>(count));
   std::iota(idx.begin(), idx.end(), begin);
-  return be.upload(Tensor::from(idx, {count}), DType::I64);
+  return upload_index(be, idx);
 }
 
 }  // namespace
