@@ -45,6 +45,14 @@ std::optional<double> scale_of(const Metadata& meta, const std::string& source) 
 
 }  // namespace
 
+int chunk_size_of(const Metadata& metadata, const std::string& source) {
+  const long long chunk = meta_int(metadata, "chunk_size", source).value_or(64);
+  if (chunk < 1 || chunk > std::numeric_limits<int>::max())
+    throw ConfigError(source + ": metadata 'chunk_size' = " + std::to_string(chunk) +
+                      "; it must be a positive number of tokens (FLA uses 64)");
+  return static_cast<int>(chunk);
+}
+
 GdrCase take_gdr_case(TensorFile& file, const std::string& source) {
   GdrCase c;
   c.in.q = take_required(file, "q", source);
@@ -59,11 +67,7 @@ GdrCase take_gdr_case(TensorFile& file, const std::string& source) {
   if (c.dht && !c.d_o) throw FormatError(source + ": tensor 'dht' is given without 'do'; add do to get gradients");
   c.in.scale = scale_of(file.metadata, source);
   c.in.use_qk_l2norm = meta_bool(file.metadata, "use_qk_l2norm", source).value_or(false);
-  const long long chunk = meta_int(file.metadata, "chunk_size", source).value_or(64);
-  if (chunk < 1 || chunk > std::numeric_limits<int>::max())
-    throw ConfigError(source + ": metadata 'chunk_size' = " + std::to_string(chunk) +
-                      "; it must be a positive number of tokens (FLA uses 64)");
-  c.chunk_size = static_cast<int>(chunk);
+  c.chunk_size = chunk_size_of(file.metadata, source);
   try {  // all checks now, so that a bad do fails before any math
     const detail::GdrGeometry geo = detail::gdr_geometry(c.in);
     if (c.d_o) detail::check_grad_inputs(geo, *c.d_o, c.dht);

@@ -24,6 +24,9 @@ enum class GdrForm { Chunked, Recurrent };
 // `source`. Metadata scale "default 1/sqrt(K)" (the reference vectors' spelling) means the default.
 GdrCase take_gdr_case(TensorFile& file, const std::string& source);
 
+// Metadata 'chunk_size' (default 64); ConfigError naming `source` unless a positive int.
+int chunk_size_of(const Metadata& metadata, const std::string& source);
+
 // Runs the oracle: forward, then the backward when the case has do. Returns o, final_state and the
 // gradients, all F64, with metadata naming the oracle (version, form, chunk size, scale, L2 norm).
 TensorFile run_gdr_case(const GdrCase& c, GdrForm form);

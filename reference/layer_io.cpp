@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/metadata.hpp"
+#include "reference/kernel_io.hpp"
 
 namespace gdnv::ref {
 namespace {
@@ -69,11 +70,7 @@ LayerCase read_layer_case(const TensorFile& file, const std::string& source) {
   }
   if (file.has(kCuSeqlens)) c.cu_seqlens = read_cu_seqlens(file, source);
   if (file.has(kGradOutput)) c.grad_output = float_tensor(file, kGradOutput, source);
-  const long long chunk = meta_int(file.metadata, "chunk_size", source).value_or(64);
-  if (chunk < 1 || chunk > 1024)
-    throw ConfigError(source + ": metadata 'chunk_size' = " + std::to_string(chunk) +
-                      "; it must be a number of tokens in [1, 1024] (FLA uses 64)");
-  c.chunk_size = static_cast<int>(chunk);
+  c.chunk_size = chunk_size_of(file.metadata, source);
   with_source(source, [&] {
     validate_params(config, c.params);
     validate_layer_input(config, c.hidden_states, c.cu_seqlens);
