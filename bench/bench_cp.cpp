@@ -1,6 +1,7 @@
 // bench_cp: GdnCpLayer fwd+bwd per CP mode on in-process ranks (CPU backend), with the collectives
-// rank 0 performed. Geometry of issue 7: THD [4096, 4096], hidden 512, Hk 4, Hv 8, dk = dv = 64,
-// W = 4, fp32. Only forward + backward are timed (layer construction and the micro-batch plan are not).
+// rank 0 performed (calls and MB sent per kind). Geometries: issue 7's THD [4096, 4096], hidden 512,
+// Hk 4, Hv 8, dk = dv = 64 at W = 4, and at W = 8 the same with Hk 8, Hv 16 (headwise needs 8 | Hk);
+// fp32. Only forward + backward are timed (layer construction and the micro-batch plan are not).
 #include <chrono>
 
 #include <benchmark/benchmark.h>
@@ -16,8 +17,9 @@ namespace {
 
 void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode) {
   const int W = static_cast<int>(state.range(0));
+  const std::int64_t Hk = W == 8 ? 8 : 4;
   RunSpec spec;
-  spec.layer = {512, 4, 8, 64, 64, 4, 1e-6, false};
+  spec.layer = {512, Hk, 2 * Hk, 64, 64, 4, 1e-6, false};
   spec.cp.mode = mode;
   spec.cp.cp = W;
   spec.dtype = DType::F32;
@@ -59,16 +61,34 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode) {
   const Counters total = fwd + bwd;
   state.counters["calls"] = static_cast<double>(total.calls());
   state.counters["MB_sent"] = static_cast<double>(total.bytes_sent()) / 1e6;
-  state.counters["a2a"] = static_cast<double>(total[Collective::AllToAllV].calls);
-  state.counters["allgather"] = static_cast<double>(total[Collective::AllGather].calls);
-  state.counters["reduce_scatter"] = static_cast<double>(total[Collective::ReduceScatter].calls);
-  state.counters["all_reduce"] = static_cast<double>(total[Collective::AllReduce].calls);
+  const std::pair<const char*, Collective> kinds[] = {{"a2a", Collective::AllToAllV},
+                                                      {"allgather", Collective::AllGather},
+                                                      {"reduce_scatter", Collective::ReduceScatter},
+                                                      {"all_reduce", Collective::AllReduce}};
+  for (const auto& [name, kind] : kinds) {
+    state.counters[name] = static_cast<double>(total[kind].calls);
+    state.counters[std::string(name) + "_MB"] = static_cast<double>(total[kind].bytes_sent) / 1e6;
+  }
 }
 
-BENCHMARK_CAPTURE(BM_CpLayerFwdBwd, headwise, CpMode::Headwise)->Arg(4)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
-BENCHMARK_CAPTURE(BM_CpLayerFwdBwd, all_gather, CpMode::AllGather)->Arg(4)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
+void register_modes() {
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+    benchmark::RegisterBenchmark((std::string("BM_CpLayerFwdBwd/") + std::string(mode_name(mode))).c_str(),
+                                 BM_CpLayerFwdBwd, mode)
+        ->Arg(4)
+        ->Arg(8)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(2);
+}
 
 }  // namespace
 }  // namespace gdnv::cp
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  gdnv::cp::register_modes();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

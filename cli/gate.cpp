@@ -132,7 +132,7 @@ StepResult layouts_reproduce_megatron() {
 // Every legal (mode, W, dtype, format) on a small GVA geometry, in-process, against the oracle.
 StepResult cp_mode_matrix() {
   StepResult r;
-  for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::AllGather})
+  for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
     for (int W : {1, 2, 4})
       for (DType dtype : {DType::F64, DType::F32, DType::BF16})
         for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
@@ -145,7 +145,8 @@ StepResult cp_mode_matrix() {
           spec.format = format;
           spec.lengths = {8 * W, 4 * W};
           spec.seq_len = 8 * W;
-          spec.batch = 2;
+          spec.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (DESIGN.md §3.1)
+          spec.gates = cp::GateRegime::Weak;  // state carried across every rank: chunkwise's fold matters
           const cp::Case k = cp::make_case(spec);
           const cp::Answer oracle = cp::oracle_answer(k);
           const auto gates = cp::oracle_gates(k, oracle, dtype);

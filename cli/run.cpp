@@ -43,6 +43,8 @@ po::options_description run_options() {
       ("value-head-dim", po::value<std::int64_t>()->default_value(16), "linear_value_head_dim (dv)")
       ("conv-width", po::value<std::int64_t>()->default_value(4), "linear_conv_kernel_dim (W)")
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of parameters and inputs")
+      ("gates", po::value<std::string>()->default_value("default"),
+       "decay regime of the gates: default (A in [1,16]) | weak (g ~ 0) | strong (A in [8,32])")
       ("deterministic", po::bool_switch(), "request deterministic mode (validation matrix)")
       ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
       ("inference", po::bool_switch(), "request inference (validation matrix)")
@@ -77,6 +79,7 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
     }
   }
   s.seed = vm["seed"].as<std::uint64_t>();
+  s.gates = cp::parse_gate_regime(vm["gates"].as<std::string>());
   return s;
 }
 
@@ -130,6 +133,7 @@ nlohmann::json counters_json(const Counters& c) {
                                                {"bytes_recv", c[kind].bytes_recv}};
   }
   j["host_syncs"] = c.host_syncs;
+  j["route_builds"] = c.route_builds;
   return j;
 }
 
@@ -146,7 +150,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
 
   out << "gdn-verify run: mode=" << cp::mode_name(spec.cp.mode) << " cp=" << spec.cp.cp << " tp=" << spec.cp.tp
       << " dtype=" << (*vm)["dtype"].as<std::string>() << " format=" << (*vm)["format"].as<std::string>()
-      << " seed=" << spec.seed << " backend=cpu\n";
+      << " gates=" << (*vm)["gates"].as<std::string>() << " seed=" << spec.seed << " backend=cpu\n";
   bool all_pass = true;
   nlohmann::json report = nlohmann::json::array();
   for (std::size_t i = 0; i < runs.size(); ++i) {

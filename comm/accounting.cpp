@@ -36,6 +36,7 @@ Counters& Counters::operator+=(const Counters& other) {
     by_kind[i].bytes_recv += other.by_kind[i].bytes_recv;
   }
   host_syncs += other.host_syncs;
+  route_builds += other.route_builds;
   return *this;
 }
 
@@ -46,6 +47,7 @@ Counters& Counters::operator-=(const Counters& other) {
     by_kind[i].bytes_recv -= other.by_kind[i].bytes_recv;
   }
   host_syncs -= other.host_syncs;
+  route_builds -= other.route_builds;
   return *this;
 }
 
@@ -61,7 +63,7 @@ std::string format_counters(const Counters& counters) {
     out << collective_name(kind) << ": " << t.calls << (t.calls == 1 ? " call, " : " calls, ") << t.bytes_sent
         << " B sent, " << t.bytes_recv << " B received\n";
   }
-  out << "host syncs: " << counters.host_syncs << "\n";
+  out << "host syncs: " << counters.host_syncs << "\nroute builds: " << counters.route_builds << "\n";
   return out.str();
 }
 

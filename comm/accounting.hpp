@@ -30,6 +30,7 @@ struct Traffic {
 struct Counters {
   std::array<Traffic, kCollectiveKinds> by_kind{};
   std::uint64_t host_syncs = 0;
+  std::uint64_t route_builds = 0;  // zigzag <-> contiguous routes planned (once per micro-batch, never per layer)
 
   const Traffic& operator[](Collective kind) const { return by_kind[static_cast<std::size_t>(kind)]; }
   Traffic& operator[](Collective kind) { return by_kind[static_cast<std::size_t>(kind)]; }
@@ -45,8 +46,8 @@ struct Counters {
 Counters operator+(Counters a, const Counters& b);
 Counters operator-(Counters a, const Counters& b);
 
-// One line per kind with calls (kinds never called are left out), then host syncs:
-// "all_to_all_v: 2 calls, 96 B sent, 96 B received\nhost syncs: 0\n".
+// One line per kind with calls (kinds never called are left out), then host syncs and route builds:
+// "all_to_all_v: 2 calls, 96 B sent, 96 B received\nhost syncs: 0\nroute builds: 0\n".
 std::string format_counters(const Counters& counters);
 std::ostream& operator<<(std::ostream& out, const Counters& counters);
 
@@ -56,6 +57,7 @@ class Accounting {
   void record(Collective kind, std::uint64_t bytes_sent, std::uint64_t bytes_recv);
   // Bump wherever code blocks the host on device data (stream sync, device-to-host copy).
   void host_sync(std::uint64_t n = 1) { counters_.host_syncs += n; }
+  void route_build() { ++counters_.route_builds; }
 
  private:
   Counters counters_;

@@ -143,6 +143,14 @@ class Backend {
   virtual GdrOut gdr(const GdrArgs& args) = 0;
   // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
   virtual GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
+  // Chunkwise CP's span maps (DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value head [h | M].
+  // gdr_last_map: the LAST local sequence's state map from a zero state, S_out = M S_in + h (args.h0
+  // ignored). gdr_first_adjoint: the FIRST local sequence's adjoint map for d_o, dS_in = M^T dS_out + h.
+  virtual Buffer gdr_last_map(const GdrArgs& args) = 0;
+  virtual Buffer gdr_first_adjoint(const GdrArgs& args, const Buffer& d_o /*[N, Hv, dv]*/) = 0;
+  // maps [cp, Hv, dk, dv+dk] (every rank's, all-gathered): S = M_j S + h_j over ranks j = begin .. end-1
+  // from zero, or with `adjoint` dS = M_j^T dS + h_j over j = end-1 .. begin. [Hv, dk, dv] state_dtype().
+  virtual Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) = 0;
   virtual GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
                                   const Buffer& w /*[dv]*/, double eps) = 0;
   virtual GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,

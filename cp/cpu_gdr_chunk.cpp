@@ -138,6 +138,15 @@ AffineMap<C> ChunkStages<C>::transition(const Intra<C>& in) {
 }
 
 template <class C>
+void ChunkStages<C>::adjoint(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS) {
+  Mat<C> q_eff = in.q_dec;
+  q_eff.noalias() -= in.P.template triangularView<Eigen::Lower>() * in.W();
+  Mat<C> dS_in = M.transpose() * dS;
+  dS_in.noalias() += q_eff.transpose() * (scale * d_o);
+  dS = std::move(dS_in);
+}
+
+template <class C>
 ChunkGrads<C> ChunkStages<C>::backward(const Chunk<C>& x, const Intra<C>& in, const Mat<C>& S, const Mat<C>& v_new,
                                        ConstMatMap<C> d_o, C scale, Mat<C>& dS) {
   const Index c = x.g.size(), V = x.v.cols();

@@ -82,6 +82,9 @@ struct ChunkStages {
   // o [c, V] = scale [q_dec S + P v_new], S the entering state.
   static void output(const Intra<C>& in, const Mat<C>& S, const Mat<C>& v_new, C scale, MatMap<C> o);
   static AffineMap<C> transition(const Intra<C>& in);
+  // The chunk's adjoint map with the gradient d_o of its outputs, M = transition(in).M: dS <- M^T dS +
+  // scale (q_dec - P W)^T d_o, the gradient of the entering state (o = scale [(q_dec - P W) S + P U]).
+  static void adjoint(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS);
   // S [K, V] entering the chunk and v_new = new_values(in, S); dS enters as the gradient of the
   // leaving state and leaves as that of S.
   static ChunkGrads<C> backward(const Chunk<C>& x, const Intra<C>& in, const Mat<C>& S, const Mat<C>& v_new,

@@ -100,6 +100,16 @@ struct Gdr {
     Array<C> dh0;      // [Hv, K, V] of the first sequence
   };
   static Out forward(const Input& in);
+  // Chunkwise CP's span maps, [Hv, K, V+K] = [h | M] per value head (in.h0 ignored):
+  //   last_map:      h = h_ext of the LAST sequence (its final state from a zero state), M = prod A_t;
+  //   first_adjoint: h = dh_ext of the FIRST sequence (its initial state's gradient for d_o and a zero
+  //                  final-state gradient), M = prod A_t over that sequence.
+  static Array<C> last_map(const Input& in);
+  static Array<C> first_adjoint(const Input& in, const Array<C>& d_o);
+  // maps [cp, Hv, K, V+K]: S = M_j S + h_j for j = begin .. end-1 from S = 0 (forward), or
+  // dS = M_j^T dS + h_j for j = end-1 .. begin from dS = 0 (adjoint); returns [Hv, K, V].
+  static Array<C> fold(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin, int end,
+                       bool adjoint);
   // d_o [N, Hv, V]; dht [Hv, K, V] gradient of the last sequence's final state, or empty (zero).
   static Grads backward(const Input& in, const Array<C>& d_o, const Array<C>& dht);
 };

@@ -2,7 +2,9 @@
 // kernel, GVA (value head h reads key head h / (Hv/Hk)), chunks of 64 tokens from each sequence's
 // start, the initial state h0 for the first sequence only and the final state of the last one.
 // Inputs are re-laid head-major ([H, N, D]) so every chunk is a contiguous block.
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/parallel.hpp"
 #include "cp/cpu_gdr_chunk.hpp"
@@ -171,7 +173,79 @@ void backward_head(const Heads<C>& x, std::int64_t s, std::int64_t h, Mat<C> S, 
   }
 }
 
+// Rows [begin, begin + c) of every chunk of sequence s, last chunk first.
+template <class C>
+std::vector<std::pair<std::int64_t, std::int64_t>> chunks_reversed(const Heads<C>& x, std::int64_t s) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+  for_each_chunk(x, s, [&](std::int64_t begin, std::int64_t c) { chunks.emplace_back(begin, c); });
+  std::reverse(chunks.begin(), chunks.end());
+  return chunks;
+}
+
+// [h | M] of value head `head` into maps [Hv, K, V+K].
+template <class C>
+void store_map(const Mat<C>& h, const Mat<C>& M, std::int64_t head, Array<C>& maps) {
+  const std::int64_t K = M.rows(), width = h.cols() + K;
+  MatMap<C> out(&maps[head * K * width], K, width);
+  out << h, M;
+}
+
 }  // namespace
+
+template <class C>
+Array<C> Gdr<C>::last_map(const Input& in) {
+  const Heads<C> x(in);
+  const std::int64_t s = x.sequences() - 1, K = in.K;
+  Array<C> maps(static_cast<std::size_t>(in.Hv * K * (in.V + K)));
+  parallel_for(in.Hv, 0, [&](std::int64_t h) {
+    Mat<C> M = Mat<C>::Identity(K, K), h_ext = Mat<C>::Zero(K, in.V);
+    for_each_chunk(x, s, [&](std::int64_t begin, std::int64_t c) {
+      const AffineMap<C> step = ChunkStages<C>::transition(ChunkStages<C>::intra(x.chunk(h, begin, c)));
+      h_ext = step.M * h_ext + step.h_ext;
+      M = step.M * M;
+    });
+    store_map(h_ext, M, h, maps);
+  });
+  return maps;
+}
+
+template <class C>
+Array<C> Gdr<C>::first_adjoint(const Input& in, const Array<C>& d_o) {
+  const Heads<C> x(in);
+  const std::int64_t K = in.K, V = in.V;
+  const Array<C> do_hm = head_major(d_o, x.N, in.Hv, V);
+  const auto chunks = chunks_reversed(x, 0);
+  Array<C> maps(static_cast<std::size_t>(in.Hv * K * (V + K)));
+  parallel_for(in.Hv, 0, [&](std::int64_t h) {
+    Mat<C> M = Mat<C>::Identity(K, K), dh_ext = Mat<C>::Zero(K, V);
+    for (const auto& [begin, c] : chunks) {
+      const Intra<C> intra = ChunkStages<C>::intra(x.chunk(h, begin, c));
+      const Mat<C> M_chunk = ChunkStages<C>::transition(intra).M;
+      ChunkStages<C>::adjoint(intra, M_chunk, ConstMatMap<C>(&do_hm[(h * x.N + begin) * V], c, V),
+                              static_cast<C>(in.scale), dh_ext);
+      M = M * M_chunk;
+    }
+    store_map(dh_ext, M, h, maps);
+  });
+  return maps;
+}
+
+template <class C>
+Array<C> Gdr<C>::fold(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin, int end,
+                      bool adjoint) {
+  Array<C> out(static_cast<std::size_t>(Hv * K * V));
+  for (std::int64_t h = 0; h < Hv; ++h) {
+    Mat<C> S = Mat<C>::Zero(K, V);
+    for (int step = 0; step < end - begin; ++step) {
+      const int j = adjoint ? end - 1 - step : begin + step;
+      const ConstMatMap<C> map(&maps[(j * Hv + h) * K * (V + K)], K, V + K);
+      if (adjoint) S = map.rightCols(K).transpose() * S + map.leftCols(V);
+      else S = map.rightCols(K) * S + map.leftCols(V);
+    }
+    store_state(S, h, out);
+  }
+  return out;
+}
 
 template <class C>
 typename Gdr<C>::Out Gdr<C>::forward(const Input& in) {

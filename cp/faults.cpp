@@ -33,8 +33,24 @@ const std::vector<FaultInfo>& all_faults() {
        "headwise sends CP rank j the heads of rank j+1 (section permutation shifted by one rank)"},
       {Fault::MissingGradReductionOverCp, "missing_grad_reduction_over_cp",
        "parameter gradients are left as per-rank partials, not summed over the CP group"},
+      {Fault::ChunkwiseBf16StateChain, "chunkwise_bf16_state_chain",
+       "chunkwise exchanges and folds the (M, h_ext) state chain in bf16 instead of fp32"},
+      {Fault::ConvHaloWrongRank, "conv_halo_wrong_rank",
+       "chunkwise reads each conv halo piece from the next rank instead of the rank that owns it"},
+      {Fault::ConvHaloOneRank, "conv_halo_one_rank",
+       "chunkwise takes the conv halo from the previous rank only, zeros where it reaches further back"},
+      {Fault::RouteOffByOne, "route_off_by_one",
+       "the zigzag -> contiguous route puts every received row one row past where it belongs"},
+      {Fault::DynamicCpUsesStaticGroup, "dynamic_cp_uses_static_group",
+       "a dynamic-CP micro-batch runs its collectives on the static CP group instead of its sub-group"},
   };
   return table;
+}
+
+std::string_view fault_name(Fault f) {
+  for (const auto& info : all_faults())
+    if (info.fault == f) return info.name;
+  return "none";
 }
 
 Fault active_fault() {

@@ -12,6 +12,11 @@ enum class Fault {
   AllGatherNoReduceScatter,     // all_gather backward keeps its own gradient rows, no reduce-scatter
   HeadwiseHeadPermShift,        // headwise section permutation shifted by one CP rank
   MissingGradReductionOverCp,   // parameter gradients not summed over the CP group
+  ChunkwiseBf16StateChain,      // chunkwise (M, h_ext) maps and folded states rounded to bf16
+  ConvHaloWrongRank,            // chunkwise conv halo read from the next rank instead of the owner
+  ConvHaloOneRank,              // chunkwise conv halo limited to the previous rank (zeros beyond)
+  RouteOffByOne,                // zigzag -> contiguous route index shifted by one row
+  DynamicCpUsesStaticGroup,     // a dynamic-CP micro-batch's collectives run on the static group
 };
 
 struct FaultInfo {
@@ -20,6 +25,7 @@ struct FaultInfo {
   std::string_view what;
 };
 const std::vector<FaultInfo>& all_faults();
+std::string_view fault_name(Fault f);  // "none" for Fault::None
 
 // The active fault: a ScopedFault's if one is alive, else GDNV_FAULT's (an unknown name is a
 // ConfigError listing the known ones).

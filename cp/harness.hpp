@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "comm/accounting.hpp"
@@ -17,6 +18,13 @@
 
 namespace gdnv::cp {
 
+// The decay regime of the gates, set through A_log (A = exp(A_log), g = -A softplus(a + dt_bias) with
+// softplus ~ 1.3 at init): default A log-uniform in [1, 16] (Megatron's init: a few tokens of memory);
+// weak [1e-3, 1e-2] (g ~ 0: the state, and with it the chunkwise fold, carries across every rank);
+// strong [8, 32] (e^g < 3e-5: only the last tokens before a boundary matter).
+enum class GateRegime { Default, Weak, Strong };
+GateRegime parse_gate_regime(std::string_view name);  // "default" | "weak" | "strong"
+
 struct RunSpec {
   ref::LayerConfig::Values layer;
   CpConfig cp;
@@ -25,6 +33,7 @@ struct RunSpec {
   std::vector<std::int64_t> lengths;    // THD sequence lengths
   std::int64_t seq_len = 0, batch = 1;  // SBHD
   std::vector<int> micro_batches;       // CP size of each micro-batch; empty: one at cp.cp
+  GateRegime gates = GateRegime::Default;
   std::uint64_t seed = 0;
 };
 

@@ -146,12 +146,12 @@ std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec
   if (spec.format == Format::Sbhd) shape.lengths = {spec.seq_len};
   for (std::size_t i = 1; i < spec.cu_seqlens.size(); ++i)
     shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);
-  const int c = validate_micro_batch(cp_, config_, shape);
-  if (cp_.mode == CpMode::Chunkwise && c > 1)
-    throw ConfigError("linear_cp_mode='chunkwise' with CP>1 is not implemented yet: use linear_cp_mode='headwise' or "
-                      "'all_gather' (chunkwise runs at CP=1)");
-  (void)size_params(c);
-  return make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_);
+  (void)size_params(validate_micro_batch(cp_, config_, shape));
+  auto mb = make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
+  if (!cp_group || !fault_active(Fault::DynamicCpUsesStaticGroup)) return mb;
+  auto wrong = std::make_shared<MicroBatch>(*mb);
+  wrong->cp = &cp_group_;
+  return wrong;
 }
 
 LayerParts GdnCpLayer::parts(const MicroBatch& mb) const {
@@ -176,7 +176,7 @@ Buffer GdnCpLayer::forward(const std::shared_ptr<const MicroBatch>& plan, const 
   if (mb.cp_size == 1) out = plain_forward(p, mb.full, h, ctx);
   else if (cp_.mode == CpMode::Headwise) out = headwise_forward(p, h, ctx);
   else if (cp_.mode == CpMode::AllGather) out = all_gather_forward(p, h, ctx);
-  else throw Error("GdnCpLayer: no CP>1 path for linear_cp_mode='chunkwise' (prepare() rejects it)");
+  else out = chunkwise_forward(p, h, ctx);
   if (mb.format == Format::Sbhd) out = be_.gather_rows(out, mb.rows_to_sbhd);
   return out.reshaped(hidden.shape());
 }
@@ -189,7 +189,8 @@ LayerBackward GdnCpLayer::backward(const Context& ctx, const Buffer& grad_output
   LocalGrads g;
   if (mb.cp_size == 1) g = plain_backward(p, ctx, dout);
   else if (cp_.mode == CpMode::Headwise) g = headwise_backward(p, ctx, dout);
-  else g = all_gather_backward(p, ctx, dout);
+  else if (cp_.mode == CpMode::AllGather) g = all_gather_backward(p, ctx, dout);
+  else g = chunkwise_backward(p, ctx, dout);
   Buffer dh = mb.format == Format::Sbhd ? be_.gather_rows(g.dh, mb.rows_to_sbhd) : g.dh;
   return {dh.reshaped(grad_output.shape()), reduce_grads(mb, g)};
 }

@@ -1,7 +1,11 @@
 #include "cp/micro_batch.hpp"
 
+#include <algorithm>
+
+#include "cp/faults.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
+#include "layouts/route.hpp"
 #include "layouts/validate.hpp"
 
 namespace gdnv::cp {
@@ -37,9 +41,61 @@ void plan_peer_major(Backend& be, MicroBatch& mb) {
   mb.from_peer_major = upload_index(be, from);
 }
 
+std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
+  std::vector<std::int64_t> v;
+  for (std::int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+// The halo's pieces as rows of the all-gathered tails -> rows of the right-aligned halo.
+void plan_halo(Backend& be, const MicroBatch& mb, std::int64_t conv_width, ChunkwisePlan& plan) {
+  const std::int64_t n = mb.cu.back() / mb.cp_size;
+  std::vector<std::int64_t> from, rows;
+  std::int64_t at = conv_width - 1 - plan.context.halo_tokens();
+  for (const layouts::HaloPiece& piece : plan.context.halo) {
+    int rank = piece.rank;
+    if (fault_active(Fault::ConvHaloWrongRank)) rank = (rank + 1) % mb.cp_size;
+    const bool dropped = fault_active(Fault::ConvHaloOneRank) && rank != mb.cp_rank - 1;
+    for (std::int64_t i = 0; i < piece.length; ++i, ++at) {
+      if (dropped) continue;
+      from.push_back(rank * plan.tail + piece.local_begin + i - (n - plan.tail));
+      rows.push_back(at);
+    }
+  }
+  if (from.empty()) return;
+  plan.halo_from = upload_index(be, from);
+  plan.halo_rows = upload_index(be, rows);
+}
+
+std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatch& mb, std::int64_t conv_width) {
+  auto plan = std::make_shared<ChunkwisePlan>();
+  mb.cp->accounting().route_build();
+  const layouts::Route route = layouts::zigzag_contiguous_route(mb.cu, mb.cp_size, mb.cp_rank);
+  plan->send_counts = route.send_counts;
+  plan->recv_counts = route.recv_counts;
+  std::vector<std::int64_t> index = route.index;
+  if (fault_active(Fault::RouteOffByOne))
+    for (auto& i : index) i = (i + 1) % static_cast<std::int64_t>(index.size());
+  plan->route_index = upload_index(be, index);
+
+  plan->context = layouts::chunkwise_context(mb.cu, mb.cp_size, mb.cp_rank, conv_width);
+  plan->span = make_varlen(be, plan->context.local_cu_seqlens);
+  for (int p = 0; p < mb.cp_size; ++p) {
+    const auto peer = layouts::chunkwise_context(mb.cu, mb.cp_size, p, conv_width);
+    plan->halo_exchange = plan->halo_exchange || !peer.halo.empty();
+    plan->state_exchange = plan->state_exchange || peer.pre_num_ranks > 0;
+  }
+  const std::int64_t n = mb.cu.back() / mb.cp_size;
+  plan->tail = std::min(conv_width - 1, n);
+  plan->tail_rows = upload_index(be, iota(n - plan->tail, n));
+  plan_halo(be, mb, conv_width, *plan);
+  return plan;
+}
+
 }  // namespace
 
-std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatchSpec& spec, Communicator& group) {
+std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatchSpec& spec, Communicator& group,
+                                                   CpMode mode, std::int64_t conv_width) {
   auto mb = std::make_shared<MicroBatch>();
   mb->format = spec.format;
   mb->cp = &group;
@@ -66,6 +122,7 @@ std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatch
   mb->natural_from_received = upload_index(be, layouts::inverse_permutation(received_from_natural));
   if (spec.format == Format::Sbhd) plan_sbhd(be, *mb);
   plan_peer_major(be, *mb);
+  if (mode == CpMode::Chunkwise && mb->cp_size > 1) mb->chunkwise = plan_chunkwise(be, *mb, conv_width);
   return mb;
 }
 

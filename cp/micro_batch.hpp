@@ -8,8 +8,34 @@
 
 #include "cp/backend.hpp"
 #include "cp/cp_config.hpp"
+#include "layouts/chunkwise_context.hpp"
 
 namespace gdnv::cp {
+
+// Per-peer row counts -> element counts of [rows, width] tensors.
+inline std::vector<std::int64_t> scaled_counts(const std::vector<std::int64_t>& rows, std::int64_t width) {
+  std::vector<std::int64_t> out;
+  for (auto n : rows) out.push_back(n * width);
+  return out;
+}
+
+// Chunkwise CP (DESIGN.md §3, cp/chunkwise.cpp): the zigzag <-> contiguous route and this rank's
+// contiguous span, its conv halo and its place in the state fold.
+struct ChunkwisePlan {
+  layouts::ChunkwiseContext context;
+  std::vector<std::int64_t> send_counts, recv_counts;  // rows to / from each peer, zigzag -> contiguous
+  Buffer route_index;  // I64 [T/W]: contiguous local row of each receive-buffer row
+  Varlen span;         // the span's sequence pieces (context.local_cu_seqlens)
+
+  // Conv halo: every rank's last `tail` rows of the conv input are all-gathered ([cp * tail, D],
+  // rank-major); the halo [W_conv - 1, D] takes rows `halo_from` of that into rows `halo_rows`
+  // (right-aligned: zeros where the first sequence starts less than W_conv - 1 tokens back).
+  std::int64_t tail = 0;  // min(W_conv - 1, T/W): equal on every rank
+  Buffer tail_rows;       // I64 [tail]
+  Buffer halo_from, halo_rows;  // I64 [halo tokens]; empty without halo
+  // Whether any rank of the group needs a halo / a folded state: the exchanges run on every rank or on none.
+  bool halo_exchange = false, state_exchange = false;
+};
 
 struct MicroBatch {
   Format format = Format::Thd;
@@ -25,11 +51,7 @@ struct MicroBatch {
   std::vector<std::int64_t> counts;  // zigzag rows held by each CP rank
 
   // Elements each CP rank holds of a [rows, width] tensor: the counts of a variable collective.
-  std::vector<std::int64_t> element_counts(std::int64_t width) const {
-    std::vector<std::int64_t> out;
-    for (auto n : counts) out.push_back(n * width);
-    return out;
-  }
+  std::vector<std::int64_t> element_counts(std::int64_t width) const { return scaled_counts(counts, width); }
   std::int64_t local_tokens = 0;
 
   Buffer sbhd_to_rows, rows_to_sbhd;  // SBHD: [S_loc*B] (s, b) order <-> batch-major rows
@@ -38,6 +60,7 @@ struct MicroBatch {
   Buffer own_positions;          // [N_loc] natural positions of this rank's zigzag rows
   Buffer to_peer_major;          // [N_loc*cp] rows (n, j) of [N_loc, cp, E] -> (j, n)
   Buffer from_peer_major;        // [N_loc*cp] rows (j, n) of [cp, N_loc, E] -> (n, j)
+  std::shared_ptr<const ChunkwisePlan> chunkwise;  // chunkwise mode at CP > 1 only
 };
 
 struct MicroBatchSpec {
@@ -46,7 +69,9 @@ struct MicroBatchSpec {
   std::int64_t seq_len = 0, batch = 1;   // SBHD
 };
 
-// `cp_group` is the group the micro-batch runs on (validated by the caller).
-std::shared_ptr<const MicroBatch> make_micro_batch(Backend& backend, const MicroBatchSpec& spec, Communicator& cp_group);
+// `cp_group` is the group the micro-batch runs on (validated by the caller); chunkwise CP also plans
+// its route (counted in the group's accounting as a route build) and halo for conv width `conv_width`.
+std::shared_ptr<const MicroBatch> make_micro_batch(Backend& backend, const MicroBatchSpec& spec, Communicator& cp_group,
+                                                   CpMode mode, std::int64_t conv_width);
 
 }  // namespace gdnv::cp

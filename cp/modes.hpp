@@ -2,6 +2,7 @@
 // The CP modes (DESIGN.md §3), each in its own file, written once against a Backend and a Communicator:
 //   cp/plain.cpp       CP=1: the layer on whole sequences
 //   cp/headwise.cpp    Ulysses: all-to-all tokens <-> heads, full sequences for 1/cp of the heads
+//   cp/chunkwise.cpp   FLA KCP: contiguous spans, conv halo and (M, h_ext) state fold across ranks
 //   cp/all_gather.cpp  THD: all-gather the shards, compute everything, keep this rank's shard
 // Inputs and outputs are this rank's zigzag rows [N_loc, hidden] (batch-major for SBHD).
 #include "cp/micro_batch.hpp"
@@ -38,6 +39,9 @@ LocalGrads plain_backward(const LayerParts& parts, const Context& ctx, const Buf
 
 Buffer headwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
 LocalGrads headwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
+
+Buffer chunkwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
+LocalGrads chunkwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
 
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
 LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);

@@ -39,14 +39,13 @@ InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSave
   return {norm.dx, norm.dw, lin.dw};
 }
 
-MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
-                       const Buffer& h0, MixerSaved& s) {
+void mixer_core_inputs(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
+                       MixerSaved& s) {
   const MixerGeometry& g = mp.geo;
   const std::int64_t N = p.dim(0);
   s.p = p;
   s.seqs = &seqs;
   s.halo = halo;
-  s.h0 = h0;
   s.qkv = be.gather_columns(p, mp.cols_qkv);
   s.z = be.gather_columns(p, mp.cols_z).reshaped({N, g.Hv, g.dv});
   s.b = be.gather_columns(p, mp.cols_b);
@@ -56,20 +55,37 @@ MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p, cons
   s.k = be.gather_columns(s.conv, mp.cols_k).reshaped({N, g.Hk, g.dk});
   s.v = be.gather_columns(s.conv, mp.cols_v).reshaped({N, g.Hv, g.dv});
   s.gates = be.gates(s.a, s.b, mp.A_log, mp.dt_bias);
-  GdrOut core = be.gdr({s.q, s.k, s.v, s.gates.g, s.gates.beta, seqs, h0, g.scale});
-  s.o = core.o;
-  GatedNormOut norm = be.gated_norm(core.o, s.z, mp.out_norm, g.eps);
-  s.norm_rstd = norm.rstd;
-  return {norm.y.reshaped({N, g.v_dim()}), core.final_state};
 }
 
-MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy,
-                          const Buffer& dht) {
+GdrArgs core_args(const MixerParams& mp, const MixerSaved& s) {
+  return {s.q, s.k, s.v, s.gates.g, s.gates.beta, *s.seqs, s.h0, mp.geo.scale};
+}
+
+MixerOut mixer_core(Backend& be, const MixerParams& mp, const Buffer& h0, MixerSaved& s) {
+  s.h0 = h0;
+  GdrOut core = be.gdr(core_args(mp, s));
+  s.o = core.o;
+  GatedNormOut norm = be.gated_norm(core.o, s.z, mp.out_norm, mp.geo.eps);
+  s.norm_rstd = norm.rstd;
+  return {norm.y.reshaped({s.p.dim(0), mp.geo.v_dim()}), core.final_state};
+}
+
+MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
+                       const Buffer& h0, MixerSaved& s) {
+  mixer_core_inputs(be, mp, p, seqs, halo, s);
+  return mixer_core(be, mp, h0, s);
+}
+
+GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy) {
+  const MixerGeometry& g = mp.geo;
+  return be.gated_norm_backward(dy.reshaped({s.p.dim(0), g.Hv, g.dv}), s.o, s.z, mp.out_norm, s.norm_rstd, g.eps);
+}
+
+MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const GatedNormGrads& norm,
+                               const Buffer& dht) {
   const MixerGeometry& g = mp.geo;
   const std::int64_t N = s.p.dim(0);
-  GatedNormGrads norm = be.gated_norm_backward(dy.reshaped({N, g.Hv, g.dv}), s.o, s.z, mp.out_norm, s.norm_rstd, g.eps);
-  GdrGrads core =
-      be.gdr_backward({s.q, s.k, s.v, s.gates.g, s.gates.beta, *s.seqs, s.h0, g.scale}, norm.d_o, dht);
+  GdrGrads core = be.gdr_backward(core_args(mp, s), norm.d_o, dht);
   GateGrads gates = be.gates_backward(core.dg, core.dbeta, s.a, s.b, mp.A_log, mp.dt_bias);
 
   Buffer dconv = be.alloc(be.dtype(), {N, g.conv_dim()});
@@ -85,6 +101,11 @@ MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& 
   be.scatter_columns(gates.db, mp.cols_b, dp);
   be.scatter_columns(gates.da, mp.cols_a, dp);
   return {dp, conv.dw, conv.dbias, gates.dA_log, gates.ddt_bias, norm.dw, conv.dhalo, core.dh0};
+}
+
+MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy,
+                          const Buffer& dht) {
+  return mixer_core_backward(be, mp, s, mixer_norm_backward(be, mp, s, dy), dht);
 }
 
 }  // namespace gdnv::cp

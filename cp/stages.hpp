@@ -69,6 +69,13 @@ struct MixerOut {
 };
 MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p /*[N, in_dim]*/, const Varlen& seqs,
                        const Buffer& halo, const Buffer& h0, MixerSaved& saved);
+// mixer_forward in two halves, so chunkwise CP can fold the core's initial state in between:
+// conv + gates (everything the core reads) into `saved`, then the core from h0 and the gated norm.
+void mixer_core_inputs(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
+                       MixerSaved& saved);
+MixerOut mixer_core(Backend& be, const MixerParams& mp, const Buffer& h0, MixerSaved& saved);
+// The core's arguments as saved by the forward (valid while `saved` lives).
+GdrArgs core_args(const MixerParams& mp, const MixerSaved& saved);
 struct MixerGrads {
   Buffer dp;                                  // [N, in_dim]
   Buffer d_conv_w, d_conv_b, d_A_log, d_dt_bias, d_out_norm;
@@ -76,5 +83,10 @@ struct MixerGrads {
 };
 MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const Buffer& dy /*[N, Hv*dv]*/,
                           const Buffer& dht);
+// mixer_backward in two halves: the gated norm's backward (whose d_o chunkwise CP folds into the last
+// sequence's dht), then the rest from dht.
+GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const Buffer& dy);
+MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const GatedNormGrads& norm,
+                               const Buffer& dht);
 
 }  // namespace gdnv::cp

@@ -1,108 +1,45 @@
 // GdnCpLayer on in-process ranks against the fp64 oracle: every legal mode and geometry matches the
-// oracle, the modes agree with each other, each mode performs exactly its collectives, and the suite
-// catches the planted faults.
+// oracle, the modes agree with each other and with CP=1, chunkwise stays within 4x headwise's
+// deviation, each mode performs exactly its collectives, and the suite catches the planted faults.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include <cstdio>
-#include <tuple>
+#include <algorithm>
 
-#include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
 #include "cp/faults.hpp"
-#include "cp/harness.hpp"
+#include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {
 namespace {
 
-struct Geometry {
-  int W, tp;
-  std::int64_t Hk, group, dk, dv, hidden;
-  Format format;
-  std::vector<std::int64_t> lengths;  // THD
-  std::int64_t seq_len, batch;        // SBHD
-};
+using namespace gdnv::cp::testing;
 
-// W in {1,2,3,4,8}, GVA 1/2/4, dims not powers of two, several sequences (multiples of 2W).
-rc::Gen<Geometry> gen_geometry(bool sbhd_allowed) {
-  return rc::gen::exec([sbhd_allowed] {
-    Geometry g;
-    g.W = *rc::gen::element(1, 2, 3, 4, 8);
-    g.tp = *rc::gen::element(1, 1, 2);
-    g.group = *rc::gen::element<std::int64_t>(1, 2, 4);
-    g.Hk = g.W * g.tp * *rc::gen::element<std::int64_t>(1, 1, 2);  // headwise needs Hk % (tp*W) == 0
-    g.dk = *rc::gen::element<std::int64_t>(4, 6, 12);
-    g.dv = *rc::gen::element<std::int64_t>(4, 10, 20);
-    g.hidden = *rc::gen::element<std::int64_t>(12, 24, 40);
-    g.format = sbhd_allowed && *rc::gen::arbitrary<bool>() ? Format::Sbhd : Format::Thd;
-    const auto chunk = [&] { return 2 * g.W * *rc::gen::inRange<std::int64_t>(1, 5); };
-    const int n = *rc::gen::inRange(1, 4);
-    for (int i = 0; i < n; ++i) g.lengths.push_back(chunk());
-    g.seq_len = chunk();
-    g.batch = *rc::gen::inRange<std::int64_t>(1, 3);
-    return g;
-  });
-}
-
-RunSpec spec_of(const Geometry& g, CpMode mode, DType dtype, std::uint64_t seed) {
-  RunSpec s;
-  s.layer = {g.hidden, g.Hk, g.Hk * g.group, g.dk, g.dv, 4, 1e-6, false};
-  s.cp.mode = mode;
-  s.cp.cp = g.W;
-  s.cp.tp = g.tp;
-  s.dtype = dtype;
-  s.format = g.format;
-  s.lengths = g.lengths;
-  s.seq_len = g.seq_len;
-  s.batch = g.batch;
-  s.seed = seed;
-  return s;
-}
-
-// (name, reference, candidate) for every tensor of an answer.
-std::vector<std::tuple<std::string, const Tensor&, const Tensor&>> pairs(const Answer& ref, const Answer& got) {
-  std::vector<std::tuple<std::string, const Tensor&, const Tensor&>> out{{"out", ref.out, got.out},
-                                                                         {"grad_hidden", ref.grad_hidden, got.grad_hidden}};
-  for (const auto& [name, t] : ref.grads) out.emplace_back("grad::" + name, t, got.grads.at(name));
-  return out;
-}
-
-std::vector<std::pair<std::string, Metrics>> judge(const Answer& ref, const Answer& got) {
-  std::vector<std::pair<std::string, Metrics>> rows;
-  for (const auto& [name, r, c] : pairs(ref, got)) rows.emplace_back(name, compare(r, c));
-  return rows;
-}
-
-// Every tensor within its gate of the oracle; the reference itself must be non-trivial.
-void check_against_oracle(const RunSpec& spec) {
-  const Case k = make_case(spec);
-  const Answer oracle = oracle_answer(k);
-  const auto gates = oracle_gates(k, oracle, spec.dtype);
-  for (const auto& run : run_in_process(spec, k, make_cpu_backend))
-    for (const auto& [name, m] : judge(oracle, run.answer)) {
-      RC_ASSERT(m.ref_rms > 0.0);
-      if (!(m.rel_rms < gates.at(name))) {
-        char buf[96];
-        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, gates.at(name));
-        RC_FAIL(std::string(mode_name(spec.cp.mode)) + " cp=" + std::to_string(run.cp_size) + " " + name + buf);
-      }
-    }
-}
-
-bool legal(const Geometry& g, CpMode mode) {
-  if (mode == CpMode::AllGather && g.format == Format::Sbhd && g.W > 1) return false;
-  return mode != CpMode::Chunkwise;  // chunkwise: its own suite
-}
-
+// Every legal mode within its gate of the oracle. Off fp64, chunkwise's deviation from the oracle is
+// at most 4x headwise's (floor 1e-6) on every tensor (DESIGN.md §4): its extra roundings (the state
+// fold, the halo sums) must not compound.
 void check_all_modes(DType dtype) {
   const Geometry g = *gen_geometry(true);
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
-  for (CpMode mode : {CpMode::Headwise, CpMode::AllGather})
-    if (legal(g, mode)) check_against_oracle(spec_of(g, mode, dtype, seed));
+  RC_LOG() << g << " " << dtype_name(dtype) << " seed=" << seed << "\n";
+  const Judge judge(spec_of(g, CpMode::Headwise, dtype, seed));
+  std::map<CpMode, std::map<std::string, double>> rel;
+  for (CpMode mode : kModes)
+    if (legal(g, mode)) {
+      std::vector<std::map<std::string, double>> r;
+      run_and_check(judge, spec_of(g, mode, dtype, seed), &r);
+      rel[mode] = r.front();
+    }
+  if (dtype == DType::F64 || !rel.count(CpMode::Chunkwise)) return;
+  for (const auto& [name, chunk] : rel.at(CpMode::Chunkwise)) {
+    const double bound = 4.0 * std::max(rel.at(CpMode::Headwise).at(name), 1e-6);
+    if (!(chunk <= bound))
+      RC_FAIL("chunkwise " + name + ": rel_rms " + std::to_string(chunk) + " > 4x headwise's (floor 1e-6) " +
+              std::to_string(bound));
+  }
 }
 
 RC_GTEST_PROP(CpLayer, Fp64ModesMatchOracle, ()) { check_all_modes(DType::F64); }
-RC_GTEST_PROP(CpLayer, Fp32ModesMatchOracle, ()) { check_all_modes(DType::F32); }
+RC_GTEST_PROP(CpLayer, Fp32ModesMatchOracleChunkwiseWithin4xHeadwise, ()) { check_all_modes(DType::F32); }
 RC_GTEST_PROP(CpLayer, Bf16ModesMatchOracleWithinConditionedGate, ()) { check_all_modes(DType::BF16); }
 
 // DESIGN.md §4, CP>1 vs CP=1: atol 2e-3, rtol 1e-2, cos >= 0.9999, elementwise on every tensor. In
@@ -110,13 +47,14 @@ RC_GTEST_PROP(CpLayer, Bf16ModesMatchOracleWithinConditionedGate, ()) { check_al
 // ill-conditioned gradient (a near-cancelling sum over tokens) can move by more than atol + rtol|x|
 // while the tensor is right; bf16 is held to the cosine gate below.
 void check_modes_agree_with_cp1(DType dtype, bool elementwise) {
-  Geometry g = *gen_geometry(false);
+  const Geometry g = *gen_geometry(false);
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
+  RC_LOG() << g << " " << dtype_name(dtype) << " seed=" << seed << "\n";
   RunSpec cp1 = spec_of(g, CpMode::Headwise, dtype, seed);
   cp1.cp.cp = 1;
   const Case k = make_case(cp1);
   const Answer base = run_in_process(cp1, k, make_cpu_backend).front().answer;
-  for (CpMode mode : {CpMode::Headwise, CpMode::AllGather}) {
+  for (CpMode mode : kModes) {
     const Answer got = run_in_process(spec_of(g, mode, dtype, seed), k, make_cpu_backend).front().answer;
     for (const auto& [name, ref, cand] : pairs(base, got)) {
       const Metrics m = compare(ref, cand);
@@ -133,8 +71,20 @@ RC_GTEST_PROP(CpLayer, Bf16ModesAgreeWithCp1WithinCosineGate, ()) { check_modes_
 
 // A fixed geometry where every mode is legal: THD, W=2, Hk=2, Hv=4.
 RunSpec fixed_spec(CpMode mode, DType dtype = DType::F64) {
-  Geometry g{2, 1, 2, 2, 6, 10, 24, Format::Thd, {16, 8, 12}, 0, 1};
+  const Geometry g{2, 1, 2, 2, 6, 10, 24, 4, Format::Thd, {16, 8, 12}, 0, 1};
   return spec_of(g, mode, dtype, 11);
+}
+
+// One sequence of 2W tokens at W = 4: every contiguous span is 2 tokens, so the conv halo (3 tokens)
+// reaches two ranks back and the state chain crosses all four; weak gates keep the chain alive.
+RunSpec short_span_spec(CpMode mode) {
+  Geometry g{4, 1, 4, 2, 6, 10, 24, 4, Format::Thd, {8}, 0, 1};
+  g.gates = GateRegime::Weak;
+  return spec_of(g, mode, DType::F64, 5);
+}
+
+std::uint64_t params_of(const RunSpec& spec) {
+  return ref::param_names(ref::LayerConfig(spec.layer)).size();
 }
 
 TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
@@ -144,9 +94,8 @@ TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
   EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
   EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
   // One CP all-reduce per parameter gradient.
-  const auto params = static_cast<int>(ref::param_names(ref::LayerConfig(spec.layer)).size());
-  EXPECT_EQ(run.backward[Collective::AllReduce].calls, static_cast<std::uint64_t>(params)) << run.backward;
-  EXPECT_EQ(run.backward.calls(), 2u + params) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.backward.calls(), 2u + params_of(spec)) << run.backward;
 }
 
 TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
@@ -158,8 +107,33 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
   EXPECT_EQ(run.backward[Collective::AllGather].calls, 0u) << run.backward;
 }
 
+// Forward: the hidden swap each way, the halo tails and the state maps. Backward: the swaps, the
+// adjoint maps, the halo gradient's reduce-scatter and the parameter sums. No route is built inside
+// the layer: the micro-batch's one route serves both swaps of both directions.
+TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
+  const RunSpec spec = fixed_spec(CpMode::Chunkwise);
+  const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
+  EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward[Collective::AllGather].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward.calls(), 4u) << run.forward;
+  EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllGather].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.forward.route_builds + run.backward.route_builds, 0u);
+}
+
+// The swaps carry 2 x hidden values per token; the projection width headwise moves is far larger.
+TEST(CpLayer, ChunkwiseSwapsMoveFewerBytesThanHeadwise) {
+  const RunSpec chunk = fixed_spec(CpMode::Chunkwise), head = fixed_spec(CpMode::Headwise);
+  const Case k = make_case(chunk);
+  const auto c = run_in_process(chunk, k, make_cpu_backend).front(), h = run_in_process(head, k, make_cpu_backend).front();
+  EXPECT_LT(c.forward[Collective::AllToAllV].bytes_sent, h.forward[Collective::AllToAllV].bytes_sent);
+  EXPECT_LT(c.backward[Collective::AllToAllV].bytes_sent, h.backward[Collective::AllToAllV].bytes_sent);
+}
+
 TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {
-  for (CpMode mode : {CpMode::Headwise, CpMode::AllGather, CpMode::Chunkwise}) {
+  for (CpMode mode : kModes) {
     RunSpec spec = fixed_spec(mode);
     spec.cp.cp = 1;
     const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
@@ -167,32 +141,46 @@ TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {
   }
 }
 
-// Mutants: with each planted fault the oracle comparison must fail.
-bool suite_passes_under(Fault fault, CpMode mode) {
+// Mutants: with each planted fault the oracle comparison must fail (an error thrown by the layer,
+// such as a collective whose counts disagree, is a failure too).
+std::vector<std::string> failures_under(Fault fault, const RunSpec& spec) {
   const ScopedFault planted(fault);
-  const RunSpec spec = fixed_spec(mode);
-  const Case k = make_case(spec);
-  const Answer oracle = oracle_answer(k);
-  const auto gates = oracle_gates(k, oracle, spec.dtype);
-  for (const auto& [name, m] : judge(oracle, run_in_process(spec, k, make_cpu_backend).front().answer))
-    if (!(m.rel_rms < gates.at(name))) return false;
-  return true;
+  const Judge judge(spec);
+  std::vector<std::string> failures;
+  try {
+    for (const auto& run : run_in_process(spec, judge.k, make_cpu_backend))
+      (void)judge.measure(run.answer, std::string(mode_name(spec.cp.mode)), failures);
+  } catch (const Error& e) {
+    failures.push_back(e.what());
+  }
+  return failures;
 }
 
-TEST(CpLayerMutants, FixedCaseCatchesEveryModeFault) {
-  EXPECT_TRUE(suite_passes_under(Fault::None, CpMode::AllGather));
-  EXPECT_FALSE(suite_passes_under(Fault::AllGatherNoReduceScatter, CpMode::AllGather));
-  EXPECT_FALSE(suite_passes_under(Fault::HeadwiseHeadPermShift, CpMode::Headwise));
-  EXPECT_FALSE(suite_passes_under(Fault::MissingGradReductionOverCp, CpMode::Headwise));
-  EXPECT_FALSE(suite_passes_under(Fault::MissingGradReductionOverCp, CpMode::AllGather));
+TEST(CpLayerMutants, FixedCasesPassWithoutAFault) {
+  for (CpMode mode : kModes) {
+    EXPECT_EQ(failures_under(Fault::None, fixed_spec(mode)), std::vector<std::string>{}) << mode_name(mode);
+    EXPECT_EQ(failures_under(Fault::None, short_span_spec(mode)), std::vector<std::string>{}) << mode_name(mode);
+  }
+}
+
+TEST(CpLayerMutants, FixedCasesCatchEveryModeFault) {
+  const std::pair<Fault, CpMode> planted[] = {
+      {Fault::AllGatherNoReduceScatter, CpMode::AllGather},  {Fault::HeadwiseHeadPermShift, CpMode::Headwise},
+      {Fault::MissingGradReductionOverCp, CpMode::Headwise}, {Fault::MissingGradReductionOverCp, CpMode::AllGather},
+      {Fault::MissingGradReductionOverCp, CpMode::Chunkwise}, {Fault::ChunkwiseBf16StateChain, CpMode::Chunkwise},
+      {Fault::ConvHaloWrongRank, CpMode::Chunkwise},         {Fault::ConvHaloOneRank, CpMode::Chunkwise},
+      {Fault::RouteOffByOne, CpMode::Chunkwise}};
+  for (const auto& [fault, mode] : planted)
+    EXPECT_FALSE(failures_under(fault, short_span_spec(mode)).empty()) << fault_name(fault) << " not caught";
 }
 
 TEST(CpLayerMutants, PropertySuiteFailsUnderEachFault) {
-  for (Fault f : {Fault::AllGatherNoReduceScatter, Fault::HeadwiseHeadPermShift, Fault::MissingGradReductionOverCp}) {
+  for (Fault f : {Fault::AllGatherNoReduceScatter, Fault::HeadwiseHeadPermShift, Fault::MissingGradReductionOverCp,
+                  Fault::ChunkwiseBf16StateChain, Fault::ConvHaloWrongRank, Fault::RouteOffByOne}) {
     const ScopedFault planted(f);
     // W=1 draws cannot see CP faults; the suite must still find a failing geometry.
     EXPECT_FALSE(rc::check("modes match the oracle (fp64) under a planted fault", [] { check_all_modes(DType::F64); }))
-        << "fault not caught";
+        << fault_name(f) << " not caught";
   }
 }
 

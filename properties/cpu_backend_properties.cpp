@@ -57,6 +57,21 @@ RC_GTEST_PROP(CpuBackendProperties, GdrMatchesTheRecurrentOracleOnRandomPackedSe
   assert_all(gdnv::testing::compare_gdr(*make_cpu_backend(storage), c));
 }
 
+RC_GTEST_PROP(CpuBackendProperties, SpanMapsAndTheirFoldMatchTheOraclesAffineMaps, ()) {
+  gdnv::testing::GdrCase c;
+  const DType storage = *gen_storage();
+  c.cu = *gen_offsets(140);
+  c.Hk = *rc::gen::inRange<std::int64_t>(1, 3);
+  c.Hv = c.Hk * *rc::gen::element<std::int64_t>(1, 2);
+  c.K = *rc::gen::inRange<std::int64_t>(2, 12);
+  c.V = *rc::gen::inRange<std::int64_t>(1, 12);
+  c.gates = *rc::gen::element(Gates::LogSigmoidTau01, Gates::LogSigmoidTau1, Gates::Zero, Gates::StronglyNegative);
+  c.seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
+  RC_LOG() << dtype_name(storage) << " cu.size=" << c.cu.size() << " N=" << c.cu.back() << " Hv=" << c.Hv
+           << " K=" << c.K << " V=" << c.V << "\n";
+  assert_all(gdnv::testing::compare_span_maps(*make_cpu_backend(storage), c));
+}
+
 RC_GTEST_PROP(CpuBackendProperties, ConvMatchesTheOracleOfTheConcatenationWithTheHalo, ()) {
   gdnv::testing::ConvCase c;
   const DType storage = *gen_storage();

@@ -81,7 +81,8 @@ TEST(Cli, GatePassesAndPrintsSummary) {
 }
 
 TEST(Cli, GateFailsUnderEachPlantedFaultNamingTheStep) {
-  for (const char* fault : {"allgather_no_reduce_scatter", "headwise_head_perm_shift", "missing_grad_reduction_over_cp"}) {
+  for (const char* fault : {"allgather_no_reduce_scatter", "headwise_head_perm_shift", "missing_grad_reduction_over_cp",
+                            "chunkwise_bf16_state_chain", "conv_halo_wrong_rank", "route_off_by_one"}) {
     setenv("GDNV_FAULT", fault, 1);
     const auto r = run_cli("gate");
     unsetenv("GDNV_FAULT");

@@ -483,9 +483,10 @@ TEST(CommAccounting, FormatsOneLinePerKindCalled) {
   c[Collective::AllToAllV] = {2, 96, 80};
   c[Collective::Barrier] = {1, 0, 0};
   c.host_syncs = 3;
-  EXPECT_EQ(
-      format_counters(c),
-      "all_to_all_v: 2 calls, 96 B sent, 80 B received\nbarrier: 1 call, 0 B sent, 0 B received\nhost syncs: 3\n");
+  c.route_builds = 1;
+  EXPECT_EQ(format_counters(c),
+            "all_to_all_v: 2 calls, 96 B sent, 80 B received\nbarrier: 1 call, 0 B sent, 0 B received\nhost syncs: 3\n"
+            "route builds: 1\n");
 }
 
 // ---- semantics ----

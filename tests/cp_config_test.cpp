@@ -2,6 +2,7 @@
 // before any collective.
 #include <gtest/gtest.h>
 
+#include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/layer.hpp"
@@ -152,29 +153,54 @@ TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
   });
 }
 
+// On a TP x CP grid of 2 x 2 in-process ranks, head counts that do not shard fail at construction,
+// before any collective, on every rank: headwise needs tp*cp | Hk, the others tp | Hk.
+TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
+  const std::pair<CpMode, ref::LayerConfig> bad[] = {{CpMode::Headwise, layer(2, 4)},
+                                                     {CpMode::Chunkwise, layer(3, 6)},
+                                                     {CpMode::AllGather, layer(1, 2)}};
+  for (const auto& [mode, l] : bad) {
+    const ref::LayerParams params = ref::init_params(l, 1);
+    run_world(4, [&](Communicator& world) {
+      const TpCpGrid grid = make_tp_cp_grid(world, 2);
+      auto be = make_cpu_backend(DType::F32);
+      const ScopedCounter counter(world.accounting());
+      try {
+        GdnCpLayer(l, config(mode, 2, 2), params, *be, *grid.cp, grid.tp.get());
+        ADD_FAILURE() << mode_name(mode) << " accepted Hk=" << l.Hk();
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(mode == CpMode::Headwise ? "divisible by tp*cp" : "divisible by tp ="),
+                  std::string::npos) << e.what();
+      }
+      EXPECT_EQ(counter.delta().calls(), 0u);
+    });
+  }
+}
+
 // forward/backward are const and keep per-call state in the caller's Context: the layer's fingerprint
 // is unchanged by micro-batches of every declared CP size, and it does see a parameter change.
 TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
   const ref::LayerParams params = ref::init_params(layer(), 1);
   ref::LayerParams other = params;
   other.at(ref::kDtBias).set(0, 2.0);
-  run_world(2, [&](Communicator& world) {
-    auto be = make_cpu_backend(DType::F32);
-    CpConfig cp = config(CpMode::Headwise, 2);
-    cp.dynamic_cp = {1, 2};
-    const GdnCpLayer gdn(layer(), cp, params, *be, world);
-    const std::uint64_t before = gdn.fingerprint();
-    EXPECT_NE(before, GdnCpLayer(layer(), cp, other, *be, world).fingerprint());
-    for (int c : {2, 1}) {
-      Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
-      auto mb = gdn.prepare({Format::Thd, {0, 8, 16}}, group, group ? c : 0);
-      const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 32}), DType::F32);
-      Context ctx;
-      const Buffer out = gdn.forward(mb, h, ctx);
-      (void)gdn.backward(ctx, out);
-      EXPECT_EQ(gdn.fingerprint(), before) << "cp=" << c;
-    }
-  });
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+    run_world(2, [&](Communicator& world) {
+      auto be = make_cpu_backend(DType::F32);
+      CpConfig cp = config(mode, 2);
+      cp.dynamic_cp = {1, 2};
+      const GdnCpLayer gdn(layer(), cp, params, *be, world);
+      const std::uint64_t before = gdn.fingerprint();
+      EXPECT_NE(before, GdnCpLayer(layer(), cp, other, *be, world).fingerprint());
+      for (int c : {2, 1}) {
+        Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
+        auto mb = gdn.prepare({Format::Thd, {0, 8, 16}}, group, group ? c : 0);
+        const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 32}), DType::F32);
+        Context ctx;
+        const Buffer out = gdn.forward(mb, h, ctx);
+        (void)gdn.backward(ctx, out);
+        EXPECT_EQ(gdn.fingerprint(), before) << mode_name(mode) << " cp=" << c;
+      }
+    });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "cp/backend.hpp"
+#include "reference/affine_map.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "tests/reference_testing.hpp"
@@ -122,6 +123,37 @@ struct GdrCase {
   Gates gates = Gates::LogSigmoidTau1;
 };
 
+// The case's kernel inputs as the backend stores them (q, k, v in dtype(), g and beta in state_dtype()),
+// without initial state.
+inline ref::GdrInputs stored_gdr_inputs(const GdrCase& c, DType act, DType st) {
+  GdrSpec spec;
+  spec.T = c.cu.back(), spec.Hk = c.Hk, spec.Hv = c.Hv, spec.K = c.K, spec.V = c.V, spec.cu_seqlens = c.cu;
+  spec.initial_state = false, spec.l2norm = true, spec.seed = c.seed, spec.gates = c.gates;
+  ref::GdrInputs in = random_gdr(spec);
+  in.q = stored(in.q, act), in.k = stored(in.k, act), in.v = stored(in.v, act);
+  in.g = stored(in.g, st), in.beta = stored(in.beta, st);
+  in.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  return in;
+}
+
+// The stored inputs uploaded, and the GdrArgs over them (h0 as given).
+struct GdrBuffers {
+  cp::Buffer q, k, v, g, beta, h0;
+  cp::Varlen seqs;
+  double scale;
+
+  GdrBuffers(cp::Backend& be, const ref::GdrInputs& in, const GdrCase& c, const cp::Buffer& initial = {})
+      : q(be.upload(in.q.reshaped({in.q.dim(1), c.Hk, c.K}), be.dtype())),
+        k(be.upload(in.k.reshaped({in.k.dim(1), c.Hk, c.K}), be.dtype())),
+        v(be.upload(in.v.reshaped({in.v.dim(1), c.Hv, c.V}), be.dtype())),
+        g(be.upload(in.g.reshaped({in.g.dim(1), c.Hv}), be.state_dtype())),
+        beta(be.upload(in.beta.reshaped({in.beta.dim(1), c.Hv}), be.state_dtype())),
+        h0(initial),
+        seqs(varlen(be, c.cu)),
+        scale(*in.scale) {}
+  cp::GdrArgs args() const { return {q, k, v, g, beta, seqs, h0, scale}; }
+};
+
 // The backend's chunked kernel against the recurrent fp64 oracle (an independent form) on the same
 // stored inputs: h0 enters the first sequence only, dht the last one's final state.
 inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
@@ -129,13 +161,7 @@ inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
   const Tolerance tol = tolerance(act);
   const std::int64_t N = c.cu.back(), n = static_cast<std::int64_t>(c.cu.size()) - 1;
   const Shape state_shape{c.Hv, c.K, c.V};
-  GdrSpec spec;
-  spec.T = N, spec.Hk = c.Hk, spec.Hv = c.Hv, spec.K = c.K, spec.V = c.V, spec.cu_seqlens = c.cu;
-  spec.initial_state = false, spec.l2norm = true, spec.seed = c.seed, spec.gates = c.gates;
-  ref::GdrInputs in = random_gdr(spec);
-  in.q = stored(in.q, act), in.k = stored(in.k, act), in.v = stored(in.v, act);
-  in.g = stored(in.g, st), in.beta = stored(in.beta, st);
-  in.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  ref::GdrInputs in = stored_gdr_inputs(c, act, st);
   const Tensor h0 = stored(random_normal(state_shape, c.seed, "h0", 0.5), st);
   const Tensor dht = stored(random_normal(state_shape, c.seed, "dht", 0.5), st);
   const Tensor d_o = stored(random_normal({1, N, c.Hv, c.V}, c.seed, "do"), act);
@@ -149,12 +175,8 @@ inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
   const ref::GdrOutputs out_ref = ref::gdr_recurrent_forward(in);
   const ref::GdrGrads g_ref = ref::gdr_recurrent_backward(in, d_o, dht_all);
 
-  const cp::Buffer q = be.upload(in.q.reshaped({N, c.Hk, c.K}), act), k = be.upload(in.k.reshaped({N, c.Hk, c.K}), act);
-  const cp::Buffer v = be.upload(in.v.reshaped({N, c.Hv, c.V}), act);
-  const cp::Buffer g = be.upload(in.g.reshaped({N, c.Hv}), st), beta = be.upload(in.beta.reshaped({N, c.Hv}), st);
-  const cp::Buffer h0b = c.h0 ? be.upload(h0, st) : cp::Buffer();
-  const cp::Varlen seqs = varlen(be, c.cu);
-  const cp::GdrArgs args{q, k, v, g, beta, seqs, h0b, *in.scale};
+  const GdrBuffers bufs(be, in, c, c.h0 ? be.upload(h0, st) : cp::Buffer());
+  const cp::GdrArgs args = bufs.args();
   const cp::GdrOut out = be.gdr(args);
   const cp::GdrGrads gr = be.gdr_backward(args, be.upload(d_o.reshaped({N, c.Hv, c.V}), act),
                                           c.dht ? be.upload(dht, st) : cp::Buffer());
@@ -167,6 +189,56 @@ inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
           matches("dg", be.download(gr.dg), g_ref.dg, tol.state),
           matches("dbeta", be.download(gr.dbeta), g_ref.dbeta, tol.state),
           matches("dh0", be.download(gr.dh0), rows_of(g_ref.dh0.reshaped({n * S}), 0, S, state_shape), tol.state)};
+}
+
+// [h | M] per value head [Hv, K, V+K] of sequence j of the oracle's maps.
+inline Tensor map_of(const ref::AffineMaps& maps, std::int64_t j) {
+  const std::int64_t Hv = maps.M.dim(1), K = maps.M.dim(2), V = maps.h.dim(3);
+  Tensor out(DType::F64, {Hv, K, V + K});
+  for (std::int64_t h = 0; h < Hv; ++h)
+    for (std::int64_t r = 0; r < K; ++r) {
+      for (std::int64_t col = 0; col < V; ++col)
+        out.set((h * K + r) * (V + K) + col, maps.h.get(((j * Hv + h) * K + r) * V + col));
+      for (std::int64_t col = 0; col < K; ++col)
+        out.set((h * K + r) * (V + K) + V + col, maps.M.get(((j * Hv + h) * K + r) * K + col));
+    }
+  return out;
+}
+
+// Chunkwise CP's span maps against the oracle's affine maps (reference/affine_map.hpp) on the same
+// stored inputs: the last sequence's forward map, the first sequence's adjoint map, and the fold of
+// every sequence's maps stacked as if each were a rank, both directions.
+inline Results compare_span_maps(cp::Backend& be, const GdrCase& c) {
+  const DType act = be.dtype(), st = be.state_dtype();
+  const Tolerance tol = tolerance(act);
+  const std::int64_t N = c.cu.back(), n = static_cast<std::int64_t>(c.cu.size()) - 1;
+  const ref::GdrInputs in = stored_gdr_inputs(c, act, st);
+  const Tensor d_o = stored(random_normal({1, N, c.Hv, c.V}, c.seed, "do"), act);
+  const ref::AffineMaps fwd = ref::gdr_affine_maps(in), adj = ref::gdr_adjoint_maps(in, d_o);
+  // The fold's inputs as the backend stores them, for both sides.
+  const ref::AffineMaps fwd_st{stored(fwd.M, st), stored(fwd.h, st)}, adj_st{stored(adj.M, st), stored(adj.h, st)};
+  const GdrBuffers bufs(be, in, c);
+  const cp::Buffer do_b = be.upload(d_o.reshaped({N, c.Hv, c.V}), act);
+
+  const std::int64_t per_map = c.Hv * c.K * (c.V + c.K);
+  Tensor fwd_stack(DType::F64, {n, c.Hv, c.K, c.V + c.K}), adj_stack = fwd_stack;
+  Tensor S(DType::F64, {c.Hv, c.K, c.V}), dS = S;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const Tensor f = map_of(fwd_st, j), a = map_of(adj_st, j);
+    for (std::int64_t i = 0; i < per_map; ++i) {
+      fwd_stack.set(j * per_map + i, f.get(i));
+      adj_stack.set(j * per_map + i, a.get(i));
+    }
+    ref::fold_forward(fwd_st, j, S);
+    ref::fold_adjoint(adj_st, n - 1 - j, dS);
+  }
+  const auto fold = [&](const Tensor& stack, bool adjoint) {
+    return be.download(be.fold_span_maps(be.upload(stack, st), 0, static_cast<int>(n), adjoint));
+  };
+  return {matches("last_map", be.download(be.gdr_last_map(bufs.args())), map_of(fwd, n - 1), tol.state),
+          matches("first_adjoint", be.download(be.gdr_first_adjoint(bufs.args(), do_b)), map_of(adj, 0), tol.state),
+          matches("fold", fold(fwd_stack, false), S, tol.state),
+          matches("fold_adjoint", fold(adj_stack, true), dS, tol.state)};
 }
 
 }  // namespace gdnv::testing

@@ -24,6 +24,15 @@ TEST(RunCli, LegalModesPassAndReportTheirCollectives) {
   EXPECT_NE(all_gather.out.find("reduce_scatter: 1 call"), std::string::npos) << all_gather.out;
 }
 
+// Chunkwise with TP and dynamic CP, in the regime where the state fold carries over every rank.
+TEST(RunCli, ChunkwiseRunsWithTpAndDynamicCp) {
+  const auto r = run_cli("run --mode chunkwise --cp 4 --tp 2 --dynamic-cp 1,2,4 --gates weak --dtype fp64" + kSmall);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("micro-batch 3/3 (cp=4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("reduce_scatter: 1 call"), std::string::npos) << r.out;  // the conv halo's gradient
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+}
+
 TEST(RunCli, PlantedFaultIsANumericFailure) {
   const auto r = run_cli("run --mode all_gather --cp 2 --dtype fp64" + kSmall);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -44,7 +53,9 @@ TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
   };
   const std::vector<Case> cases = {
       {"--mode auto --cp 2", "use one of 'headwise', 'chunkwise', 'all_gather'"},
-      {"--mode chunkwise --cp 2", "'chunkwise' with CP>1 is not implemented yet"},
+      {"--mode chunkwise --cp 2 --tp 4", "divisible by tp = 4"},
+      {"--mode chunkwise --cp 2 --format sbhd --seq-len 16 --batch 2", "batch"},
+      {"--mode chunkwise --cp 2 --gates mild", "unknown gate regime 'mild': use default, weak or strong"},
       {"--mode headwise --cp 4", "use linear_cp_mode='chunkwise' or 'all_gather'"},
       {"--mode all_gather --cp 2 --deterministic", "'all_gather' is not deterministic"},
       {"--mode chunkwise --cp 2 --allgather-cp", "set allgather_cp=False"},

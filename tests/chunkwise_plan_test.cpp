@@ -1,0 +1,97 @@
+// Chunkwise CP's micro-batch plan: its contexts are FLA's (../shared/vectors/fla_cp_context.json) on
+// every rank of an in-process group, and its route is built once per micro-batch, never inside a layer.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "comm/inprocess.hpp"
+#include "core/file.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/layer.hpp"
+#include "reference/layer_params.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+using nlohmann::json;
+using Ints = std::vector<std::int64_t>;
+
+const ref::LayerConfig kLayer({16, 2, 4, 6, 6, 4, 1e-6, false});
+
+CpConfig chunkwise(int cp) {
+  CpConfig c;
+  c.mode = CpMode::Chunkwise;
+  c.cp = cp;
+  return c;
+}
+
+// Cases whose lengths are a legal zigzag micro-batch (divisible by 2W) are planned by the layer and
+// must carry FLA's context; the others must be rejected by prepare() naming the rule.
+TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
+  const json cases = json::parse(read_file_text(std::string(GDNV_TEST_DATA) + "/vectors/fla_cp_context.json"))["cases"];
+  std::map<std::pair<Ints, int>, std::map<int, json>> by_batch;  // (cu_seqlens, W) -> rank -> case
+  for (const json& c : cases) by_batch[{c["cu_seqlens"].get<Ints>(), c["cp_size"].get<int>()}][c["cp_rank"]] = c;
+  const ref::LayerParams params = ref::init_params(kLayer, 3);
+  int planned = 0, rejected = 0;
+  for (const auto& [key, ranks] : by_batch) {
+    const auto& [cu, W] = key;
+    bool legal = true;
+    for (std::size_t i = 1; i < cu.size(); ++i) legal = legal && (cu[i] - cu[i - 1]) % (2 * W) == 0;
+    (legal ? planned : rejected) += static_cast<int>(ranks.size());
+    run_world(W, [&](Communicator& group) {
+      auto be = make_cpu_backend(DType::F32);
+      const GdnCpLayer layer(kLayer, chunkwise(W), params, *be, group);
+      SCOPED_TRACE(json(cu).dump() + " W=" + std::to_string(W) + " r=" + std::to_string(group.rank()));
+      if (!legal) {
+        try {
+          (void)layer.prepare({Format::Thd, cu});
+          ADD_FAILURE() << "accepted";
+        } catch (const ConfigError& e) {
+          EXPECT_NE(std::string(e.what()).find("divisible by"), std::string::npos) << e.what();
+        }
+        return;
+      }
+      const auto mb = layer.prepare({Format::Thd, cu});
+      const json& want = ranks.at(group.rank());
+      const layouts::ChunkwiseContext& ctx = mb->chunkwise->context;
+      EXPECT_EQ(ctx.local_cu_seqlens, want["local_cu_seqlens"].get<Ints>());
+      EXPECT_EQ(ctx.pre_num_ranks, want["pre_num_ranks"].get<int>());
+      EXPECT_EQ(ctx.post_num_ranks, want["post_num_ranks"].get<int>());
+      EXPECT_EQ(ctx.is_first_rank, want["is_first_rank"].get<bool>());
+      EXPECT_EQ(ctx.is_last_rank, want["is_last_rank"].get<bool>());
+      EXPECT_EQ(ctx.pre_num_conv_tokens, want["pre_num_conv_tokens"].get<std::int64_t>());
+      EXPECT_EQ(mb->chunkwise->span.host, ctx.local_cu_seqlens);
+    });
+  }
+  EXPECT_EQ(planned + rejected, 31);
+  EXPECT_GE(planned, 12);  // both kinds are exercised
+  EXPECT_GE(rejected, 12);
+}
+
+// One route per micro-batch: prepare() builds it; two layers' forward and backward reuse it.
+TEST(ChunkwisePlan, RouteIsBuiltOncePerMicroBatchAndReusedByEveryLayer) {
+  const ref::LayerParams first = ref::init_params(kLayer, 1), second = ref::init_params(kLayer, 2);
+  run_world(2, [&](Communicator& group) {
+    auto be = make_cpu_backend(DType::F32);
+    const GdnCpLayer a(kLayer, chunkwise(2), first, *be, group), b(kLayer, chunkwise(2), second, *be, group);
+    const Accounting& acc = group.accounting();
+    std::shared_ptr<const MicroBatch> mb;
+    {
+      const ScopedCounter counter(acc);
+      mb = a.prepare({Format::Thd, {0, 8, 20}});
+      EXPECT_EQ(counter.delta().route_builds, 1u);
+      EXPECT_EQ(counter.delta().calls(), 0u);
+    }
+    const ScopedCounter counter(acc);
+    Context ca, cb;
+    const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 16}), DType::F32);
+    const Buffer out = b.forward(mb, a.forward(mb, h, ca), cb);
+    (void)a.backward(ca, b.backward(cb, out).grad_hidden);
+    EXPECT_EQ(counter.delta().route_builds, 0u);
+    EXPECT_EQ(counter.delta()[Collective::AllToAllV].calls, 8u);  // 2 layers x 2 directions x 2 swaps
+  });
+}
+
+}  // namespace
+}  // namespace gdnv::cp
