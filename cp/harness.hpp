@@ -66,6 +66,22 @@ std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, 
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
 
+// What one rank of the world computed for one micro-batch.
+struct RankOutput {
+  int cp_size = 1, cp_rank = 0;
+  Tensor out, grad_hidden;  // this CP rank's zigzag shard, F64
+  ref::LayerParams grads;   // this TP rank's shard, summed over CP (F64)
+  Counters forward, backward;
+};
+
+// This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport): the
+// TP x CP grid, the layer, then fwd+bwd per micro-batch. Collective over `world`.
+std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, const BackendFactory& factory,
+                                 Communicator& world);
+
+// Natural rows (of hidden viewed as [rows, width], rows = tokens, or S for SBHD) of CP rank r of c.
+std::vector<std::int64_t> zigzag_rows(const Case& c, int cp_size, int cp_rank);
+
 // Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks. Validation errors (ConfigError)
 // are thrown before any collective.
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
