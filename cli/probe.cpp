@@ -82,8 +82,8 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
     if (comm.rank() == 0)
       out << "probe dump: image '" << spec.image << "', " << spec.mode << " on " << world.size << " rank(s) ("
           << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype)
-          << " -> " << dir << "/{inputs.safetensors, " << spec.mode << ".rank0.." << world.size - 1
-          << ".safetensors, meta.json}\n";
+          << " -> " << dir << "/{inputs.safetensors, " << spec.mode << ".rank"
+          << (world.size == 1 ? "0" : "0.." + std::to_string(world.size - 1)) << ".safetensors, meta.json}\n";
   };
   if (world.mpi) run_mpi(body);
   else run_world(world.size, body);

@@ -14,6 +14,11 @@ std::string sci(double v) {
   return buf;
 }
 
+// "1.000e-02 at [3, 0, 7]"; no index for 0 (no element differs).
+std::string located(double v, const Shape& shape, std::int64_t index) {
+  return v > 0 ? sci(v) + " at " + index_str(shape, index) : sci(v);
+}
+
 std::string label(const TensorResult& t) { return t.file.empty() ? t.name : t.file + ":" + t.name; }
 
 std::string mismatched_str(const TensorResult& t) {
@@ -33,8 +38,8 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
   return {label(t),
           result_str(t),
           t.m.bitwise ? "yes" : t.numeric_equal ? "no (numerically equal)" : "no",
-          sci(t.m.max_abs) + " at " + index_str(shape, t.m.max_abs_index),
-          sci(t.m.max_rel) + " at " + index_str(shape, t.m.max_rel_index),
+          located(t.m.max_abs, shape, t.m.max_abs_index),
+          located(t.m.max_rel, shape, t.m.max_rel_index),
           sci(t.m.rel_rms),
           sci(t.m.one_minus_cos),
           sci(t.m.snr_db),
