@@ -130,11 +130,7 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
 
 bool legal(const cp::RunSpec& s) {
   try {
-    const ref::LayerConfig config(s.layer);
-    cp::validate_static(s.cp, config);
-    cp::MicroBatchShape shape{s.format, s.format == cp::Format::Thd ? 1 : s.batch, s.lengths, false, 0, 0};
-    if (s.format == cp::Format::Sbhd) shape.lengths = {s.seq_len};
-    (void)cp::validate_micro_batch(s.cp, config, shape);
+    cp::validate_run(s);
     return true;
   } catch (const ConfigError&) {
     return false;

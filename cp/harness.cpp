@@ -31,6 +31,14 @@ Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double h
 
 }  // namespace
 
+void validate_run(const RunSpec& s) {
+  const ref::LayerConfig config(s.layer);
+  validate_static(s.cp, config);
+  MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch, s.lengths, false, 0, 0};
+  if (s.format == Format::Sbhd) shape.lengths = {s.seq_len};
+  (void)validate_micro_batch(s.cp, config, shape);
+}
+
 GateRegime parse_gate_regime(std::string_view name) {
   if (name == "default") return GateRegime::Default;
   if (name == "weak") return GateRegime::Weak;

@@ -37,6 +37,10 @@ struct RunSpec {
   std::uint64_t seed = 0;
 };
 
+// DESIGN.md §3.1 for the whole run (configuration and the micro-batch at the static CP size):
+// ConfigError naming the fix, before any case is built.
+void validate_run(const RunSpec& spec);
+
 // Inputs rounded to the storage dtype (so the oracle sees exactly what the implementation sees), and
 // the fp64 oracle's answer on them.
 struct Case {

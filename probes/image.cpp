@@ -123,11 +123,7 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   } else {
     s.cp.mode = cp::parse_mode(spec.mode);
   }
-  const ref::LayerConfig config(s.layer);
-  cp::validate_static(s.cp, config);
-  cp::MicroBatchShape shape{s.format, s.format == cp::Format::Thd ? 1 : s.batch, s.lengths, false, 0, 0};
-  if (s.format == cp::Format::Sbhd) shape.lengths = {s.seq_len};
-  (void)cp::validate_micro_batch(s.cp, config, shape);
+  cp::validate_run(s);
   return s;
 }
 
