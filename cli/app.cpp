@@ -18,6 +18,8 @@ const std::vector<Command>& commands() {
        layout_main},
       {"compare", "compare two safetensors files or directories under a tolerance policy", compare_main},
       {"probe", "dump a build's layer outputs (an image) and compare images, CP modes and the oracle", probe_main},
+      {"fixtures", "generate the regression fixtures, or verify them against the oracle and every CP mode",
+       fixtures_main},
   };
   return table;
 }

@@ -72,6 +72,7 @@ const std::vector<GateStep>& gate_steps() {
       {"layout properties", layout_properties},
       {"CP mode matrix (cpu)", cp_mode_matrix},
       {"illegal combinations", illegal_combinations},
+      {"fixture verification", fixture_verification},
       {"probe self-compare", probe_self_compare},
       {"CP mode matrix (cuda)", gpu_mode_matrix},
   };

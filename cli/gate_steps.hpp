@@ -36,6 +36,7 @@ StepResult oracle_self_checks(bool quick);
 StepResult layout_properties(bool quick);
 StepResult cp_mode_matrix(bool quick);
 StepResult illegal_combinations(bool quick);
+StepResult fixture_verification(bool quick);
 StepResult probe_self_compare(bool quick);
 StepResult gpu_mode_matrix(bool quick);
 

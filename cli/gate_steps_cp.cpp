@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <sstream>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "core/rng.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
+#include "fixtures/fixtures.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -278,6 +280,19 @@ StepResult illegal_combinations(bool) {
     }
     r.check(message.find(fragment) != std::string::npos, rule + ": expected '" + fragment + "', got: " + message);
   }
+  return r;
+}
+
+// The committed regression fixtures (fixtures/data): the manifest holds, the oracle still gives the
+// stored answers, and every CP run each case allows reproduces them.
+StepResult fixture_verification(bool) {
+  std::ostringstream log;
+  const fixtures::Verification v = fixtures::verify_fixtures(fixtures::committed_fixtures_dir(), false, log);
+  StepResult r;
+  r.cases = v.cases + v.cp_runs;
+  r.failed = static_cast<int>(v.problems.size() + v.failures.size());
+  if (!v.problems.empty()) r.detail = v.problems.front();
+  else if (!v.failures.empty()) r.detail = v.failures.front();
   return r;
 }
 

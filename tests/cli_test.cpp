@@ -77,7 +77,7 @@ TEST(Cli, InspectOfCorruptFileIsOneLineNamingFileAndTensor) {
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("gate: 8 steps, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gate: 9 steps, 0 failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
 }
 
@@ -87,7 +87,7 @@ TEST(Cli, GateWritesJunitXml) {
   const auto r = run_cli("gate --quick --junit " + xml);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(xml);
-  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"8\" failures=\"0\" skipped=\"1\""),
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"9\" failures=\"0\" skipped=\"1\""),
             std::string::npos) << text;
   EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
   EXPECT_NE(text.find("<skipped message="), std::string::npos) << text;

@@ -1,4 +1,4 @@
-// White-box tests of core/: dtype conversions, tensors, the counter-based PRNG.
+// White-box tests of core/: dtype conversions, tensors, the counter-based PRNG, SHA-256.
 #include <cmath>
 #include <limits>
 
@@ -6,6 +6,7 @@
 
 #include "core/half.hpp"
 #include "core/rng.hpp"
+#include "core/sha256.hpp"
 #include "core/tensor.hpp"
 
 namespace gdnv {
@@ -125,6 +126,37 @@ TEST(Rng, NormalHasUnitMomentsAndUniformStaysInRange) {
   EXPECT_NEAR(sum / n, 0.0, 0.011);
   EXPECT_NEAR(sum2 / n, 1.0, 0.016);
   EXPECT_NEAR(sum4 / n, 3.0, 0.11);
+}
+
+std::string sha256_of(const std::string& s) {
+  return sha256_hex(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());
+}
+
+// FIPS 180-2 appendix B: one block, the empty message, the 448-bit two-block message, one million 'a'.
+TEST(Sha256, MatchesFipsVectors) {
+  EXPECT_EQ(sha256_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(sha256_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(sha256_of(std::string(1000000, 'a')), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Lengths around the padding boundaries (55/56 bytes: the length still fits in the last block or
+// not; 64, 120: whole blocks), against Python's hashlib on bytes (7i + 3) mod 256.
+TEST(Sha256, PaddingBoundaries) {
+  const std::vector<std::pair<std::size_t, std::string>> want = {
+      {55, "e7313d333c272e639f790978283f9eb392e843d0f29b7016828bb1daa4aac70b"},
+      {56, "4324d65f3c103567f5589c710bc08f8523f929a9272e3af36fc968e52abc6c27"},
+      {63, "81c80242132f230c3bd41b3e63bbcff16107339549214a99614ff26664625055"},
+      {64, "39e3d7b6b5d075d37d053ad89b24b41bef4f3c29760c84447cab3f3be1882241"},
+      {65, "aacca6ff74fdbb296d165a45cecfa04e5127bc008770fbbdd48006f2d2fae95e"},
+      {119, "9ce7368e4daf32341631b492e80359dc9f594b48453cd0dd5bf0b19279cc177e"},
+      {120, "7836b787757e95e58b3ca5aec90b1b004e8deba1e50e9675af9cabf1a13a04b5"}};
+  for (const auto& [n, digest] : want) {
+    std::vector<std::uint8_t> bytes(n);
+    for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<std::uint8_t>((i * 7 + 3) % 256);
+    EXPECT_EQ(sha256_hex(bytes), digest) << n << " bytes";
+  }
 }
 
 }  // namespace

@@ -1,0 +1,226 @@
+// gdn-verify fixtures generate | verify, run as a user runs them. The committed catalog must verify
+// (so a change that moves the oracle or any CP mode fails here); each manifest problem is reported by
+// file name with exit 2, a moved value by case and tensor with exit 1, bad input with exit 3.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "core/file.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
+#include "cp/faults.hpp"
+#include "fixtures/fixtures.hpp"
+#include "fixtures/manifest.hpp"
+#include "cli_harness.hpp"
+
+namespace gdnv::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using fixtures::kManifestName;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The line of `text` that starts with `prefix` ("" when none).
+std::string line_of(const std::string& text, const std::string& prefix) {
+  std::size_t at = text.rfind("\n" + prefix);
+  at = text.rfind(prefix, 0) == 0 ? 0 : at == std::string::npos ? at : at + 1;
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+std::string committed() { return fixtures::committed_fixtures_dir(); }
+
+// A copy of the committed catalog reduced to `cases`, with its own manifest: the manifest checks do
+// not need the slow layer cases.
+fs::path reduced_copy(const std::string& tag, const std::vector<std::string>& cases) {
+  const fs::path dir = temp_dir(tag);
+  fixtures::Manifest m = fixtures::parse_manifest(read_file_text(committed() + "/" + kManifestName), kManifestName);
+  std::vector<fixtures::ManifestEntry> kept;
+  for (const auto& e : m.cases)
+    if (std::find(cases.begin(), cases.end(), e.name) != cases.end()) {
+      fs::copy_file(committed() + "/" + e.file, dir / e.file);
+      kept.push_back(e);
+    }
+  m.cases = kept;
+  write_file_atomic((dir / kManifestName).string(), fixtures::manifest_json(m));
+  return dir;
+}
+
+// Rewrites one value of a stored tensor and the manifest's sha256 to match: what a fixture looks like
+// to a build whose oracle (or mode) moved that value.
+void move_value(const fs::path& dir, const std::string& file, const std::string& tensor, double factor) {
+  TensorFile f = read_safetensors((dir / file).string());
+  Tensor& t = f.tensors.at(tensor);
+  t.set(0, t.get(0) * factor + 1e-3);
+  write_safetensors((dir / file).string(), f);
+  fixtures::Manifest m = fixtures::parse_manifest(read_file_text((dir / kManifestName).string()), kManifestName);
+  for (auto& e : m.cases)
+    if (e.file == file) e.sha256 = sha256_hex(read_file_bytes((dir / file).string()));
+  write_file_atomic((dir / kManifestName).string(), fixtures::manifest_json(m));
+}
+
+const std::vector<std::string> kKernelCases = {"kernel-thd-varlen-gva", "kernel-strong"};
+
+TEST(FixturesCli, CommittedCatalogVerifies) {
+  const CliResult r = run_cli("fixtures verify --dir " + committed());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[1/9] kernel-thd-varlen-gva")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[9/9] layer-thd-wide-conv-bias")) << r.out;
+  EXPECT_TRUE(contains(r.out, "9 cases, 76 CP runs, 0 numeric failures, 0 manifest/structure problems")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
+}
+
+// Every planted fault of the CP implementation (cp/faults.hpp) moves some CP run of the committed
+// catalog outside its gate: the catalog is strong enough to catch each of them.
+TEST(FixturesCli, CommittedCatalogCatchesEveryPlantedFault) {
+  for (const auto& fault : cp::all_faults()) {
+    ::setenv("GDNV_FAULT", std::string(fault.name).c_str(), 1);
+    const CliResult r = run_cli("fixtures verify --dir " + committed());
+    ::unsetenv("GDNV_FAULT");
+    EXPECT_EQ(r.code, 1) << fault.name << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.out, "\nFAIL\n")) << fault.name;
+  }
+}
+
+TEST(FixturesCli, GenerateTwiceIsByteIdentical) {
+  const fs::path a = temp_dir("fixtures_a"), b = temp_dir("fixtures_b");
+  const CliResult ra = run_cli("fixtures generate --dir " + a.string());
+  const CliResult rb = run_cli("fixtures generate --dir " + b.string() + " --catalog default");
+  ASSERT_EQ(ra.code, 0) << ra.err;
+  ASSERT_EQ(rb.code, 0) << rb.err;
+  EXPECT_TRUE(contains(ra.out, "wrote 9 fixtures")) << ra.out;
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(a)) {
+    ++files;
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(read_file_bytes(entry.path().string()), read_file_bytes((b / name).string())) << name;
+  }
+  EXPECT_EQ(files, 10);
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(FixturesCli, CorruptedFileIsNamed) {
+  const fs::path dir = reduced_copy("fixtures_corrupt", kKernelCases);
+  std::vector<std::uint8_t> bytes = read_file_bytes((dir / "kernel-strong.safetensors").string());
+  bytes[bytes.size() - 3] ^= 0x40;
+  write_file_atomic((dir / "kernel-strong.safetensors").string(), bytes);
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "PROBLEM kernel-strong.safetensors: corrupted: sha256 ")) << r.out;
+  EXPECT_TRUE(contains(line_of(r.out, "[1/2] kernel-thd-varlen-gva"), " pass ")) << r.out;
+  EXPECT_TRUE(contains(line_of(r.out, "[2/2] kernel-strong"), " FAIL ")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, MissingFileIsNamed) {
+  const fs::path dir = reduced_copy("fixtures_missing", kKernelCases);
+  fs::remove(dir / "kernel-strong.safetensors");
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "PROBLEM kernel-strong.safetensors: missing (case kernel-strong)")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, ExtraFileIsNamed) {
+  const fs::path dir = reduced_copy("fixtures_extra", kKernelCases);
+  fs::copy_file(dir / "kernel-strong.safetensors", dir / "stray.safetensors");
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "PROBLEM stray.safetensors: extra file, not in MANIFEST.json")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, MissingManifestIsStructural) {
+  const fs::path dir = temp_dir("fixtures_nomanifest");
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "PROBLEM MANIFEST.json: missing; generate the fixtures with")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, MovedKernelValueNamesCaseAndTensor) {
+  const fs::path dir = reduced_copy("fixtures_moved", kKernelCases);
+  move_value(dir, "kernel-strong.safetensors", "dk", 1.001);
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL kernel-strong: oracle tensor 'dk' moved: rel_rms ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 numeric failures")) << r.out;
+  fs::remove_all(dir);
+}
+
+// A moved layer output fails the oracle check and every CP run, which are judged against the stored
+// answer.
+TEST(FixturesCli, MovedLayerValueFailsOracleAndCpRuns) {
+  const fs::path dir = reduced_copy("fixtures_moved_layer", {"layer-sbhd-strong"});
+  move_value(dir, "layer-sbhd-strong.safetensors", "grad::A_log", 1.5);
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: oracle tensor 'grad::A_log' moved")) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: chunkwise tp=1 cp=4: tensor 'grad::A_log' rel_rms")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, UpdateRewritesThenVerifyPasses) {
+  const fs::path dir = reduced_copy("fixtures_update", kKernelCases);
+  move_value(dir, "kernel-strong.safetensors", "dk", 1.001);
+  fs::remove(dir / "kernel-thd-varlen-gva.safetensors");
+  const CliResult up = run_cli("fixtures verify --update --dir " + dir.string());
+  EXPECT_EQ(up.code, 0) << up.out;
+  EXPECT_TRUE(contains(up.out, "updated kernel-thd-varlen-gva.safetensors: missing; regenerated from catalog default"))
+      << up.out;
+  EXPECT_TRUE(contains(up.out, "updated kernel-strong.safetensors: oracle tensor 'dk' moved")) << up.out;
+  EXPECT_TRUE(contains(up.out, "updated MANIFEST.json")) << up.out;
+  const CliResult again = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(contains(again.out, "0 files updated")) << again.out;
+  // The rewritten answer is the oracle's again.
+  const Tensor want = read_safetensors(committed() + "/kernel-strong.safetensors").tensors.at("dk");
+  EXPECT_EQ(read_safetensors((dir / "kernel-strong.safetensors").string()).tensors.at("dk").get(0), want.get(0));
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, ManifestPointingOutsideTheDirectoryIsRejected) {
+  const fs::path dir = reduced_copy("fixtures_escape", {"kernel-strong"});
+  std::string text = read_file_text((dir / kManifestName).string());
+  text.replace(text.find("\"kernel-strong.safetensors\""), 27, "\"../kernel-strong.safetensors\"");
+  write_file_atomic((dir / kManifestName).string(), text);
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "names file '../kernel-strong.safetensors'; it must be a plain file name")) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(FixturesCli, BadInputIsOneLineAndExit3) {
+  const fs::path dir = temp_dir("fixtures_bad") / "not-created";
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"fixtures generate --dir " + dir.string() + " --catalog bogus",
+       "error: --catalog 'bogus' is unknown: use default or full\n"},
+      {"fixtures generate", "error: gdn-verify fixtures generate: the option '--dir' is required but missing; see "
+                            "'gdn-verify fixtures generate --help'\n"},
+      {"fixtures verify", "error: gdn-verify fixtures verify: the option '--dir' is required but missing; see "
+                          "'gdn-verify fixtures verify --help'\n"},
+      {"fixtures verify --dir " + dir.string(),
+       "error: fixtures verify: --dir '" + dir.string() +
+           "' is not a directory: pass a directory written by 'gdn-verify fixtures generate --dir DIR'\n"},
+      {"fixtures", "error: fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
+                   "'gdn-verify fixtures verify --dir DIR'\n"},
+      {"fixtures regenerate", "error: unknown fixtures subcommand 'regenerate': use generate or verify\n"},
+  };
+  for (const auto& c : cases) {
+    const CliResult r = run_cli(c.args);
+    EXPECT_EQ(r.code, 3) << c.args;
+    EXPECT_EQ(r.err, c.message) << c.args;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+  EXPECT_FALSE(fs::exists(dir)) << "a failed generate must write nothing";
+  fs::remove_all(dir.parent_path());
+}
+
+}  // namespace
+}  // namespace gdnv::testing
