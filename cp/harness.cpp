@@ -4,11 +4,13 @@
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
+#include "cp/counting_backend.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "cp/layer.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/partition.hpp"
+#include "layouts/validate.hpp"
 #include "reference/tp_sharding.hpp"
 
 namespace gdnv::cp {
@@ -31,7 +33,7 @@ void put_rows(const Tensor& shard, const std::vector<std::int64_t>& rows, Tensor
 struct RankOutput {
   Tensor out, grad_hidden;  // its zigzag shard, F64
   ref::LayerParams grads;
-  Counters forward, backward;
+  RankMeasure measure;
   int cp_rank = 0;
   bool reports_grads = false;  // first CP rank of the first (sub-)group: its TP rank's gradients
 };
@@ -142,6 +144,32 @@ std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, 
   return gates;
 }
 
+std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec) {
+  const ref::LayerConfig config(spec.layer);
+  validate_static(spec.cp, config);
+  std::vector<std::int64_t> cu{0};
+  if (spec.format == Format::Thd) {
+    for (auto L : spec.lengths) cu.push_back(cu.back() + L);
+    cu = layouts::checked_cu_seqlens(cu);
+  } else {
+    for (std::int64_t b = 1; b <= spec.batch; ++b) cu.push_back(b * spec.seq_len);
+  }
+  const std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
+  std::vector<CostGeometry> out;
+  for (int c : sizes) {
+    const bool dynamic = c != spec.cp.cp;  // run_in_process passes a per-micro-batch group exactly then
+    MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch,
+                          spec.format == Format::Thd ? spec.lengths : std::vector<std::int64_t>{spec.seq_len},
+                          dynamic, dynamic ? c : 0, dynamic ? c : 0};
+    out.push_back({config, spec.cp, spec.dtype, spec.format, cu, validate_micro_batch(spec.cp, config, shape)});
+  }
+  return out;
+}
+
+RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
+  return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
+}
+
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
   const int tp = spec.cp.tp, cp = spec.cp.cp, n = tp * cp;
   std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches;
@@ -151,8 +179,8 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
   run_world(n, [&](Communicator& world) {
     const int cp_rank = world.rank() / tp;
     const TpCpGrid grid = make_tp_cp_grid(world, tp);
-    auto be = factory(spec.dtype);
-    const GdnCpLayer layer(k.config, spec.cp, k.params, *be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
+    CountingBackend be(factory(spec.dtype));
+    const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
     for (std::size_t m = 0; m < sizes.size(); ++m) {
       const int c = sizes[m];
       Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
@@ -160,18 +188,27 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
       auto mb = layer.prepare(mbs, group, group ? c : 0);
       const auto rows = shard_rows(k, c, mb->cp_rank);
       RankOutput& o = outputs[static_cast<std::size_t>(world.rank())][m];
+      RankMeasure& measure = o.measure;
+      const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
       Context ctx;
       Buffer out;
       {
         ScopedCounter counter(world.accounting());
-        out = layer.forward(mb, be->upload(layouts::gather_rows(k.hidden, rows), spec.dtype), ctx);
-        o.forward = counter.delta();
+        const std::int64_t live = be.live_bytes();
+        const double flops = be.flops();
+        out = layer.forward(mb, hidden, ctx);
+        measure.forward = counter.delta();
+        measure.forward_flops = be.flops() - flops;
+        measure.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
       }
+      const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
       ScopedCounter counter(world.accounting());
-      LayerBackward back = layer.backward(ctx, be->upload(layouts::gather_rows(k.grad_output, rows), spec.dtype));
-      o.backward = counter.delta();
-      o.out = be->download(out).to(DType::F64);
-      o.grad_hidden = be->download(back.grad_hidden).to(DType::F64);
+      const double flops = be.flops();
+      LayerBackward back = layer.backward(ctx, grad_output);
+      measure.backward = counter.delta();
+      measure.backward_flops = be.flops() - flops;
+      o.out = be.download(out).to(DType::F64);
+      o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
       o.cp_rank = mb->cp_rank;
       o.reports_grads = cp_rank == mb->cp_rank && mb->cp_rank == 0;
       if (o.reports_grads) o.grads = std::move(back.grads);
@@ -181,11 +218,11 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
   std::vector<MicroBatchRun> runs;
   for (std::size_t m = 0; m < sizes.size(); ++m) {
     const int c = sizes[m];
-    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
-                      outputs[0][m].forward, outputs[0][m].backward};
+    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}}, {}};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
     for (int rank = 0; rank < n; ++rank) {
       const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
+      run.ranks.push_back(o.measure);
       const int cp_rank = rank / tp;
       if (rank % tp == 0 && cp_rank < c) {  // TP rank 0 of the first sub-group holds the answer
         const auto rows = shard_rows(k, c, o.cp_rank);

@@ -13,6 +13,7 @@
 
 #include "comm/accounting.hpp"
 #include "cp/backend.hpp"
+#include "cp/cost.hpp"
 #include "cp/cp_config.hpp"
 #include "reference/layer.hpp"
 
@@ -54,20 +55,35 @@ struct Answer {
 };
 Answer oracle_answer(const Case& c);
 
+// What one world rank measured in one micro-batch: the quantities cp/cost.hpp predicts.
+struct RankMeasure {
+  Counters forward, backward;                // its collectives
+  double forward_flops = 0, backward_flops = 0;  // priced by cp/op_cost.hpp from the ops that ran
+  std::int64_t saved_bytes = 0;  // bytes the forward allocated and left alive for the backward
+};
+
 struct MicroBatchRun {
   int cp_size = 1;
   Answer answer;
-  Counters forward, backward;  // world rank 0's collectives in this micro-batch
+  std::vector<RankMeasure> ranks;  // by world rank
 };
 
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
 // by tensor name ("out", "grad_hidden", "grad::<param>").
 std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);
 
+// The micro-batches `spec` runs, as the cost model sees them, validated exactly as run_in_process
+// validates them (same ConfigError, same message) but without building anything.
+std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec);
+// Where world rank `world_rank` sits in a micro-batch of CP size `cp_size` (dynamic CP: groups of
+// consecutive static CP ranks).
+RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size);
+
 using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
 
-// Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks. Validation errors (ConfigError)
-// are thrown before any collective.
+// Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks (world rank = cp_rank * tp +
+// tp_rank), each backend wrapped in a CountingBackend. Validation errors (ConfigError) are thrown
+// before any collective.
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
 
 }  // namespace gdnv::cp
