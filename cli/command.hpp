@@ -38,5 +38,6 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out);
 int run_main(const std::vector<std::string>& args, std::ostream& out);
 int reference_main(const std::vector<std::string>& args, std::ostream& out);
 int layout_main(const std::vector<std::string>& args, std::ostream& out);
+int plan_main(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace gdnv::cli

@@ -8,9 +8,9 @@ namespace gdnv::cp {
 RankCost all_gather_cost(const CostContext& cc) {
   const std::vector<std::int64_t> counts(static_cast<std::size_t>(cc.c), cc.N_loc * cc.hidden);
   RankCost cost = plain_cost(cc);
-  count_all_gather_v(cost.forward.comm, cc.at.cp_rank, counts, cc.e);
+  count_all_gather_v(cc, cost.forward, counts, cc.e);
   cost.saved_bytes += cc.T * cc.hidden * cc.e;  // the gathered hidden states, in natural order
-  count_reduce_scatter_v(cost.backward.comm, cc.at.cp_rank, counts, cc.e);
+  count_reduce_scatter_v(cc, cost.backward, counts, cc.e);
   return cost;
 }
 

@@ -79,7 +79,7 @@ void route_swap(const CostContext& cc, const Span& sp, PhaseCost& phase, bool re
     from_span.push_back(tokens_in(zigzag_runs(cc, p), sp.of(cc.at.cp_rank)) * cc.hidden);
   }
   if (reverse) std::swap(to_span, from_span);
-  count_all_to_all_v(phase.comm, cc.at.cp_rank, to_span, from_span, cc.e);
+  count_all_to_all_v(cc, phase, to_span, from_span, cc.e);
 }
 
 }  // namespace
@@ -98,12 +98,12 @@ RankCost chunkwise_cost(const CostContext& cc) {
   PhaseCost& fwd = cost.forward;
   route_swap(cc, sp, fwd, false);
   cost.saved_bytes = sp.n * cc.hidden * cc.e + in_proj_forward_cost(cc, fwd, sp.n);  // the span's h, x, rstd
-  if (halo_exchange) count_all_gather_v(fwd.comm, cc.at.cp_rank, tails, cc.e);
+  if (halo_exchange) count_all_gather_v(cc, fwd, tails, cc.e);
   if (sp.pre > 0 && m.W > 1) cost.saved_bytes += (m.W - 1) * m.conv_dim() * cc.e;  // the halo
   cost.saved_bytes += mixer_core_inputs_cost(cc, fwd, m, sp.pieces);
   if (sp.any_continues) {
     if (sp.post > 0) fwd.ops.push_back(span_map_cost(z, sp.pieces.back(), m.Hk, m.Hv, m.dk, m.dv));
-    count_all_gather_v(fwd.comm, cc.at.cp_rank, maps, cc.s);
+    count_all_gather_v(cc, fwd, maps, cc.s);
   }
   if (sp.pre > 0) {
     fwd.ops.push_back(fold_cost(z, sp.pre, m.Hv, m.dk, m.dv));
@@ -119,11 +119,11 @@ RankCost chunkwise_cost(const CostContext& cc) {
   mixer_norm_backward_cost(cc, bwd, m, sp.n);
   if (sp.any_continues) {
     if (sp.pre > 0) bwd.ops.push_back(span_map_cost(z, sp.pieces.front(), m.Hk, m.Hv, m.dk, m.dv));
-    count_all_gather_v(bwd.comm, cc.at.cp_rank, maps, cc.s);
+    count_all_gather_v(cc, bwd, maps, cc.s);
     if (sp.post > 0) bwd.ops.push_back(fold_cost(z, sp.post, m.Hv, m.dk, m.dv));
   }
   mixer_core_backward_cost(cc, bwd, m, sp.pieces);
-  if (halo_exchange) count_reduce_scatter_v(bwd.comm, cc.at.cp_rank, tails, cc.e);
+  if (halo_exchange) count_reduce_scatter_v(cc, bwd, tails, cc.e);
   in_proj_backward_cost(cc, bwd, sp.n);
   route_swap(cc, sp, bwd, true);
   return cost;

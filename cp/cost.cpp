@@ -7,16 +7,17 @@ namespace {
 
 double d(std::int64_t n) { return static_cast<double>(n); }
 
-void record(Counters& c, Collective kind, std::int64_t sent, std::int64_t recv) {
-  Traffic& t = c[kind];
+void record(PhaseCost& phase, CallCost call) {
+  Traffic& t = phase.comm[call.kind];
   ++t.calls;
-  t.bytes_sent += static_cast<std::uint64_t>(sent);
-  t.bytes_recv += static_cast<std::uint64_t>(recv);
+  t.bytes_sent += static_cast<std::uint64_t>(call.sent);
+  t.bytes_recv += static_cast<std::uint64_t>(call.recv);
+  phase.calls.push_back(call);
 }
 
 // The TP all-reduce of a [N, width] tensor (column-parallel in_proj backward, row-parallel out_proj).
 void tp_all_reduce(const CostContext& cc, PhaseCost& phase, std::int64_t n, std::int64_t esize) {
-  if (cc.tp > 1) count_all_reduce(phase.comm, cc.tp, cc.at.tp_rank, n, esize);
+  if (cc.tp > 1) count_all_reduce(cc, phase, Group::Tp, n, esize);
 }
 
 // GdnCpLayer::reduce_grads: out_norm's gradient summed over TP, then every parameter gradient over CP.
@@ -27,7 +28,7 @@ void reduce_grads_cost(const CostContext& cc, PhaseCost& phase) {
   std::vector<std::int64_t> grads{cc.hidden,  m.in_dim() * cc.hidden, cc.hidden * m.v_dim(), m.conv_dim() * m.W,
                                   m.Hv,       m.Hv,                   m.dv};
   if (cc.conv_bias) grads.push_back(m.conv_dim());
-  for (std::int64_t n : grads) count_all_reduce(phase.comm, cc.c, cc.at.cp_rank, n, cc.s);
+  for (std::int64_t n : grads) count_all_reduce(cc, phase, Group::Cp, n, cc.s);
 }
 
 }  // namespace
@@ -63,35 +64,38 @@ CostContext::CostContext(const CostGeometry& geometry, RankPlace place)
 
 std::int64_t CostContext::input_copy_bytes() const { return g.format == Format::Sbhd ? N_loc * hidden * e : 0; }
 
-void count_all_to_all_v(Counters& c, int rank, const std::vector<std::int64_t>& send_counts,
+void count_all_to_all_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& send_counts,
                         const std::vector<std::int64_t>& recv_counts, std::int64_t esize) {
   std::int64_t sent = 0, recv = 0;
-  for (std::size_t p = 0; p < send_counts.size(); ++p)
-    if (static_cast<int>(p) != rank) {
+  for (int p = 0; p < cc.c; ++p)
+    if (p != cc.at.cp_rank) {
       sent += send_counts[p] * esize;
       recv += recv_counts[p] * esize;
     }
-  record(c, Collective::AllToAllV, sent, recv);
+  record(phase, {Collective::AllToAllV, Group::Cp, cc.c, sent, recv});
 }
 
-void count_all_gather_v(Counters& c, int rank, const std::vector<std::int64_t>& counts, std::int64_t esize) {
-  const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - counts[rank];
-  record(c, Collective::AllGather, (static_cast<std::int64_t>(counts.size()) - 1) * counts[rank] * esize,
-         others * esize);
+void count_all_gather_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
+                        std::int64_t esize) {
+  const std::int64_t mine = counts[cc.at.cp_rank];
+  const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - mine;
+  record(phase, {Collective::AllGather, Group::Cp, cc.c, (cc.c - 1) * mine * esize, others * esize});
 }
 
-void count_reduce_scatter_v(Counters& c, int rank, const std::vector<std::int64_t>& counts, std::int64_t esize) {
-  const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - counts[rank];
-  record(c, Collective::ReduceScatter, others * esize,
-         (static_cast<std::int64_t>(counts.size()) - 1) * counts[rank] * esize);
+void count_reduce_scatter_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
+                            std::int64_t esize) {
+  const std::int64_t mine = counts[cc.at.cp_rank];
+  const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - mine;
+  record(phase, {Collective::ReduceScatter, Group::Cp, cc.c, others * esize, (cc.c - 1) * mine * esize});
 }
 
-void count_all_reduce(Counters& c, int size, int rank, std::int64_t n, std::int64_t esize) {
+void count_all_reduce(const CostContext& cc, PhaseCost& phase, Group group, std::int64_t n, std::int64_t esize) {
+  const int size = group == Group::Tp ? cc.tp : cc.c, rank = group == Group::Tp ? cc.at.tp_rank : cc.at.cp_rank;
   // Reduce-scatter of the balanced partition (rank p owns [p n / size, (p+1) n / size)), then
   // all-gather of the summed parts: the rank sends every other part once and its own to every peer.
   const std::int64_t own = n * (rank + 1) / size - n * rank / size;
   const std::int64_t bytes = ((n - own) + (size - 1) * own) * esize;
-  record(c, Collective::AllReduce, bytes, bytes);
+  record(phase, {Collective::AllReduce, group, size, bytes, bytes});
 }
 
 std::int64_t in_proj_forward_cost(const CostContext& cc, PhaseCost& phase, std::int64_t N) {

@@ -27,8 +27,20 @@ struct CostGeometry {
   int cp_size = 1;               // this micro-batch's CP size (dynamic CP: a divisor of cp.cp)
 };
 
+// The group a collective runs on: the roofline prices TP and CP links apart.
+enum class Group : std::uint8_t { Tp, Cp };
+
+// One collective call of one rank (bytes as comm/accounting.hpp counts them).
+struct CallCost {
+  Collective kind;
+  Group group;
+  int size;  // ranks in the group
+  std::int64_t sent, recv;
+};
+
 struct PhaseCost {
-  Counters comm;
+  Counters comm;                // the calls below, added up as the accounting does
+  std::vector<CallCost> calls;  // in program order
   std::vector<OpCost> ops;
 
   double flops() const;
@@ -78,13 +90,16 @@ struct CostContext {
   std::int64_t input_copy_bytes() const;
 };
 
-// Collectives as comm/communicator.cpp accounts them, in elements of `esize` bytes; counts are per
-// group rank; `rank` is the caller's.
-void count_all_to_all_v(Counters& c, int rank, const std::vector<std::int64_t>& send_counts,
+// Collectives on the CP group as comm/communicator.cpp accounts them, in elements of `esize` bytes;
+// counts are per group rank.
+void count_all_to_all_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& send_counts,
                         const std::vector<std::int64_t>& recv_counts, std::int64_t esize);
-void count_all_gather_v(Counters& c, int rank, const std::vector<std::int64_t>& counts, std::int64_t esize);
-void count_reduce_scatter_v(Counters& c, int rank, const std::vector<std::int64_t>& counts, std::int64_t esize);
-void count_all_reduce(Counters& c, int size, int rank, std::int64_t n, std::int64_t esize);
+void count_all_gather_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
+                        std::int64_t esize);
+void count_reduce_scatter_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
+                            std::int64_t esize);
+// An all-reduce of n elements on the TP or the CP group.
+void count_all_reduce(const CostContext& cc, PhaseCost& phase, Group group, std::int64_t n, std::int64_t esize);
 
 // The stages of cp/stages.cpp on N tokens; the forwards return the bytes they keep for the backward.
 std::int64_t in_proj_forward_cost(const CostContext& cc, PhaseCost& phase, std::int64_t N);

@@ -10,7 +10,7 @@ namespace {
 // gather_heads is the same exchange reversed, with equal counts: the same bytes.
 void heads_all_to_all(const CostContext& cc, PhaseCost& phase, std::int64_t E) {
   const std::vector<std::int64_t> counts(static_cast<std::size_t>(cc.c), cc.N_loc * E);
-  count_all_to_all_v(phase.comm, cc.at.cp_rank, counts, counts, cc.e);
+  count_all_to_all_v(cc, phase, counts, counts, cc.e);
 }
 
 }  // namespace
