@@ -45,7 +45,8 @@ HardwareProfile load_hardware(const std::string& name_or_file) {
       {"inter_node_gbps", &hw.inter_node_gbps},  {"inter_node_latency_us", &hw.inter_node_latency_us}};
   hw.name = std::filesystem::path(name_or_file).stem().string();
   for (const auto& [key, value] : j.items()) {
-    if (key == "name" && value.is_string()) {
+    if (key == "name") {
+      if (!value.is_string()) throw ConfigError("--hw " + name_or_file + ": 'name' must be a string");
       hw.name = value.get<std::string>();
       continue;
     }

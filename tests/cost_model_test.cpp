@@ -9,6 +9,7 @@
 
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
+#include "cp/roofline.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -133,6 +134,24 @@ TEST(CostModel, AllGatherComputesTheWholeLayerOnEveryRank) {
   four.cp.mode = CpMode::Headwise;
   const RankCost split = layer_cost(planned_micro_batches(four)[0], {2, 0});
   EXPECT_NEAR(split.forward.flops() * 4, whole.forward.flops(), 1e-9 * whole.forward.flops());
+}
+
+// The roofline: an op costs the larger of its FLOP time and its HBM time; a call pays its steps'
+// latency and its larger direction over the link its group spans (TP inside a node here, CP 2 x 8
+// ranks across two nodes).
+TEST(Roofline, PricesOpsByTheirBoundAndCallsByTheirLink) {
+  const HardwareProfile hw;
+  PhaseCost phase;
+  phase.ops = {{hw.bf16_tflops * 1e12, 1.0}, {1.0, hw.hbm_gbps * 1e9 * 2}};
+  phase.calls = {{Collective::AllReduce, Group::Tp, 2, 900'000'000, 900'000'000},
+                 {Collective::AllGather, Group::Cp, 8, 100'000'000, 700'000'000}};
+  const PhaseTime t = phase_time(phase, hw, DType::BF16, 2, 8);
+  EXPECT_NEAR(t.compute_s, 1.0 + 2.0, 1e-12);
+  const double tp_call = 2 * hw.intra_node_latency_us * 1e-6 + 9e8 / (hw.intra_node_gbps * 1e9);
+  const double cp_call = 7 * hw.inter_node_latency_us * 1e-6 + 7e8 / (hw.inter_node_gbps * 1e9);
+  EXPECT_NEAR(t.comm_s, tp_call + cp_call, 1e-12);
+  // fp32 runs without tensor cores: the same op takes bf16/fp32 times longer.
+  EXPECT_NEAR(phase_time(phase, hw, DType::F32, 2, 8).compute_s, hw.bf16_tflops / hw.fp32_tflops + 2.0, 1e-9);
 }
 
 }  // namespace
