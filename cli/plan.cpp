@@ -401,7 +401,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
       const Row& any = of_mb.front();
       out << "micro-batch " << m + 1 << "/" << n << ": cp=" << (base.micro_batches.empty() ? any.cp : base.micro_batches[m])
           << ", " << any.tokens << " tokens ("
-          << (base.format == Format::Thd ? std::to_string(base.lengths.size()) + " packed sequences, THD"
+          << (base.format == Format::Thd ? std::to_string(base.lengths.size()) + (base.lengths.size() == 1 ? " sequence" : " packed sequences") + ", THD"
                                          : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
           << ")\n";
       print_table(of_mb, layers, out);
