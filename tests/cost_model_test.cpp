@@ -2,7 +2,7 @@
 // geometries (CP sizes 1, 2, 3, 4, 8; TP 1 and 2; THD with several sequences, spans shorter than the
 // conv width, SBHD, dynamic CP), every world rank's modeled collectives (calls and bytes per kind,
 // forward and backward) equal, exactly, the accounting measured on the in-process world; the modeled
-// FLOPs and saved activation bytes are within 1% of the counting backend's measurement.
+// FLOPs and saved activation bytes equal the counting backend's measurement up to summation rounding.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -109,10 +109,12 @@ TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
       EXPECT_EQ(want.forward.comm, got.forward) << "model:\n" << want.forward.comm << "measured:\n" << got.forward;
       EXPECT_EQ(want.backward.comm, got.backward) << "model:\n" << want.backward.comm << "measured:\n"
                                                   << got.backward;
-      EXPECT_NEAR(want.forward.flops(), got.forward_flops, 0.01 * got.forward_flops);
-      EXPECT_NEAR(want.backward.flops(), got.backward_flops, 0.01 * got.backward_flops);
+      // Within 1% is what a planner needs; the model prices the very ops the counting backend sees, so
+      // anything beyond summation rounding means an op the model misses or invents.
+      EXPECT_NEAR(want.forward.flops(), got.forward_flops, 1e-9 * got.forward_flops);
+      EXPECT_NEAR(want.backward.flops(), got.backward_flops, 1e-9 * got.backward_flops);
       EXPECT_NEAR(static_cast<double>(want.saved_bytes), static_cast<double>(got.saved_bytes),
-                  0.01 * static_cast<double>(got.saved_bytes));
+                  1e-9 * static_cast<double>(got.saved_bytes));
       EXPECT_EQ(want.forward.comm.host_syncs + want.backward.comm.host_syncs, 0u);
     }
   }
