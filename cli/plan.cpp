@@ -4,9 +4,8 @@
 // and sequence lengths, as CSV and as a gnuplot SVG of time per layer against sequence length.
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <ostream>
 #include <sstream>

@@ -5,6 +5,9 @@
 namespace gdnv::cp {
 namespace {
 
+// Only the FLOPs of an op's cost are measured here; its HBM bytes (priced from element sizes) are not.
+constexpr ElementSizes kFlopsOnly{0, 0};
+
 std::vector<std::int64_t> lengths_of(const Varlen& seqs) {
   std::vector<std::int64_t> out;
   for (std::size_t i = 1; i < seqs.host.size(); ++i) out.push_back(seqs.host[i] - seqs.host[i - 1]);
@@ -45,23 +48,23 @@ RmsNormGrads CountingBackend::rmsnorm_backward(const Buffer& dy, const Buffer& x
 }
 
 Buffer CountingBackend::linear(const Buffer& x, const Buffer& w) {
-  count(linear_cost({}, x.dim(0), x.dim(1), w.dim(0)).flops);
+  count(linear_cost(kFlopsOnly, x.dim(0), x.dim(1), w.dim(0)).flops);
   return tracked(inner_->linear(x, w));
 }
 
 LinearGrads CountingBackend::linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) {
-  count(linear_backward_cost({}, x.dim(0), x.dim(1), w.dim(0)).flops);
+  count(linear_backward_cost(kFlopsOnly, x.dim(0), x.dim(1), w.dim(0)).flops);
   LinearGrads r = inner_->linear_backward(dy, x, w);
   return {tracked(r.dx), tracked(r.dw)};
 }
 
 Buffer CountingBackend::conv1d(const ConvArgs& a) {
-  count(conv_cost({}, a.x.dim(0), a.x.dim(1), a.weight.dim(1)).flops);
+  count(conv_cost(kFlopsOnly, a.x.dim(0), a.x.dim(1), a.weight.dim(1)).flops);
   return tracked(inner_->conv1d(a));
 }
 
 ConvGrads CountingBackend::conv1d_backward(const ConvArgs& a, const Buffer& dy) {
-  count(conv_backward_cost({}, a.x.dim(0), a.x.dim(1), a.weight.dim(1)).flops);
+  count(conv_backward_cost(kFlopsOnly, a.x.dim(0), a.x.dim(1), a.weight.dim(1)).flops);
   ConvGrads r = inner_->conv1d_backward(a, dy);
   return {tracked(r.dx), tracked(r.dw), tracked(r.dbias), tracked(r.dhalo)};
 }
@@ -78,30 +81,30 @@ GateGrads CountingBackend::gates_backward(const Buffer& dg, const Buffer& dbeta,
 }
 
 GdrOut CountingBackend::gdr(const GdrArgs& a) {
-  count(gdr_cost({}, lengths_of(a.seqs), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
+  count(gdr_cost(kFlopsOnly, lengths_of(a.seqs), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
   GdrOut r = inner_->gdr(a);
   return {tracked(r.o), tracked(r.final_state)};
 }
 
 GdrGrads CountingBackend::gdr_backward(const GdrArgs& a, const Buffer& d_o, const Buffer& dht) {
-  count(gdr_backward_cost({}, lengths_of(a.seqs), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
+  count(gdr_backward_cost(kFlopsOnly, lengths_of(a.seqs), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
   GdrGrads r = inner_->gdr_backward(a, d_o, dht);
   return {tracked(r.dq), tracked(r.dk), tracked(r.dv), tracked(r.dg), tracked(r.dbeta), tracked(r.dh0)};
 }
 
 Buffer CountingBackend::gdr_last_map(const GdrArgs& a) {
-  count(span_map_cost({}, lengths_of(a.seqs).back(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
+  count(span_map_cost(kFlopsOnly, lengths_of(a.seqs).back(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
   return tracked(inner_->gdr_last_map(a));
 }
 
 Buffer CountingBackend::gdr_first_adjoint(const GdrArgs& a, const Buffer& d_o) {
-  count(span_map_cost({}, lengths_of(a.seqs).front(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
+  count(span_map_cost(kFlopsOnly, lengths_of(a.seqs).front(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
   return tracked(inner_->gdr_first_adjoint(a, d_o));
 }
 
 Buffer CountingBackend::fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) {
   const std::int64_t K = maps.dim(2);
-  count(fold_cost({}, end - begin, maps.dim(1), K, maps.dim(3) - K).flops);
+  count(fold_cost(kFlopsOnly, end - begin, maps.dim(1), K, maps.dim(3) - K).flops);
   return tracked(inner_->fold_span_maps(maps, begin, end, adjoint));
 }
 
