@@ -18,6 +18,8 @@ const std::vector<Command>& commands() {
        plan_main},
       {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",
        layout_main},
+      {"compare", "compare two safetensors files or directories under a tolerance policy", compare_main},
+      {"probe", "dump a build's layer outputs (an image) and compare images, CP modes and the oracle", probe_main},
   };
   return table;
 }

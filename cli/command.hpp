@@ -38,6 +38,8 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out);
 int run_main(const std::vector<std::string>& args, std::ostream& out);
 int reference_main(const std::vector<std::string>& args, std::ostream& out);
 int layout_main(const std::vector<std::string>& args, std::ostream& out);
+int compare_main(const std::vector<std::string>& args, std::ostream& out);
+int probe_main(const std::vector<std::string>& args, std::ostream& out);
 int plan_main(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace gdnv::cli

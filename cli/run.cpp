@@ -12,6 +12,7 @@
 #include "core/metrics.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
+#include "probes/build_info.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -124,18 +125,6 @@ std::string indented(const std::string& lines) {
   return out;
 }
 
-nlohmann::json counters_json(const Counters& c) {
-  nlohmann::json j = nlohmann::json::object();
-  for (int k = 0; k < kCollectiveKinds; ++k) {
-    const auto kind = static_cast<Collective>(k);
-    if (c[kind].calls)
-      j[std::string(collective_name(kind))] = {{"calls", c[kind].calls}, {"bytes_sent", c[kind].bytes_sent},
-                                               {"bytes_recv", c[kind].bytes_recv}};
-  }
-  j["host_syncs"] = c.host_syncs;
-  j["route_builds"] = c.route_builds;
-  return j;
-}
 
 }  // namespace
 
@@ -157,16 +146,16 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     const auto rows = judge(oracle, runs[i].answer, gates);
     out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")\n";
     print_rows(rows, out);
-    out << "  collectives of rank 0, forward:\n" << indented(format_counters(runs[i].ranks[0].forward))
-        << "  collectives of rank 0, backward:\n" << indented(format_counters(runs[i].ranks[0].backward));
+    out << "  collectives of rank 0, forward:\n" << indented(format_counters(runs[i].forward))
+        << "  collectives of rank 0, backward:\n" << indented(format_counters(runs[i].backward));
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows) {
       all_pass = all_pass && r.pass;
       tensors.push_back({{"name", r.name}, {"max_abs", r.m.max_abs}, {"rel_rms", r.m.rel_rms}, {"gate", r.gate},
                          {"one_minus_cos", r.m.one_minus_cos}, {"pass", r.pass}});
     }
-    report.push_back({{"cp", runs[i].cp_size}, {"tensors", tensors}, {"forward", counters_json(runs[i].ranks[0].forward)},
-                      {"backward", counters_json(runs[i].ranks[0].backward)}});
+    report.push_back({{"cp", runs[i].cp_size}, {"tensors", tensors}, {"forward", probes::counters_json(runs[i].forward)},
+                      {"backward", probes::counters_json(runs[i].backward)}});
   }
   if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), report.dump(2) + "\n");
   out << (all_pass ? "PASS" : "FAIL") << "\n";

@@ -1,5 +1,6 @@
 #include "core/metrics.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -40,7 +41,7 @@ Metrics compare(const Tensor& ref, const Tensor& cand) {
   m.rel_rms = std::sqrt(diff2 / n) / (m.ref_rms + 1e-12);
   if (ref2 == 0 && cand2 == 0) m.one_minus_cos = 0;
   else if (ref2 == 0 || cand2 == 0) m.one_minus_cos = 1;
-  else m.one_minus_cos = 1.0 - dot / (std::sqrt(ref2) * std::sqrt(cand2));
+  else m.one_minus_cos = std::max(0.0, 1.0 - dot / (std::sqrt(ref2) * std::sqrt(cand2)));  // rounding can dip below 0
   m.snr_db = diff2 == 0 ? std::numeric_limits<double>::infinity() : 10.0 * std::log10(ref2 / diff2);
   return m;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cp/cpu_kernels.hpp"
+#include "cp/faults.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -158,7 +159,7 @@ class CpuBackend final : public Backend {
 
   Gates gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
     check_gate_inputs(a, b, A_log, dt_bias, "gates");
-    auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), act(dt_bias));
+    auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), gate_bias(dt_bias));
     return {state_out(r.g, a.shape()), state_out(r.beta, a.shape())};
   }
 
@@ -167,7 +168,7 @@ class CpuBackend final : public Backend {
     check_gate_inputs(a, b, A_log, dt_bias, "gates_backward");
     expect(dg, "gates_backward", "dg", state_dtype(), a.shape(), "[N, Hv]");
     expect(dbeta, "gates_backward", "dbeta", state_dtype(), a.shape(), "[N, Hv]");
-    auto g = cpu::GateMath<C>::backward(state(dg), state(dbeta), act(a), act(b), act(A_log), act(dt_bias));
+    auto g = cpu::GateMath<C>::backward(state(dg), state(dbeta), act(a), act(b), act(A_log), gate_bias(dt_bias));
     return {act_out(g.da, a.shape()), act_out(g.db, a.shape()), state_out(g.dA_log, A_log.shape()),
             state_out(g.ddt_bias, dt_bias.shape())};
   }
@@ -229,6 +230,11 @@ class CpuBackend final : public Backend {
   Array<C> act(const Buffer& b) const { return cpu::to_compute<C>(b); }
   Array<C> state(const Buffer& b) const { return cpu::to_compute<C>(b); }
   Buffer act_out(const Array<C>& v, Shape shape) const { return cpu::from_compute(v, dtype(), std::move(shape)); }
+  // dt_bias as the gates use it (zeros under the planted fault that drops it).
+  Array<C> gate_bias(const Buffer& dt_bias) const {
+    if (fault_active(Fault::GateSoftplusMissingDtBias)) return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
+    return act(dt_bias);
+  }
   Buffer state_out(const Array<C>& v, Shape shape) const {
     return cpu::from_compute(v, state_dtype(), std::move(shape));
   }
@@ -305,8 +311,9 @@ class CpuBackend final : public Backend {
       throw Error(std::string(op) + ": " + std::to_string(Hv) + " value heads cannot share " + std::to_string(Hk) +
                   " key heads; GVA needs Hv % Hk == 0");
     cpu::expect_varlen(a.seqs.host, N, op);
+    const double l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;
     return {act(a.q), act(a.k), act(a.v), state(a.g), state(a.beta), a.h0.empty() ? Array<C>{} : state(a.h0),
-            a.seqs.host, Hk, Hv, K, V, a.scale};
+            a.seqs.host, Hk, Hv, K, V, a.scale, l2_eps};
   }
 
   std::pair<std::int64_t, std::int64_t> check_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w,

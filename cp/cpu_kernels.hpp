@@ -88,6 +88,7 @@ struct Gdr {
     Offsets cu;
     std::int64_t Hk, Hv, K, V;
     double scale;
+    double l2_eps = 1e-6;  // q, k L2 norm: x / sqrt(sum x^2 + l2_eps)
   };
   struct Out {
     Array<C> o;            // [N, Hv, V]

@@ -13,8 +13,6 @@
 namespace gdnv::cp::cpu {
 namespace {
 
-constexpr double kL2NormEps = 1e-6;
-
 // [A, B, D] -> [B, A, D]: token-major [N, H, D] to head-major [H, N, D] and back.
 template <class C>
 Array<C> swap_leading(const Array<C>& x, std::int64_t A, std::int64_t B, std::int64_t D) {
@@ -36,13 +34,13 @@ Array<C> token_major(const Array<C>& x, std::int64_t N, std::int64_t H, std::int
 
 // x_hat = x r with r = 1 / sqrt(sum x^2 + eps), per row of D, in place; returns r [rows].
 template <class C>
-Array<C> l2_normalize(Array<C>& x, std::int64_t D) {
+Array<C> l2_normalize(Array<C>& x, std::int64_t D, double eps) {
   Array<C> r(x.size() / D);
   for (std::size_t row = 0; row < r.size(); ++row) {
     C* p = &x[row * D];
     C ss = 0;
     for (std::int64_t i = 0; i < D; ++i) ss += p[i] * p[i];
-    r[row] = C(1) / std::sqrt(ss + static_cast<C>(kL2NormEps));
+    r[row] = C(1) / std::sqrt(ss + static_cast<C>(eps));
     for (std::int64_t i = 0; i < D; ++i) p[i] *= r[row];
   }
   return r;
@@ -75,8 +73,8 @@ struct Heads {
         N(in.cu.back()),
         q(head_major(in.q, N, in.Hk, in.K)),
         k(head_major(in.k, N, in.Hk, in.K)),
-        rq(l2_normalize(q, in.K)),
-        rk(l2_normalize(k, in.K)),
+        rq(l2_normalize(q, in.K, in.l2_eps)),
+        rk(l2_normalize(k, in.K, in.l2_eps)),
         v(head_major(in.v, N, in.Hv, in.V)),
         g(head_major(in.g, N, in.Hv, 1)),
         beta(head_major(in.beta, N, in.Hv, 1)) {}

@@ -43,6 +43,11 @@ const std::vector<FaultInfo>& all_faults() {
        "the zigzag -> contiguous route puts every received row one row past where it belongs"},
       {Fault::DynamicCpUsesStaticGroup, "dynamic_cp_uses_static_group",
        "a dynamic-CP micro-batch runs its collectives on the static CP group instead of its sub-group"},
+      {Fault::ZigzagSwapHalves, "zigzag_swap_halves",
+       "the zigzag shard is read as chunk 2W-1-r before chunk r of every sequence (headwise, all_gather)"},
+      {Fault::GateSoftplusMissingDtBias, "gate_softplus_missing_dt_bias",
+       "the gate is computed as -exp(A_log) * softplus(a), without dt_bias"},
+      {Fault::L2normEpsDropped, "l2norm_eps_dropped", "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
   };
   return table;
 }

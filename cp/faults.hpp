@@ -17,6 +17,9 @@ enum class Fault {
   ConvHaloOneRank,              // chunkwise conv halo limited to the previous rank (zeros beyond)
   RouteOffByOne,                // zigzag -> contiguous route index shifted by one row
   DynamicCpUsesStaticGroup,     // a dynamic-CP micro-batch's collectives run on the static group
+  ZigzagSwapHalves,             // the zigzag shard's two chunks of each sequence taken in swapped order
+  GateSoftplusMissingDtBias,    // g = -exp(A_log) softplus(a), dt_bias dropped
+  L2normEpsDropped,             // the core's q/k L2 norm without its 1e-6 epsilon
 };
 
 struct FaultInfo {

@@ -18,25 +18,10 @@ namespace {
 
 Tensor rounded(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::F64); }
 
-// Natural positions (rows of hidden viewed as [rows, width]) held by CP rank r of c.
-std::vector<std::int64_t> shard_rows(const Case& k, int c, int r) {
-  if (k.cu_seqlens) return layouts::thd_partition(layouts::Layout::zigzag, *k.cu_seqlens, c, r).positions();
-  return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
-}
-
 // Writes the ranks' shard rows back at their natural positions.
 void put_rows(const Tensor& shard, const std::vector<std::int64_t>& rows, Tensor& full) {
   layouts::scatter_rows(shard.bytes(), rows, shard.nbytes() / std::max<std::size_t>(rows.size(), 1), full.bytes());
 }
-
-// What one rank hands back for one micro-batch.
-struct RankOutput {
-  Tensor out, grad_hidden;  // its zigzag shard, F64
-  ref::LayerParams grads;
-  RankMeasure measure;
-  int cp_rank = 0;
-  bool reports_grads = false;  // first CP rank of the first (sub-)group: its TP rank's gradients
-};
 
 // A_log with A = exp(A_log) log-uniform in [lo, hi], one value per head.
 Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double hi) {
@@ -47,6 +32,14 @@ Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double h
 }
 
 }  // namespace
+
+void validate_run(const RunSpec& s) {
+  const ref::LayerConfig config(s.layer);
+  validate_static(s.cp, config);
+  MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch, s.lengths, false, 0, 0};
+  if (s.format == Format::Sbhd) shape.lengths = {s.seq_len};
+  (void)validate_micro_batch(s.cp, config, shape);
+}
 
 GateRegime parse_gate_regime(std::string_view name) {
   if (name == "default") return GateRegime::Default;
@@ -144,6 +137,11 @@ std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, 
   return gates;
 }
 
+std::vector<std::int64_t> zigzag_rows(const Case& k, int c, int r) {
+  if (k.cu_seqlens) return layouts::thd_partition(layouts::Layout::zigzag, *k.cu_seqlens, c, r).positions();
+  return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
+}
+
 std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec) {
   const ref::LayerConfig config(spec.layer);
   validate_static(spec.cp, config);
@@ -157,7 +155,7 @@ std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec) {
   const std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
   std::vector<CostGeometry> out;
   for (int c : sizes) {
-    const bool dynamic = c != spec.cp.cp;  // run_in_process passes a per-micro-batch group exactly then
+    const bool dynamic = c != spec.cp.cp;  // run_rank passes a per-micro-batch group exactly then
     MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch,
                           spec.format == Format::Thd ? spec.lengths : std::vector<std::int64_t>{spec.seq_len},
                           dynamic, dynamic ? c : 0, dynamic ? c : 0};
@@ -170,68 +168,74 @@ RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
   return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
 }
 
-std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
-  const int tp = spec.cp.tp, cp = spec.cp.cp, n = tp * cp;
-  std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches;
-  validate_static(spec.cp, k.config);
-  std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n), std::vector<RankOutput>(sizes.size()));
-
-  run_world(n, [&](Communicator& world) {
-    const int cp_rank = world.rank() / tp;
-    const TpCpGrid grid = make_tp_cp_grid(world, tp);
-    CountingBackend be(factory(spec.dtype));
-    const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
-    for (std::size_t m = 0; m < sizes.size(); ++m) {
-      const int c = sizes[m];
-      Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
-      MicroBatchSpec mbs{spec.format, k.cu_seqlens.value_or(std::vector<std::int64_t>{}), spec.seq_len, spec.batch};
-      auto mb = layer.prepare(mbs, group, group ? c : 0);
-      const auto rows = shard_rows(k, c, mb->cp_rank);
-      RankOutput& o = outputs[static_cast<std::size_t>(world.rank())][m];
-      RankMeasure& measure = o.measure;
-      const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
-      Context ctx;
-      Buffer out;
-      {
-        ScopedCounter counter(world.accounting());
-        const std::int64_t live = be.live_bytes();
-        const double flops = be.flops();
-        out = layer.forward(mb, hidden, ctx);
-        measure.forward = counter.delta();
-        measure.forward_flops = be.flops() - flops;
-        measure.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
-      }
-      const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
+std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, const BackendFactory& factory,
+                                 Communicator& world) {
+  const int tp = spec.cp.tp, cp = spec.cp.cp;
+  const TpCpGrid grid = make_tp_cp_grid(world, tp);
+  CountingBackend be(factory(spec.dtype));
+  const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
+  std::vector<RankOutput> outputs;
+  for (int c : spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches) {
+    Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
+    const MicroBatchSpec mbs{spec.format, k.cu_seqlens.value_or(std::vector<std::int64_t>{}), spec.seq_len, spec.batch};
+    auto mb = layer.prepare(mbs, group, group ? c : 0);
+    const auto rows = zigzag_rows(k, c, mb->cp_rank);
+    RankOutput o;
+    o.cp_size = c;
+    o.cp_rank = mb->cp_rank;
+    const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
+    Context ctx;
+    Buffer out;
+    {
       ScopedCounter counter(world.accounting());
+      const std::int64_t live = be.live_bytes();
       const double flops = be.flops();
-      LayerBackward back = layer.backward(ctx, grad_output);
-      measure.backward = counter.delta();
-      measure.backward_flops = be.flops() - flops;
-      o.out = be.download(out).to(DType::F64);
-      o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
-      o.cp_rank = mb->cp_rank;
-      o.reports_grads = cp_rank == mb->cp_rank && mb->cp_rank == 0;
-      if (o.reports_grads) o.grads = std::move(back.grads);
+      out = layer.forward(mb, hidden, ctx);
+      o.forward = counter.delta();
+      o.forward_flops = be.flops() - flops;
+      o.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
     }
+    const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
+    ScopedCounter counter(world.accounting());
+    const double flops = be.flops();
+    LayerBackward back = layer.backward(ctx, grad_output);
+    o.backward = counter.delta();
+    o.backward_flops = be.flops() - flops;
+    o.out = be.download(out).to(DType::F64);
+    o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
+    o.grads = std::move(back.grads);
+    outputs.push_back(std::move(o));
+  }
+  return outputs;
+}
+
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
+  const int tp = spec.cp.tp, n = tp * spec.cp.cp;
+  validate_static(spec.cp, k.config);
+  std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n));
+  run_world(n, [&](Communicator& world) {
+    outputs[static_cast<std::size_t>(world.rank())] = run_rank(spec, k, factory, world);
   });
 
   std::vector<MicroBatchRun> runs;
-  for (std::size_t m = 0; m < sizes.size(); ++m) {
-    const int c = sizes[m];
-    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}}, {}};
+  for (std::size_t m = 0; m < outputs[0].size(); ++m) {
+    const int c = outputs[0][m].cp_size;
+    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
+                      outputs[0][m].forward, outputs[0][m].backward};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
-    for (int rank = 0; rank < n; ++rank) {
+    // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
+    // answer, and its CP rank 0 each TP rank's gradient shard.
+    for (int rank = 0; rank < c * tp; ++rank) {
       const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
-      run.ranks.push_back(o.measure);
-      const int cp_rank = rank / tp;
-      if (rank % tp == 0 && cp_rank < c) {  // TP rank 0 of the first sub-group holds the answer
-        const auto rows = shard_rows(k, c, o.cp_rank);
+      if (rank % tp == 0) {
+        const auto rows = zigzag_rows(k, c, o.cp_rank);
         put_rows(o.out, rows, run.answer.out);
         put_rows(o.grad_hidden, rows, run.answer.grad_hidden);
       }
-      if (o.reports_grads) tp_grads[static_cast<std::size_t>(rank % tp)] = o.grads;
+      if (rank < tp) tp_grads[static_cast<std::size_t>(rank)] = o.grads;
     }
     run.answer.grads = ref::tp_unshard(k.config, tp_grads);
+    for (auto& rank_outputs : outputs) run.ranks.push_back(std::move(rank_outputs[m]));
     runs.push_back(std::move(run));
   }
   return runs;

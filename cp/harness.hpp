@@ -38,6 +38,10 @@ struct RunSpec {
   std::uint64_t seed = 0;
 };
 
+// DESIGN.md §3.1 for the whole run (configuration and the micro-batch at the static CP size):
+// ConfigError naming the fix, before any case is built.
+void validate_run(const RunSpec& spec);
+
 // Inputs rounded to the storage dtype (so the oracle sees exactly what the implementation sees), and
 // the fp64 oracle's answer on them.
 struct Case {
@@ -55,35 +59,48 @@ struct Answer {
 };
 Answer oracle_answer(const Case& c);
 
-// What one world rank measured in one micro-batch: the quantities cp/cost.hpp predicts.
-struct RankMeasure {
-  Counters forward, backward;                // its collectives
-  double forward_flops = 0, backward_flops = 0;  // priced by cp/op_cost.hpp from the ops that ran
-  std::int64_t saved_bytes = 0;  // bytes the forward allocated and left alive for the backward
+// What one rank of the world computed for one micro-batch.
+struct RankOutput {
+  int cp_size = 1, cp_rank = 0;
+  Tensor out, grad_hidden;  // this CP rank's zigzag shard, F64
+  ref::LayerParams grads;   // this TP rank's shard, summed over CP (F64)
+  Counters forward, backward;
+  // What cp/cost.hpp predicts, measured by a CountingBackend around the factory's backend: the FLOPs
+  // of the ops that ran, and the bytes the forward allocated and left alive for the backward.
+  double forward_flops = 0, backward_flops = 0;
+  std::int64_t saved_bytes = 0;
 };
 
 struct MicroBatchRun {
   int cp_size = 1;
   Answer answer;
-  std::vector<RankMeasure> ranks;  // by world rank
+  Counters forward, backward;     // world rank 0's collectives in this micro-batch
+  std::vector<RankOutput> ranks;  // what every world rank computed and measured, by world rank
 };
 
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
 // by tensor name ("out", "grad_hidden", "grad::<param>").
 std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);
 
-// The micro-batches `spec` runs, as the cost model sees them, validated exactly as run_in_process
-// validates them (same ConfigError, same message) but without building anything.
+using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
+
+// This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport): the
+// TP x CP grid, the layer, then fwd+bwd per micro-batch. Collective over `world`.
+std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, const BackendFactory& factory,
+                                 Communicator& world);
+
+// Natural rows (of hidden viewed as [rows, width], rows = tokens, or S for SBHD) of CP rank r of c.
+std::vector<std::int64_t> zigzag_rows(const Case& c, int cp_size, int cp_rank);
+
+// The micro-batches `spec` runs, as the cost model sees them, checked in the order run_in_process
+// checks them (same ConfigError, same message) but without building anything.
 std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec);
 // Where world rank `world_rank` sits in a micro-batch of CP size `cp_size` (dynamic CP: groups of
 // consecutive static CP ranks).
 RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size);
 
-using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
-
 // Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks (world rank = cp_rank * tp +
-// tp_rank), each backend wrapped in a CountingBackend. Validation errors (ConfigError) are thrown
-// before any collective.
+// tp_rank). Validation errors (ConfigError) are thrown before any collective.
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
 
 }  // namespace gdnv::cp

@@ -41,6 +41,22 @@ void plan_peer_major(Backend& be, MicroBatch& mb) {
   mb.from_peer_major = upload_index(be, from);
 }
 
+// Rank p's zigzag rows (natural positions), or under the planted fault with each sequence's two chunks
+// swapped.
+std::vector<std::int64_t> zigzag_positions(const std::vector<std::int64_t>& cu, int cp_size, int p) {
+  auto positions = layouts::thd_partition(layouts::Layout::zigzag, cu, cp_size, p).positions();
+  if (!fault_active(Fault::ZigzagSwapHalves)) return positions;
+  std::vector<std::int64_t> swapped;
+  auto at = positions.begin();
+  for (std::size_t i = 1; i < cu.size(); ++i) {
+    const std::int64_t chunk = (cu[i] - cu[i - 1]) / (2 * cp_size);
+    swapped.insert(swapped.end(), at + chunk, at + 2 * chunk);
+    swapped.insert(swapped.end(), at, at + chunk);
+    at += 2 * chunk;
+  }
+  return swapped;
+}
+
 std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
   std::vector<std::int64_t> v;
   for (std::int64_t i = begin; i < end; ++i) v.push_back(i);
@@ -112,7 +128,7 @@ std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatch
 
   std::vector<std::int64_t> received_from_natural;
   for (int p = 0; p < mb->cp_size; ++p) {
-    const auto positions = layouts::thd_partition(layouts::Layout::zigzag, mb->cu, mb->cp_size, p).positions();
+    const auto positions = zigzag_positions(mb->cu, mb->cp_size, p);
     mb->counts.push_back(static_cast<std::int64_t>(positions.size()));
     if (p == mb->cp_rank) mb->own_positions = upload_index(be, positions);
     received_from_natural.insert(received_from_natural.end(), positions.begin(), positions.end());

@@ -90,21 +90,21 @@ std::uint64_t params_of(const RunSpec& spec) {
 TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Headwise);
   const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
-  EXPECT_EQ(run.ranks[0].forward.calls(), 2u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].forward[Collective::AllToAllV].calls, 2u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllToAllV].calls, 2u) << run.ranks[0].backward;
+  EXPECT_EQ(run.forward.calls(), 2u) << run.forward;
+  EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
+  EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
   // One CP all-reduce per parameter gradient.
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllReduce].calls, params_of(spec)) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].backward.calls(), 2u + params_of(spec)) << run.ranks[0].backward;
+  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.backward.calls(), 2u + params_of(spec)) << run.backward;
 }
 
 TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
   const RunSpec spec = fixed_spec(CpMode::AllGather);
   const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
-  EXPECT_EQ(run.ranks[0].forward.calls(), 1u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].forward[Collective::AllGather].calls, 1u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::ReduceScatter].calls, 1u) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllGather].calls, 0u) << run.ranks[0].backward;
+  EXPECT_EQ(run.forward.calls(), 1u) << run.forward;
+  EXPECT_EQ(run.forward[Collective::AllGather].calls, 1u) << run.forward;
+  EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllGather].calls, 0u) << run.backward;
 }
 
 // Forward: the hidden swap each way, the halo tails and the state maps. Backward: the swaps, the
@@ -113,14 +113,14 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
 TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Chunkwise);
   const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
-  EXPECT_EQ(run.ranks[0].forward[Collective::AllToAllV].calls, 2u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].forward[Collective::AllGather].calls, 2u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].forward.calls(), 4u) << run.ranks[0].forward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllToAllV].calls, 2u) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllGather].calls, 1u) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::ReduceScatter].calls, 1u) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].backward[Collective::AllReduce].calls, params_of(spec)) << run.ranks[0].backward;
-  EXPECT_EQ(run.ranks[0].forward.route_builds + run.ranks[0].backward.route_builds, 0u);
+  EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward[Collective::AllGather].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward.calls(), 4u) << run.forward;
+  EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllGather].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.forward.route_builds + run.backward.route_builds, 0u);
 }
 
 // The swaps carry 2 x hidden values per token; the projection width headwise moves is far larger.
@@ -128,9 +128,8 @@ TEST(CpLayer, ChunkwiseSwapsMoveFewerBytesThanHeadwise) {
   const RunSpec chunk = fixed_spec(CpMode::Chunkwise), head = fixed_spec(CpMode::Headwise);
   const Case k = make_case(chunk);
   const auto c = run_in_process(chunk, k, make_cpu_backend).front(), h = run_in_process(head, k, make_cpu_backend).front();
-  EXPECT_LT(c.ranks[0].forward[Collective::AllToAllV].bytes_sent, h.ranks[0].forward[Collective::AllToAllV].bytes_sent);
-  EXPECT_LT(c.ranks[0].backward[Collective::AllToAllV].bytes_sent,
-            h.ranks[0].backward[Collective::AllToAllV].bytes_sent);
+  EXPECT_LT(c.forward[Collective::AllToAllV].bytes_sent, h.forward[Collective::AllToAllV].bytes_sent);
+  EXPECT_LT(c.backward[Collective::AllToAllV].bytes_sent, h.backward[Collective::AllToAllV].bytes_sent);
 }
 
 TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {
@@ -138,8 +137,7 @@ TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {
     RunSpec spec = fixed_spec(mode);
     spec.cp.cp = 1;
     const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
-    const RankMeasure& rank0 = run.ranks[0];
-    EXPECT_EQ(rank0.forward.calls() + rank0.backward.calls(), 0u) << mode_name(mode) << rank0.forward << rank0.backward;
+    EXPECT_EQ(run.forward.calls() + run.backward.calls(), 0u) << mode_name(mode) << run.forward << run.backward;
   }
 }
 

@@ -77,20 +77,51 @@ TEST(Cli, InspectOfCorruptFileIsOneLineNamingFileAndTensor) {
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gate: 8 steps, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
 }
 
-TEST(Cli, GateFailsUnderEachPlantedFaultNamingTheStep) {
-  for (const char* fault : {"allgather_no_reduce_scatter", "headwise_head_perm_shift", "missing_grad_reduction_over_cp",
-                            "chunkwise_bf16_state_chain", "conv_halo_wrong_rank", "route_off_by_one"}) {
-    setenv("GDNV_FAULT", fault, 1);
-    const auto r = run_cli("gate");
-    unsetenv("GDNV_FAULT");
-    EXPECT_EQ(r.code, 1) << fault << "\n" << r.out << r.err;
-    EXPECT_NE(r.out.find("CP mode matrix (cpu) ... FAIL"), std::string::npos) << fault << "\n" << r.out;
-    EXPECT_NE(r.out.find("\nFAIL\n"), std::string::npos) << fault << "\n" << r.out;
-  }
+TEST(Cli, GateWritesJunitXml) {
+  const auto dir = testing::temp_dir("junit");
+  const std::string xml = (dir / "gate.xml").string();
+  const auto r = run_cli("gate --quick --junit " + xml);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  const std::string text = read_file_text(xml);
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"8\" failures=\"0\" skipped=\"1\""),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
+  EXPECT_NE(text.find("<skipped message="), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
 }
+
+TEST(Cli, GateListsEveryPlantedFault) {
+  const auto r = run_cli("gate --list-faults");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
+                           "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
+                           "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
+                           "dynamic_cp_uses_static_group", "conv_halo_one_rank"})
+    EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
+}
+
+// Each planted fault makes `gate --quick` fail, and the CP mode matrix is the step that names it.
+class GateUnderFault : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GateUnderFault, QuickGateFailsNamingTheStep) {
+  setenv("GDNV_FAULT", GetParam(), 1);
+  const auto r = run_cli("gate --quick");
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("CP mode matrix (cpu) ... FAIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nFAIL\n"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PlantedFaults, GateUnderFault,
+    ::testing::Values("allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
+                      "conv_halo_one_rank", "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
+                      "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
+                      "dynamic_cp_uses_static_group"));
 
 }  // namespace
 }  // namespace gdnv

@@ -97,7 +97,7 @@ TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
     for (std::size_t w = 0; w < runs[m].ranks.size(); ++w) {
       SCOPED_TRACE("micro-batch " + std::to_string(m) + " (cp=" + std::to_string(c) + "), world rank " +
                    std::to_string(w));
-      const RankMeasure& got = runs[m].ranks[w];
+      const RankOutput& got = runs[m].ranks[w];
       const RankCost want = layer_cost(geometries[m], place_of(spec, static_cast<int>(w), c));
       // Not a trivial pass: a layer computes, keeps activations, and talks whenever CP or TP > 1.
       ASSERT_GT(got.forward_flops, 0);

@@ -43,5 +43,19 @@ TEST(SafetensorsInterop, PythonReadsOursAndWeReadPythons) {
   std::filesystem::remove_all(dir);
 }
 
+// A probe dump as a PyTorch user opens it: names, shapes, dtypes and metadata of the inputs, the rank
+// shards and meta.json.
+TEST(SafetensorsInterop, PythonReadsAProbeDump) {
+  if (!python_safetensors_available())
+    GTEST_SKIP() << "python3 package 'safetensors' (with numpy) is not installed; ./run test installs it when PyPI "
+                    "is reachable";
+  const auto dir = testing::temp_dir("interop_probe");
+  const auto r = testing::run_cli("probe dump --mode headwise --image py --world inproc:2 --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string cmd = "python3 " GDNV_TEST_DATA "/probe_interop.py " + dir.string();
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "python side failed: " << cmd;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gdnv

@@ -1,0 +1,327 @@
+// Gate steps that judge the CP implementation: layouts against upstream and as a route, the CP mode
+// matrix against the oracle, the illegal-combination matrix, a probe self-compare, and the GPU matrix
+// where a device is present.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/gate_steps.hpp"
+#include "comm/inprocess.hpp"
+#include "core/file.hpp"
+#include "core/metrics.hpp"
+#include "core/rng.hpp"
+#include "cp/cpu_backend.hpp"
+#include "cp/harness.hpp"
+#include "layouts/chunkwise_context.hpp"
+#include "layouts/partition.hpp"
+#include "layouts/route.hpp"
+#include "probes/checks.hpp"
+#include "probes/image.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+nlohmann::json vectors(const char* name) {
+  return nlohmann::json::parse(read_file_text(std::string(GDNV_TEST_DATA "/vectors/") + name));
+}
+
+// Megatron-Core's THD rank indices, zigzag and contiguous, exactly.
+void megatron_indices(StepResult& r) {
+  for (const auto& c : vectors("layouts_megatron.json").at("cases")) {
+    const auto cu = c.at("cu_seqlens").get<Ints>();
+    const int W = c.at("cp_size").get<int>(), rank = c.at("cp_rank").get<int>();
+    for (auto [layout, key] : {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}})
+      r.check(layouts::thd_partition(layout, cu, W, rank).positions() == c.at(key).get<Ints>(),
+              std::string(key) + " positions differ from Megatron's at " + c.at("cu_seqlens").dump() + " W=" +
+                  std::to_string(W) + " rank " + std::to_string(rank));
+  }
+}
+
+// FLA's chunkwise contexts (get_cp_cu_seqlens), exactly.
+void fla_contexts(StepResult& r) {
+  for (const auto& c : vectors("fla_cp_context.json").at("cases")) {
+    const auto ctx = layouts::chunkwise_context(c.at("cu_seqlens").get<Ints>(), c.at("cp_size").get<int>(),
+                                                c.at("cp_rank").get<int>(), 4);
+    r.check(ctx.local_cu_seqlens == c.at("local_cu_seqlens").get<Ints>() &&
+                ctx.pre_num_ranks == c.at("pre_num_ranks").get<int>() &&
+                ctx.post_num_ranks == c.at("post_num_ranks").get<int>() &&
+                ctx.pre_num_conv_tokens == c.at("pre_num_conv_tokens").get<std::int64_t>(),
+            "chunkwise context differs from FLA's at " + c.at("cu_seqlens").dump() + " W=" +
+                c.at("cp_size").dump() + " rank " + c.at("cp_rank").dump());
+  }
+}
+
+// The route, simulated: rank r receives from each peer p, in p's zigzag order, p's rows that fall in
+// r's contiguous span; the counts must be the route's and the receive index must put every row at its
+// place in the span.
+void route_delivers_contiguous_spans(StepResult& r, const Ints& cu, int W) {
+  const std::int64_t n = cu.back() / W;
+  std::vector<Ints> zigzag;
+  for (int p = 0; p < W; ++p) zigzag.push_back(layouts::thd_partition(layouts::Layout::zigzag, cu, W, p).positions());
+  for (int rank = 0; rank < W; ++rank) {
+    const layouts::Route route = layouts::zigzag_contiguous_route(cu, W, rank);
+    Ints received, counts;
+    for (int p = 0; p < W; ++p) {
+      const auto before = received.size();
+      for (auto g : zigzag[p])
+        if (g >= rank * n && g < (rank + 1) * n) received.push_back(g);
+      counts.push_back(static_cast<std::int64_t>(received.size() - before));
+    }
+    Ints placed(static_cast<std::size_t>(n), -1);
+    bool ok = counts == route.recv_counts && route.index.size() == received.size();
+    for (std::size_t k = 0; ok && k < received.size(); ++k) placed[route.index[k]] = received[k];
+    Ints span(static_cast<std::size_t>(n));
+    std::iota(span.begin(), span.end(), rank * n);
+    r.check(ok && placed == span, "route of rank " + std::to_string(rank) + " of " + std::to_string(W) +
+                                      " does not deliver its contiguous span");
+  }
+}
+
+// Seeded packed batches, lengths multiples of 2W.
+Ints seeded_cu(int W, std::uint64_t seed) {
+  const Rng rng(seed, "gate/cu");
+  Ints cu{0};
+  const int n = 1 + static_cast<int>(rng.uniform(0) * 4);
+  for (int i = 0; i < n; ++i) cu.push_back(cu.back() + 2 * W * (1 + static_cast<std::int64_t>(rng.uniform(i + 1) * 5)));
+  return cu;
+}
+
+// One matrix cell: the case, the oracle's answer and the gates (per dtype / format / W, shared by
+// every mode and TP size).
+struct Judged {
+  cp::Case k;
+  cp::Answer oracle;
+  std::map<std::string, double> gates;
+};
+
+Judged judged(const cp::RunSpec& spec) {
+  cp::Case k = cp::make_case(spec);
+  cp::Answer oracle = cp::oracle_answer(k);
+  auto gates = cp::oracle_gates(k, oracle, spec.dtype);
+  return {std::move(k), std::move(oracle), std::move(gates)};
+}
+
+void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec) {
+  try {
+    for (const auto& run : cp::run_in_process(spec, j.k, cp::make_cpu_backend)) {
+      const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
+      auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
+        const double e = compare(ref, got).rel_rms;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, j.gates.at(name));
+        r.check(e < j.gates.at(name), at + name + buf);
+      };
+      check("out", j.oracle.out, run.answer.out);
+      check("grad_hidden", j.oracle.grad_hidden, run.answer.grad_hidden);
+      for (const auto& [name, t] : j.oracle.grads) check("grad::" + name, t, run.answer.grads.at(name));
+    }
+  } catch (const Error& e) {
+    r.check(false, tag + ": " + e.what());
+  }
+}
+
+bool legal(const cp::RunSpec& s) {
+  try {
+    cp::validate_run(s);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+const char* format_name(cp::Format f) { return f == cp::Format::Thd ? "thd" : "sbhd"; }
+
+cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format format) {
+  cp::RunSpec s;
+  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  s.cp.mode = mode;
+  s.cp.cp = W;
+  s.cp.tp = tp;
+  s.dtype = dtype;
+  s.format = format;
+  s.lengths = {8 * W, 4 * W};
+  s.seq_len = 8 * W;
+  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (DESIGN.md §3.1)
+  s.gates = cp::GateRegime::Weak;  // the state crosses every rank: chunkwise's fold matters
+  return s;
+}
+
+constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
+
+}  // namespace
+
+StepResult layout_properties(bool quick) {
+  StepResult r;
+  megatron_indices(r);
+  fla_contexts(r);
+  for (int W = 1; W <= 8; ++W)
+    for (std::uint64_t seed = 0; seed < (quick ? 2u : 8u); ++seed) route_delivers_contiguous_spans(r, seeded_cu(W, seed), W);
+  return r;
+}
+
+// Every legal (mode, W, dtype, format, TP) on a small GVA geometry with weak gates, plus dynamic CP
+// (micro-batches of CP 4, 2, 1 in a static group of 4) and chunkwise spans shorter than the conv
+// halo, in-process, every tensor against the oracle.
+StepResult cp_mode_matrix(bool quick) {
+  StepResult r;
+  const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
+                                          : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
+  for (int W : {1, 2, 4})
+    for (DType dtype : dtypes)
+      for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
+        std::map<std::int64_t, Judged> by_batch;  // the case depends on the batch, not on mode or TP
+        for (cp::CpMode mode : kModes)
+          for (int tp : {1, 2}) {
+            const cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            if (!legal(spec)) continue;
+            auto it = by_batch.find(spec.batch);
+            if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
+            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " tp=" + std::to_string(tp) +
+                              " " + std::string(dtype_name(dtype)) + " " + format_name(format), it->second, spec);
+          }
+      }
+  for (cp::CpMode mode : kModes) {
+    cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    dynamic.cp.dynamic_cp = {1, 2};
+    dynamic.micro_batches = {4, 2, 1};
+    cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
+    for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic}, {"spans of 2 tokens", short_spans}})
+      judge_runs(r, std::string(cp::mode_name(mode)) + " " + tag, judged(spec), spec);
+  }
+  return r;
+}
+
+// DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
+StepResult illegal_combinations(bool) {
+  const ref::LayerConfig layer({32, 4, 8, 8, 8, 4, 1e-6, false});
+  const auto config = [](cp::CpMode mode, int W, int tp = 1) {
+    cp::CpConfig c;
+    c.mode = mode;
+    c.cp = W;
+    c.tp = tp;
+    return c;
+  };
+  const auto with = [&](cp::CpConfig c, auto change) {
+    change(c);
+    return c;
+  };
+  using Shape = cp::MicroBatchShape;
+  const Shape thd{cp::Format::Thd, 1, {16, 8}, false, 0, 0};
+  const auto shape = [&](auto change) {
+    Shape s = thd;
+    change(s);
+    return s;
+  };
+  const std::vector<std::tuple<std::string, std::string, std::function<void()>>> cases = {
+      {"mode auto", "there is no 'auto'", [] { (void)cp::parse_mode("auto"); }},
+      {"Hv % Hk != 0", "is not a multiple of linear_num_key_heads", [] { (void)ref::LayerConfig({32, 3, 8, 8, 8, 4, 1e-6, false}); }},
+      {"headwise heads % tp*cp", "divisible by tp*cp", [&] { cp::validate_static(config(cp::CpMode::Headwise, 8), layer); }},
+      {"chunkwise heads % tp", "divisible by tp =", [&] { cp::validate_static(config(cp::CpMode::Chunkwise, 2, 8), layer); }},
+      {"all_gather heads % tp", "divisible by tp =", [&] { cp::validate_static(config(cp::CpMode::AllGather, 2, 8), layer); }},
+      {"chunkwise + allgather_cp", "set allgather_cp=False",
+       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.allgather_cp = true; }), layer); }},
+      {"chunkwise + deterministic, CP>1", "not deterministic with CP>1",
+       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.deterministic = true; }), layer); }},
+      {"chunkwise + deterministic, dynamic CP", "not deterministic with CP>1 or dynamic CP", [&] {
+         cp::validate_static(with(config(cp::CpMode::Chunkwise, 1), [](auto& c) {
+                               c.deterministic = true;
+                               c.dynamic_cp = {1};
+                             }), layer);
+       }},
+      {"chunkwise + inference", "use linear_cp_mode='headwise' for inference",
+       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.inference = true; }), layer); }},
+      {"all_gather + inference", "use linear_cp_mode='headwise' for inference",
+       [&] { cp::validate_static(with(config(cp::CpMode::AllGather, 2), [](auto& c) { c.inference = true; }), layer); }},
+      {"all_gather + deterministic", "'all_gather' is not deterministic",
+       [&] { cp::validate_static(with(config(cp::CpMode::AllGather, 2), [](auto& c) { c.deterministic = true; }), layer); }},
+      {"all_gather SBHD, CP>1", "supports THD input only", [&] {
+         (void)cp::validate_micro_batch(config(cp::CpMode::AllGather, 2), layer,
+                                        shape([](Shape& s) { s.format = cp::Format::Sbhd, s.lengths = {16}; }));
+       }},
+      {"SBHD chunkwise batch>1", "with SBHD input needs batch == 1", [&] {
+         (void)cp::validate_micro_batch(config(cp::CpMode::Chunkwise, 2), layer,
+                                        shape([](Shape& s) { s.format = cp::Format::Sbhd, s.lengths = {16}, s.batch = 2; }));
+       }},
+      {"THD batch != 1", "THD input needs batch == 1",
+       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 2), layer, shape([](Shape& s) { s.batch = 2; })); }},
+      {"lengths % cp", "not divisible by cp = 4",
+       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.lengths = {16, 6}; })); }},
+      {"lengths % 2cp", "not divisible by 2*cp = 8",
+       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.lengths = {16, 12}; })); }},
+      {"local_cp_size != group size", "pass the group's size as local_cp_size", [&] {
+         (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) {
+           s.has_cp_group = true, s.local_cp_size = 2, s.group_size = 4;
+         }));
+       }},
+      {"only one of cp_group, local_cp_size", "only one of cp_group and local_cp_size is set", [&] {
+         (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.local_cp_size = 2; }));
+       }},
+      {"dynamic CP size not dividing", "does not divide the static CP size",
+       [&] { cp::validate_static(with(config(cp::CpMode::Headwise, 4), [](auto& c) { c.dynamic_cp = {3}; }), layer); }},
+  };
+  StepResult r;
+  for (const auto& [rule, fragment, attempt] : cases) {
+    std::string message = "(accepted)";
+    try {
+      attempt();
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    r.check(message.find(fragment) != std::string::npos, rule + ": expected '" + fragment + "', got: " + message);
+  }
+  return r;
+}
+
+// Two dumps of the same image are bitwise identical, every CP mode agrees with CP=1, and every dumped
+// tensor is within its oracle gate.
+StepResult probe_self_compare(bool quick) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("gdnv_gate_probe_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  StepResult r;
+  const std::vector<std::string> modes =
+      quick ? std::vector<std::string>{"cp1", "chunkwise"} : std::vector<std::string>{"cp1", "headwise", "chunkwise", "all_gather"};
+  try {
+    for (const char* image : {"a", "b"})
+      for (const auto& mode : modes) {
+        probes::DumpSpec spec;
+        spec.mode = mode;
+        spec.image = "gate";
+        spec.case_name = "thd-short";
+        run_world(mode == "cp1" ? 1 : 4, [&](Communicator& world) {
+          probes::dump_rank(spec, (root / image).string(), "inproc", world);
+        });
+      }
+    const auto same = probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));
+    for (const auto& t : same.tensors) r.check(t.structure.empty() && t.pass, "redump " + t.file + ":" + t.name + " differs");
+    const auto cross = probes::cross_mode((root / "a").string(), probes::load_policy("cp-vs-cp1"));
+    for (const auto& t : cross.vs_cp1.tensors) r.check(t.pass, "cross-mode " + t.file + ":" + t.name + ": " + t.why);
+    for (const auto& t : probes::judge_with_oracle((root / "a").string()).tensors)
+      r.check(t.pass, "oracle " + t.file + ":" + t.name + ": " + t.why);
+  } catch (const Error& e) {
+    r.check(false, e.what());
+  }
+  fs::remove_all(root);
+  return r;
+}
+
+StepResult gpu_mode_matrix(bool) {
+  StepResult r;
+#if GDNV_HAVE_CUDA
+  r.skip_reason = "no CUDA backend yet (issue 11): the GPU matrix cannot run";
+#else
+  r.skip_reason = "built without CUDA";
+#endif
+  return r;
+}
+
+}  // namespace gdnv::cli

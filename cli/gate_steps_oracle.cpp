@@ -1,0 +1,215 @@
+// Gate steps that judge the file format and the fp64 oracle itself: safetensors round-trip, the
+// upstream reference vectors, and the oracle's self-checks (its two independent core forms agree;
+// its hand-written backward is the derivative its forward finite-differences to).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/gate_steps.hpp"
+#include "core/file.hpp"
+#include "core/metrics.hpp"
+#include "core/safetensors.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/gated_delta_rule.hpp"
+#include "reference/kernel_io.hpp"
+#include "reference/layer.hpp"
+#include "reference/layer_params.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+void expect_close(StepResult& r, const std::string& what, const Tensor& ref, const Tensor& got, double gate) {
+  const double e = compare(ref, got).rel_rms;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, gate);
+  r.check(e < gate, what + buf);
+}
+
+// Elementwise f over a tensor, in fp64.
+template <class F>
+Tensor mapped(const Tensor& t, F f) {
+  Tensor out(DType::F64, t.shape());
+  for (std::int64_t i = 0; i < t.numel(); ++i) out.set(i, f(t.get(i)));
+  return out;
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0;
+  for (std::int64_t i = 0; i < a.numel(); ++i) s += a.get(i) * b.get(i);
+  return s;
+}
+
+// x + e d, elementwise.
+Tensor stepped(const Tensor& x, const Tensor& d, double e) {
+  Tensor out = x;
+  for (std::int64_t i = 0; i < x.numel(); ++i) out.set(i, x.get(i) + e * d.get(i));
+  return out;
+}
+
+struct KernelShape {
+  std::vector<std::int64_t> cu;
+  std::int64_t Hk, Hv, K, V;
+};
+
+// Seeded kernel inputs: q, k, v ~ N(0, 1), g = -softplus(N(0, 1)) (log decay <= 0), beta = sigmoid,
+// an initial state per sequence, L2 norm in the kernel.
+ref::GdrInputs kernel_inputs(const KernelShape& s, std::uint64_t seed) {
+  const std::int64_t T = s.cu.back(), N = static_cast<std::int64_t>(s.cu.size()) - 1;
+  ref::GdrInputs in;
+  in.q = ref::seeded_normal(seed, "q", {1, T, s.Hk, s.K});
+  in.k = ref::seeded_normal(seed, "k", {1, T, s.Hk, s.K});
+  in.v = ref::seeded_normal(seed, "v", {1, T, s.Hv, s.V});
+  in.g = mapped(ref::seeded_normal(seed, "g", {1, T, s.Hv}), [](double x) { return -std::log1p(std::exp(x)); });
+  in.beta = mapped(ref::seeded_normal(seed, "beta", {1, T, s.Hv}), [](double x) { return 1 / (1 + std::exp(-x)); });
+  in.initial_state = ref::seeded_normal(seed, "h0", {N, s.Hv, s.K, s.V}, 0.5);
+  in.cu_seqlens = s.cu;
+  in.use_qk_l2norm = true;
+  return in;
+}
+
+// The chunked (WY/UT) and recurrent forms share no code beyond I/O; they must agree. fp64 roundoff
+// 1.1e-16 over chains of <= 200 tokens and 64-row chunk solves (condition ~1e2) stays near 1e-13;
+// 1e-10 leaves margin and still sees any algebra slip (those are O(1)).
+void forms_agree(StepResult& r, const KernelShape& s, int chunk, std::uint64_t seed) {
+  const ref::GdrInputs in = kernel_inputs(s, seed);
+  const Tensor d_o = ref::seeded_normal(seed, "do", in.v.shape());
+  const Tensor dht = ref::seeded_normal(seed, "dht", in.initial_state->shape());
+  const ref::GdrOutputs fr = ref::gdr_recurrent_forward(in), fc = ref::gdr_chunked_forward(in, chunk);
+  const ref::GdrGrads gr = ref::gdr_recurrent_backward(in, d_o, dht), gc = ref::gdr_chunked_backward(in, d_o, dht, chunk);
+  const std::string tag = "T=" + std::to_string(s.cu.back()) + " C=" + std::to_string(chunk) + " ";
+  expect_close(r, tag + "o", fr.o, fc.o, 1e-10);
+  expect_close(r, tag + "final_state", fr.final_state, fc.final_state, 1e-10);
+  for (const auto& [name, a, b] : {std::tuple{"dq", &gr.dq, &gc.dq}, {"dk", &gr.dk, &gc.dk}, {"dv", &gr.dv, &gc.dv},
+                                   {"dg", &gr.dg, &gc.dg}, {"dbeta", &gr.dbeta, &gc.dbeta}, {"dh0", &gr.dh0, &gc.dh0}})
+    expect_close(r, tag + name, *a, *b, 1e-10);
+}
+
+// Central differences of L along a seeded direction d equal <grad, d>. With step e = 1e-5 on O(1)
+// inputs: truncation e^2 |L'''| ~ 1e-10, rounding 1e-16 |L| / e ~ 1e-10, so 1e-6 (relative to
+// max(1, |<grad, d>|)) catches a wrong derivative (an O(1) error) with four orders of margin.
+void directional(StepResult& r, const std::string& what, const std::function<double(double)>& L, double analytic) {
+  constexpr double e = 1e-5;
+  const double fd = (L(e) - L(-e)) / (2 * e);
+  char buf[128];
+  std::snprintf(buf, sizeof buf, ": finite difference %.9e, backward %.9e", fd, analytic);
+  r.check(std::abs(fd - analytic) <= 1e-6 * std::max(1.0, std::abs(analytic)), what + buf);
+}
+
+void kernel_finite_differences(StepResult& r) {
+  const KernelShape s{{0, 10, 24}, 1, 2, 5, 4};
+  const ref::GdrInputs in = kernel_inputs(s, 3);
+  const Tensor d_o = ref::seeded_normal(3, "do", in.v.shape()), dht = ref::seeded_normal(3, "dht", in.initial_state->shape());
+  const ref::GdrGrads g = ref::gdr_recurrent_backward(in, d_o, dht);
+  const auto loss = [&](const ref::GdrInputs& x) {
+    const ref::GdrOutputs o = ref::gdr_recurrent_forward(x);
+    return dot(d_o, o.o) + dot(dht, o.final_state);
+  };
+  using Member = Tensor ref::GdrInputs::*;
+  for (const auto& [name, member, grad] : {std::tuple<const char*, Member, const Tensor*>{"q", &ref::GdrInputs::q, &g.dq},
+                                           {"k", &ref::GdrInputs::k, &g.dk}, {"v", &ref::GdrInputs::v, &g.dv},
+                                           {"g", &ref::GdrInputs::g, &g.dg}, {"beta", &ref::GdrInputs::beta, &g.dbeta}}) {
+    const Tensor d = ref::seeded_normal(4, name, (in.*member).shape());
+    directional(r, std::string("kernel d") + name, [&](double e) {
+      ref::GdrInputs x = in;
+      x.*member = stepped(in.*member, d, e);
+      return loss(x);
+    }, dot(*grad, d));
+  }
+  const Tensor d = ref::seeded_normal(4, "h0", in.initial_state->shape());
+  directional(r, "kernel dh0", [&](double e) {
+    ref::GdrInputs x = in;
+    x.initial_state = stepped(*in.initial_state, d, e);
+    return loss(x);
+  }, dot(g.dh0, d));
+}
+
+void layer_finite_differences(StepResult& r) {
+  const ref::LayerConfig config({12, 1, 2, 4, 4, 4, 1e-6, false});
+  const ref::LayerParams params = ref::init_params(config, 5);
+  const ref::CuSeqlens cu = std::vector<std::int64_t>{0, 9, 16};
+  const Tensor h = ref::seeded_normal(5, "hidden", {16, 1, 12}), dy = ref::seeded_normal(5, "dy", {16, 1, 12});
+  const ref::LayerGrads g = ref::layer_backward(config, params, ref::layer_forward(config, params, h, cu), dy);
+  const auto loss = [&](const ref::LayerParams& p, const Tensor& x) {
+    return dot(dy, ref::layer_forward(config, p, x, cu).out);
+  };
+  const Tensor dh = ref::seeded_normal(6, "hidden", h.shape());
+  directional(r, "layer grad_hidden", [&](double e) { return loss(params, stepped(h, dh, e)); }, dot(g.grad_hidden, dh));
+  for (const char* name : {ref::kALog, ref::kDtBias, ref::kInProj, ref::kConvWeight, ref::kOutNorm}) {
+    const Tensor d = ref::seeded_normal(6, name, params.at(name).shape());
+    directional(r, std::string("layer grad::") + name, [&](double e) {
+      ref::LayerParams p = params;
+      p[name] = stepped(params.at(name), d, e);
+      return loss(p, h);
+    }, dot(g.params.at(name), d));
+  }
+}
+
+}  // namespace
+
+// One tensor of every dtype plus the degenerate shapes, through serialize and parse, must come back
+// with identical bytes.
+StepResult safetensors_round_trip(bool) {
+  TensorFile file;
+  file.metadata = {{"source", "gate"}};
+  int k = 0;
+  for (DType t : {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I64, DType::I32}) {
+    Tensor x(t, {2, 3});
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, 0.37 * (i - 2));
+    file.tensors.emplace("t" + std::to_string(k++), x);
+  }
+  file.tensors.emplace("empty", Tensor(DType::F32, {0, 4}));
+  file.tensors.emplace("scalar", Tensor(DType::F64, {}));
+  const auto bytes = serialize_safetensors(file);
+  const TensorFile back = parse_safetensors(bytes.data(), bytes.size(), "gate");
+  StepResult r;
+  for (const auto& [name, t] : file.tensors)
+    r.check(back.has(name) && back.at(name, "gate").bitwise_equal(t), "tensor '" + name + "' did not round-trip");
+  return r;
+}
+
+// The upstream reference vectors (tests/data/vectors) load, and the fp64 oracle reproduces FLA's and
+// torch's own outputs from them, both core forms.
+StepResult reference_vectors(bool) {
+  StepResult r;
+  const std::string dir = GDNV_TEST_DATA "/vectors/";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string path = entry.path().string(), ext = entry.path().extension().string();
+    if (ext != ".safetensors" && ext != ".json") continue;
+    r.check(ext == ".json" ? nlohmann::json::parse(read_file_text(path)).contains("cases")
+                           : !read_safetensors(path).tensors.empty(),
+            path + ": holds no cases or tensors");
+  }
+  for (const char* name : {"gdr_batched_h0", "gdr_varlen_gva_scale"})
+    for (auto form : {ref::GdrForm::Chunked, ref::GdrForm::Recurrent}) {
+      const TensorFile expected = read_safetensors(dir + name + ".safetensors");
+      TensorFile input = expected;
+      const TensorFile got = ref::run_gdr_case(ref::take_gdr_case(input, name), form);
+      for (const auto& [tensor, t] : got.tensors)
+        expect_close(r, std::string(name) + " " + tensor, expected.at(tensor, name), t, 1e-12);
+    }
+  const TensorFile conv = read_safetensors(dir + "conv1d_silu_bias.safetensors");
+  const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"),
+                             std::nullopt, std::nullopt, ref::Activation::Silu};
+  const ref::Conv1dGrads g = ref::conv1d_backward(in, conv.at("dy", "conv"));
+  expect_close(r, "conv1d y", conv.at("y", "conv"), ref::conv1d_forward(in), 1e-12);
+  expect_close(r, "conv1d dx", conv.at("dx", "conv"), g.dx, 1e-12);
+  expect_close(r, "conv1d dweight", conv.at("dweight", "conv"), g.dweight, 1e-12);
+  expect_close(r, "conv1d dbias", conv.at("dbias", "conv"), *g.dbias, 1e-12);
+  return r;
+}
+
+StepResult oracle_self_checks(bool quick) {
+  StepResult r;
+  std::vector<KernelShape> shapes = {{{0, 37}, 1, 1, 6, 5}, {{0, 1, 64, 65, 130}, 2, 4, 8, 6}};
+  if (!quick) shapes.push_back({{0, 200}, 2, 2, 16, 12});
+  std::uint64_t seed = 10;
+  for (const auto& s : shapes)
+    for (int chunk : quick ? std::vector<int>{64} : std::vector<int>{16, 32, 64}) forms_agree(r, s, chunk, seed++);
+  kernel_finite_differences(r);
+  layer_finite_differences(r);
+  return r;
+}
+
+}  // namespace gdnv::cli

@@ -1,0 +1,172 @@
+// gdn-verify probe dump | compare | cross-mode | oracle: tensors dumped by a build ("image") on
+// deterministic inputs, compared across images, across CP modes, and with the fp64 oracle.
+#include <cstdio>
+#include <cstdlib>
+#include <ostream>
+
+#include "cli/command.hpp"
+#include "cli/probe_reports.hpp"
+#include "comm/inprocess.hpp"
+#include "comm/mpi.hpp"
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "probes/checks.hpp"
+#include "probes/image.hpp"
+#include "probes/report.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+DType parse_dtype(const std::string& name) {
+  if (name == "fp64") return DType::F64;
+  if (name == "fp32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  throw ConfigError("--dtype '" + name + "' is not supported: use fp64, fp32 or bf16");
+}
+
+// Processes mpirun started (OpenMPI, or a PMI launcher), 0 outside mpirun.
+int mpirun_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+struct World {
+  bool mpi = false;
+  int size = 1;
+};
+
+// "mpi" or "inproc:W"; by default mpi under mpirun, else inproc with one rank for cp1 and two otherwise.
+World parse_world(const std::string& given, const std::string& mode) {
+  const int launched = mpirun_size();
+  if (given.empty()) return launched ? World{true, launched} : World{false, mode == "cp1" ? 1 : 2};
+  if (given == "mpi") {
+    if (!launched) throw ConfigError("--world mpi needs the process started by mpirun: mpirun -np W gdn-verify probe dump ...");
+    return {true, launched};
+  }
+  const std::string prefix = "inproc:";
+  if (given.rfind(prefix, 0) != 0 || given.size() == prefix.size())
+    throw ConfigError("--world '" + given + "' is not 'inproc:W' or 'mpi': e.g. --world inproc:4");
+  const std::string digits = given.substr(prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || std::atoi(digits.c_str()) < 1)
+    throw ConfigError("--world '" + given + "': W must be a positive integer, e.g. --world inproc:4");
+  if (launched > 1)
+    throw ConfigError("--world " + given + " under mpirun with " + std::to_string(launched) +
+                      " processes: drop --world (each MPI process is a rank) or run without mpirun");
+  return {false, std::atoi(digits.c_str())};
+}
+
+int dump_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description o("probe dump options");
+  o.add_options()
+      ("mode", po::value<std::string>()->required(), "cp1 | headwise | chunkwise | all_gather")
+      ("image", po::value<std::string>()->required(), "label of the build being probed, e.g. old or new")
+      ("out", po::value<std::string>()->required(), "directory to write (one image of one case per directory)")
+      ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
+      ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
+      ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | sbhd")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters");
+  const auto vm = parse_options("probe dump", "--mode M --image LABEL --out DIR [options]", o, {}, args, out);
+  if (!vm) return kPass;
+  probes::DumpSpec spec;
+  spec.mode = (*vm)["mode"].as<std::string>();
+  spec.image = (*vm)["image"].as<std::string>();
+  spec.case_name = (*vm)["case"].as<std::string>();
+  spec.dtype = parse_dtype((*vm)["dtype"].as<std::string>());
+  spec.seed = (*vm)["seed"].as<std::uint64_t>();
+  const std::string dir = (*vm)["out"].as<std::string>();
+  const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);
+  (void)probes::dump_run_spec(spec, world.size);  // bad input fails here, before any rank starts
+  const auto body = [&](Communicator& comm) {
+    probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm);
+    if (comm.rank() == 0)
+      out << "probe dump: image '" << spec.image << "', " << spec.mode << " on " << world.size << " rank(s) ("
+          << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype)
+          << " -> " << dir << "/{inputs.safetensors, " << spec.mode << ".rank"
+          << (world.size == 1 ? "0" : "0.." + std::to_string(world.size - 1)) << ".safetensors, meta.json}\n";
+  };
+  if (world.mpi) run_mpi(body);
+  else run_world(world.size, body);
+  return kPass;
+}
+
+int compare_images_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description o("probe compare options");
+  o.add_options()
+      ("ref", po::value<std::string>()->required(), "the reference image's directory")
+      ("cand", po::value<std::string>()->required(), "the candidate image's directory")
+      ("mode", po::value<std::string>()->default_value(""), "compare only this mode's dumps (default: every mode of REF)")
+      ("policy", po::value<std::string>()->default_value("cp1-vs-old"),
+       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | a JSON file");
+  add_report_options(o);
+  const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
+  if (!vm) return kPass;
+  const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
+  return report(probes::compare_images((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(),
+                                       (*vm)["mode"].as<std::string>(), policy),
+                *vm, out);
+}
+
+int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description o("probe cross-mode options");
+  o.add_options()
+      ("dir", po::value<std::string>()->required(), "an image directory holding a cp1 dump and CP modes' dumps")
+      ("policy", po::value<std::string>()->default_value("cp-vs-cp1"), "tolerance policy of each mode vs cp1");
+  const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P]", o, {}, args, out);
+  if (!vm) return kPass;
+  const probes::CrossMode r = probes::cross_mode((*vm)["dir"].as<std::string>(),
+                                                 probes::load_policy((*vm)["policy"].as<std::string>()));
+  probes::write_rows(r.vs_cp1, out);
+  if (r.ratios.empty()) out << "deviation ratio: skipped (no headwise dump to measure against)\n";
+  int outside = 0;
+  for (const auto& d : r.ratios) {
+    char line[256];
+    std::snprintf(line, sizeof line, "deviation %s %s: rel_rms %.3e vs oracle, headwise %.3e, bound %.3e  %s\n",
+                  d.mode.c_str(), d.tensor.c_str(), d.rel_rms, d.headwise_rel_rms, d.bound, d.pass() ? "pass" : "FAIL");
+    out << line;
+    outside += !d.pass();
+  }
+  if (!r.ratios.empty())
+    out << "deviation ratio (<= 4x headwise's, floor 1e-6): " << r.ratios.size() << " checked, " << outside
+        << " outside\n";
+  out << (r.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+  return r.exit_code();
+}
+
+int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description o("probe oracle options");
+  o.add_options()("dir", po::value<std::string>()->required(),
+                  "an image directory: inputs.safetensors and <mode>.rank<r>.safetensors files");
+  add_report_options(o);
+  const auto vm = parse_options("probe oracle", "--dir DIR", o, {}, args, out);
+  if (!vm) return kPass;
+  return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out);
+}
+
+}  // namespace
+
+int probe_main(const std::vector<std::string>& args, std::ostream& out) {
+  const std::vector<std::pair<std::string, int (*)(const std::vector<std::string>&, std::ostream&)>> subcommands = {
+      {"dump", dump_main}, {"compare", compare_images_main}, {"cross-mode", cross_mode_main}, {"oracle", oracle_main}};
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    out << "usage: gdn-verify probe dump|compare|cross-mode|oracle [options]   (each takes --help)\n";
+    return args.empty() ? kBadInput : kPass;
+  }
+  for (const auto& [name, run] : subcommands)
+    if (name == args[0]) return run({args.begin() + 1, args.end()}, out);
+  throw ConfigError("unknown probe subcommand '" + args[0] + "': use dump, compare, cross-mode or oracle");
+}
+
+void add_report_options(po::options_description& o) {
+  o.add_options()("json", po::value<std::string>(), "also write the report as JSON to FILE")(
+      "markdown", po::value<std::string>(), "also write the report as a markdown table to FILE");
+}
+
+int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out) {
+  if (vm.count("json")) write_file_atomic(vm["json"].as<std::string>(), probes::to_json(c));
+  if (vm.count("markdown")) write_file_atomic(vm["markdown"].as<std::string>(), probes::to_markdown(c));
+  probes::write_text(c, out);
+  return c.exit_code();
+}
+
+}  // namespace gdnv::cli

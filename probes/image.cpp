@@ -1,0 +1,201 @@
+#include "probes/image.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "core/file.hpp"
+#include "cp/cpu_backend.hpp"
+#include "layouts/apply.hpp"
+#include "probes/build_info.hpp"
+#include "reference/layer_io.hpp"
+
+namespace gdnv::probes {
+namespace fs = std::filesystem;
+namespace {
+
+using nlohmann::json;
+
+const char* const kModes[] = {"cp1", "headwise", "chunkwise", "all_gather"};
+
+cp::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int64_t> lengths,
+                      cp::GateRegime gates = cp::GateRegime::Default) {
+  cp::RunSpec s;
+  s.layer = layer;
+  s.lengths = std::move(lengths);
+  s.gates = gates;
+  return s;
+}
+
+std::string rank_file(const std::string& dir, const std::string& mode, int rank) {
+  return (fs::path(dir) / (mode + ".rank" + std::to_string(rank) + ".safetensors")).string();
+}
+
+std::string meta_path(const std::string& dir) { return (fs::path(dir) / "meta.json").string(); }
+
+json read_meta(const std::string& dir) {
+  const std::string path = meta_path(dir);
+  if (!fs::exists(path)) return json::object();
+  try {
+    return json::parse(read_file_text(path));
+  } catch (const json::parse_error& e) {
+    throw FormatError(path + ": not valid JSON (" + std::string(e.what()) + "): remove the directory and dump again");
+  }
+}
+
+// What makes two dumps the same image of the same case: a DIR holds only one.
+json identity(const DumpSpec& spec) {
+  return {{"image", spec.image}, {"case", spec.case_name}, {"dtype", dtype_name(spec.dtype)}, {"seed", spec.seed}};
+}
+
+void check_same_image(const json& meta, const DumpSpec& spec, const std::string& dir) {
+  if (meta.empty()) return;
+  const json wanted = identity(spec);
+  for (const auto& [key, value] : wanted.items())
+    if (!meta.contains(key) || meta[key] != value)
+      throw ConfigError(dir + " holds an image with " + key + " " + (meta.contains(key) ? meta[key].dump() : "unset") +
+                        ", not " + value.dump() + ": dump into a fresh --out directory");
+}
+
+json geometry(const cp::RunSpec& s) {
+  const ref::LayerConfig c(s.layer);
+  json g = {{"hidden_size", c.hidden()},         {"linear_num_key_heads", c.Hk()},
+            {"linear_num_value_heads", c.Hv()},  {"linear_key_head_dim", c.dk()},
+            {"linear_value_head_dim", c.dv()},   {"linear_conv_kernel_dim", c.W()},
+            {"format", s.format == cp::Format::Thd ? "thd" : "sbhd"}};
+  if (s.format == cp::Format::Thd) g["lengths"] = s.lengths;
+  else g["seq_len"] = s.seq_len, g["batch"] = s.batch;
+  return g;
+}
+
+TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType state) {
+  TensorFile f;
+  f.tensors["out"] = o.out.to(spec.dtype);
+  f.tensors["grad_hidden"] = o.grad_hidden.to(spec.dtype);
+  for (const auto& [name, t] : o.grads) f.tensors["grad::" + name] = t.to(state);
+  f.metadata = {{"image", spec.image}, {"mode", spec.mode}, {"rank", std::to_string(o.cp_rank)},
+                {"world", std::to_string(o.cp_size)}, {"case", spec.case_name},
+                {"dtype", std::string(dtype_name(spec.dtype))}};
+  return f;
+}
+
+TensorFile inputs_file(const cp::Case& k, const DumpSpec& spec) {
+  TensorFile f = ref::write_layer_case({k.config, k.params, k.hidden, k.cu_seqlens, k.grad_output, 64});
+  f.metadata["image"] = spec.image;
+  f.metadata["case"] = spec.case_name;
+  f.metadata["seed"] = std::to_string(spec.seed);
+  f.metadata["dtype"] = std::string(dtype_name(spec.dtype));
+  f.metadata["note"] = "inputs rounded to the dtype the implementation stored them in, written exactly as F64";
+  return f;
+}
+
+}  // namespace
+
+const std::vector<ProbeCase>& probe_cases() {
+  static const std::vector<ProbeCase> table = [] {
+    std::vector<ProbeCase> t{
+        {"thd-gva", "THD, 3 sequences (128, 64, 32), hidden 64, Hk 4, Hv 8, dk = dv = 16",
+         base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {128, 64, 32})},
+        {"thd-short", "THD, one 16-token sequence (spans of 2 at W=8), Hk = Hv = 8, dk = dv = 8, weak gates",
+         base_spec({32, 8, 8, 8, 8, 4, 1e-6, false}, {16}, cp::GateRegime::Weak)},
+        {"sbhd", "SBHD, S = 128, B = 1, hidden 64, Hk 4, Hv 8, dk = dv = 16",
+         base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {})}};
+    t.back().spec.format = cp::Format::Sbhd;
+    t.back().spec.seq_len = 128;
+    return t;
+  }();
+  return table;
+}
+
+cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
+  const ProbeCase* found = nullptr;
+  for (const auto& c : probe_cases())
+    if (c.name == spec.case_name) found = &c;
+  if (!found) throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short or sbhd");
+  cp::RunSpec s = found->spec;
+  s.dtype = spec.dtype;
+  s.seed = spec.seed;
+  s.cp.cp = world_size;
+  if (spec.mode == "cp1") {
+    if (world_size != 1)
+      throw ConfigError("--mode cp1 runs on one rank, not " + std::to_string(world_size) +
+                        ": use --world inproc:1 (or mpirun -np 1)");
+    s.cp.mode = cp::CpMode::Headwise;  // any mode is the plain layer at CP=1
+  } else {
+    s.cp.mode = cp::parse_mode(spec.mode);
+  }
+  cp::validate_run(s);
+  return s;
+}
+
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world) {
+  const cp::RunSpec rs = dump_run_spec(spec, world.size());
+  check_same_image(read_meta(dir), spec, dir);
+  const cp::Case k = cp::make_case(rs);
+  const cp::RankOutput o = cp::run_rank(rs, k, cp::make_cpu_backend, world).front();
+  world.barrier();  // every rank has computed: nothing is written for a run that failed
+  fs::create_directories(dir);
+  const DType state = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  write_safetensors(rank_file(dir, spec.mode, world.rank()), rank_tensors(o, spec, state));
+  if (world.rank() != 0) return;
+  write_safetensors((fs::path(dir) / "inputs.safetensors").string(), inputs_file(k, spec));
+  json meta = read_meta(dir);
+  if (meta.empty()) {
+    meta = identity(spec);
+    meta["versions"] = build_info();
+    meta["backend"] = "cpu";
+    meta["geometry"] = geometry(rs);
+    meta["modes"] = json::object();
+  }
+  meta["modes"][spec.mode] = {{"world", world.size()}, {"transport", transport},
+                              {"accounting", {{"forward", counters_json(o.forward)}, {"backward", counters_json(o.backward)}}}};
+  write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
+}
+
+std::vector<std::string> modes_in(const std::string& dir) {
+  std::vector<std::string> modes;
+  for (const char* m : kModes)
+    if (fs::exists(rank_file(dir, m, 0))) modes.emplace_back(m);
+  return modes;
+}
+
+cp::Case read_inputs(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "inputs.safetensors").string();
+  const ref::LayerCase c = ref::read_layer_case(read_safetensors(path), path);
+  if (!c.grad_output) throw FormatError(path + ": no grad_output: the probes need it to judge the gradients");
+  return {c.config, c.params, c.hidden_states, *c.grad_output, c.cu_seqlens};
+}
+
+TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& k) {
+  int W = 0;
+  while (fs::exists(rank_file(dir, mode, W))) ++W;
+  if (W == 0) throw FormatError(dir + ": no " + mode + ".rank0.safetensors: dump that mode first");
+  TensorFile out;
+  out.tensors["out"] = Tensor(DType::F64, k.hidden.shape());
+  out.tensors["grad_hidden"] = Tensor(DType::F64, k.hidden.shape());
+  const std::int64_t rows_total = k.hidden.dim(0), width = k.hidden.numel() / rows_total;
+  for (int r = 0; r < W; ++r) {
+    const std::string path = rank_file(dir, mode, r);
+    const TensorFile f = read_safetensors(path);
+    const auto rows = cp::zigzag_rows(k, W, r);
+    for (const char* name : {"out", "grad_hidden"}) {
+      const Tensor& shard = f.at(name, path);
+      if (shard.numel() != static_cast<std::int64_t>(rows.size()) * width)
+        throw FormatError(path + ": tensor '" + name + "' " + shape_str(shard.shape()) + " is not rank " +
+                          std::to_string(r) + "'s zigzag shard of " + std::to_string(W) + " ranks (" +
+                          std::to_string(rows.size()) + " rows of " + std::to_string(width) + ")");
+      const Tensor s64 = shard.to(DType::F64);
+      layouts::scatter_rows(s64.bytes(), rows, static_cast<std::size_t>(width) * 8, out.tensors[name].bytes());
+    }
+    if (r == 0)
+      for (const auto& [name, t] : f.tensors)
+        if (name.rfind("grad::", 0) == 0) out.tensors[name] = t.to(DType::F64);
+  }
+  return out;
+}
+
+DType dumped_dtype(const std::string& dir, const std::string& mode) {
+  const std::string path = rank_file(dir, mode, 0);
+  return read_safetensors(path).at("out", path).dtype();
+}
+
+}  // namespace gdnv::probes

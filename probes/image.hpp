@@ -1,0 +1,63 @@
+#pragma once
+// Probe images: the layer's outputs and gradients dumped by one build ("image") on deterministic
+// inputs, so two builds, or CP=1 and each CP mode, can be compared tensor by tensor. On disk, DIR:
+//   inputs.safetensors          full natural-order hidden_states, cu_seqlens (THD), every parameter,
+//                               grad_output, the layer config in metadata (`gdn-verify reference
+//                               --in DIR/inputs.safetensors` recomputes the oracle)
+//   <mode>.rank<r>.safetensors  rank r's zigzag shard of out and grad_hidden, and the CP-summed
+//                               grad::<param>; mode is cp1, headwise, chunkwise or all_gather
+//   meta.json                   image label, versions (gdn-verify, git commit, compiler, Eigen, MPI,
+//                               CUDA, NCCL), backend, dtype, case, geometry, seed, and per mode its
+//                               world and rank 0's accounting
+// One DIR holds one image of one case: each mode's dump adds its files and its entry in meta.json.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.hpp"
+#include "core/safetensors.hpp"
+#include "cp/harness.hpp"
+
+namespace gdnv::probes {
+
+// A built-in deterministic case: the geometry of the dumped layer run.
+struct ProbeCase {
+  std::string name, what;
+  cp::RunSpec spec;  // layer, format, lengths / seq_len, gates; mode, world, dtype and seed set per dump
+};
+const std::vector<ProbeCase>& probe_cases();
+
+struct DumpSpec {
+  std::string mode = "cp1";  // cp1 | headwise | chunkwise | all_gather
+  std::string image;         // label
+  std::string case_name = "thd-gva";
+  DType dtype = DType::F32;
+  std::uint64_t seed = 0;
+};
+
+// The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
+// than one rank, or an illegal combination (DESIGN.md §3.1, the messages of `gdn-verify run`).
+cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size);
+
+// This rank's part of the dump (collective over `world`): runs the layer fwd+bwd and writes
+// DIR/<mode>.rank<r>.safetensors; rank 0 also writes inputs.safetensors and meta.json. `transport`
+// ("inproc" | "mpi") is recorded in meta.json. Files are written only after every rank has computed.
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world);
+
+// The modes dumped in DIR (those with a rank-0 file), in cp1, headwise, chunkwise, all_gather order.
+std::vector<std::string> modes_in(const std::string& dir);
+
+// DIR/inputs.safetensors as the oracle harness's case.
+cp::Case read_inputs(const std::string& dir);
+
+// A mode's dump in natural order: out and grad_hidden reassembled from every rank's zigzag shard,
+// the gradients from rank 0, all F64; FormatError naming the file when a rank is missing or a shard
+// does not fit the partition.
+TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& inputs);
+
+// The dtype the mode's out was stored in.
+DType dumped_dtype(const std::string& dir, const std::string& mode);
+
+}  // namespace gdnv::probes

@@ -1,0 +1,121 @@
+#include "probes/report.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+
+namespace gdnv::probes {
+namespace {
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3e", v);
+  return buf;
+}
+
+// "1.000e-02 at [3, 0, 7]"; no index for 0 (no element differs).
+std::string located(double v, const Shape& shape, std::int64_t index) {
+  return v > 0 ? sci(v) + " at " + index_str(shape, index) : sci(v);
+}
+
+std::string label(const TensorResult& t) { return t.file.empty() ? t.name : t.file + ":" + t.name; }
+
+std::string mismatched_str(const TensorResult& t) {
+  if (!t.rule.atol && !t.rule.rtol) return "n/a (no atol/rtol)";
+  char buf[64];
+  const double pct = t.m.numel ? 100.0 * static_cast<double>(t.mismatched) / static_cast<double>(t.m.numel) : 0.0;
+  std::snprintf(buf, sizeof buf, "%lld / %lld (%.3g%%)", static_cast<long long>(t.mismatched),
+                static_cast<long long>(t.m.numel), pct);
+  return buf;
+}
+
+std::string result_str(const TensorResult& t) { return !t.structure.empty() ? "STRUCT" : t.pass ? "pass" : "FAIL"; }
+
+// The cells of one row: what both reporters print.
+std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
+  if (!t.structure.empty()) return {label(t), result_str(t), t.structure};
+  return {label(t),
+          result_str(t),
+          t.m.bitwise ? "yes" : t.numeric_equal ? "no (numerically equal)" : "no",
+          located(t.m.max_abs, shape, t.m.max_abs_index),
+          located(t.m.max_rel, shape, t.m.max_rel_index),
+          sci(t.m.rel_rms),
+          sci(t.m.one_minus_cos),
+          sci(t.m.snr_db),
+          mismatched_str(t),
+          std::to_string(t.m.nan_ref) + "/" + std::to_string(t.m.nan_cand),
+          std::to_string(t.m.inf_ref) + "/" + std::to_string(t.m.inf_cand),
+          t.why};
+}
+
+const std::vector<std::string> kHeader = {"tensor", "result", "bitwise", "max_abs", "max_rel", "rel_rms", "1-cos",
+                                          "snr_db", "mismatched", "nan ref/cand", "inf ref/cand", "why"};
+
+}  // namespace
+
+void write_text(const Comparison& c, std::ostream& out) {
+  write_rows(c, out);
+  out << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+}
+
+void write_rows(const Comparison& c, std::ostream& out) {
+  out << "policy: " << c.policy << "\n";
+  for (const auto& t : c.tensors) {
+    const auto r = cells(t, t.shape);
+    if (!t.structure.empty()) {
+      out << r[0] << ": STRUCTURAL MISMATCH: " << t.structure << "\n";
+      continue;
+    }
+    out << r[0] << ": " << r[1] << (t.why.empty() ? "" : " (" + t.why + ")") << ", bitwise " << r[2]
+        << ", max_abs " << r[3] << ", max_rel " << r[4] << "\n"
+        << "    rel_rms " << r[5] << ", 1-cos " << r[6] << ", snr " << r[7] << " dB, mismatched " << r[8]
+        << ", nan " << r[9] << ", inf " << r[10]
+        << (t.rule.max_rel_rms ? ", gate rel_rms <= " + sci(*t.rule.max_rel_rms) : std::string()) << "\n";
+  }
+  out << c.summary() << "\n";
+}
+
+std::string to_json(const Comparison& c) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : c.tensors) {
+    nlohmann::json j = {{"file", t.file}, {"name", t.name}, {"result", result_str(t)}};
+    if (!t.structure.empty()) {
+      j["structure"] = t.structure;
+    } else {
+      j.update({{"bitwise", t.m.bitwise}, {"numeric_equal", t.numeric_equal}, {"numel", t.m.numel},
+                {"max_abs", t.m.max_abs}, {"max_abs_index", index_str(t.shape, t.m.max_abs_index)},
+                {"max_rel", t.m.max_rel}, {"max_rel_index", index_str(t.shape, t.m.max_rel_index)},
+                {"rel_rms", t.m.rel_rms}, {"one_minus_cos", t.m.one_minus_cos}, {"snr_db", t.m.snr_db},
+                {"mismatched", t.mismatched}, {"nan_ref", t.m.nan_ref}, {"nan_cand", t.m.nan_cand},
+                {"inf_ref", t.m.inf_ref}, {"inf_cand", t.m.inf_cand}, {"why", t.why}});
+    }
+    tensors.push_back(std::move(j));
+  }
+  const nlohmann::json report = {{"name", c.name},           {"policy", c.policy},
+                                 {"compared", c.compared()}, {"bitwise", c.bitwise()},
+                                 {"failed", c.failed()},     {"structural_mismatch", c.structural_mismatch()},
+                                 {"summary", c.summary()},   {"pass", c.exit_code() == 0},
+                                 {"tensors", tensors}};
+  return report.dump(2) + "\n";
+}
+
+std::string to_markdown(const Comparison& c) {
+  std::ostringstream md;
+  md << "### " << c.name << " (policy `" << c.policy << "`)\n\n|";
+  for (const auto& h : kHeader) md << " " << h << " |";
+  md << "\n|";
+  for (std::size_t i = 0; i < kHeader.size(); ++i) md << " --- |";
+  md << "\n";
+  for (const auto& t : c.tensors) {
+    auto row = cells(t, t.shape);
+    row.resize(kHeader.size());
+    md << "|";
+    for (const auto& cell : row) md << " " << cell << " |";
+    md << "\n";
+  }
+  md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+  return md.str();
+}
+
+}  // namespace gdnv::probes

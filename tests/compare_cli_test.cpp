@@ -1,0 +1,194 @@
+// gdn-verify compare through the real binary: exit codes, the summary line, per-tensor indices and
+// counts, policies (built-in, file, globs, unknown keys) and the JSON / markdown reports.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.hpp"
+#include "core/safetensors.hpp"
+
+namespace gdnv {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+// Two tensors of distinct values, a reference file in REF/, CAND/ the same unless changed.
+TensorFile sample() {
+  TensorFile f;
+  std::vector<double> a(24), b(6);
+  for (int i = 0; i < 24; ++i) a[i] = 0.5 + 0.125 * i - 0.01 * i * i;
+  for (int i = 0; i < 6; ++i) b[i] = -1.0 + 0.75 * i;
+  f.tensors["out"] = Tensor::from_f64(a, {2, 3, 4}, DType::F32);
+  f.tensors["grad::w"] = Tensor::from_f64(b, {6}, DType::F32);
+  return f;
+}
+
+struct Dirs {
+  fs::path root = testing::temp_dir("compare");
+  fs::path ref = root / "ref", cand = root / "cand";
+  Dirs(const TensorFile& r, const TensorFile& c) {
+    fs::create_directories(ref);
+    fs::create_directories(cand);
+    write_safetensors((ref / "a.safetensors").string(), r);
+    write_safetensors((cand / "a.safetensors").string(), c);
+  }
+  ~Dirs() { fs::remove_all(root); }
+  std::string args() const { return "compare " + ref.string() + " " + cand.string(); }
+};
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+TEST(CompareCli, IdenticalDirectoriesAreAllBitwise) {
+  const Dirs d(sample(), sample());
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 2 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
+}
+
+TEST(CompareCli, OneUlpIsNotBitwiseButWithinTolerance) {
+  TensorFile c = sample();
+  Tensor& out = c.tensors["out"];
+  const float v = static_cast<float>(out.get(5));
+  out.set(5, std::nextafter(v, std::numeric_limits<float>::infinity()));
+  const Dirs d(sample(), c);
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 1 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "a.safetensors:out: pass, bitwise no, max_abs")) << r.out;
+  EXPECT_TRUE(has(r.out, "at [0, 1, 1]")) << r.out;  // flat index 5 of [2, 3, 4]
+}
+
+TEST(CompareCli, LargeChangeFailsAtItsIndex) {
+  TensorFile c = sample();
+  c.tensors["out"].set(17, c.tensors["out"].get(17) + 3.0);  // [1, 1, 1]
+  const Dirs d(sample(), c);
+  const auto r = run_cli(d.args() + " --policy cp-vs-cp1");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance\nFAIL\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol |ref|)")) << r.out;
+  EXPECT_TRUE(has(r.out, "max_abs 3.000e+00 at [1, 1, 1]")) << r.out;
+  EXPECT_TRUE(has(r.out, "mismatched 1 / 24 (4.17%)")) << r.out;
+}
+
+TEST(CompareCli, NanInCandidateFailsAndIsCounted) {
+  TensorFile c = sample();
+  c.tensors["grad::w"].set(2, std::numeric_limits<double>::quiet_NaN());
+  const Dirs d(sample(), c);
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "a.safetensors:grad::w: FAIL (1 elements NaN/Inf on one side only)")) << r.out;
+  EXPECT_TRUE(has(r.out, "nan 0/1")) << r.out;
+  EXPECT_TRUE(has(r.out, "1 outside tolerance\nFAIL\n")) << r.out;
+}
+
+TEST(CompareCli, MissingTensorAndShapeChangeAreStructural) {
+  TensorFile missing = sample(), reshaped = sample();
+  missing.tensors.erase("grad::w");
+  reshaped.tensors["out"] = reshaped.tensors["out"].reshaped({4, 6});
+  {
+    const Dirs d(sample(), missing);
+    const auto r = run_cli(d.args());
+    EXPECT_EQ(r.code, 2) << r.out << r.err;
+    EXPECT_TRUE(has(r.out, "a.safetensors:grad::w: STRUCTURAL MISMATCH: missing in CAND")) << r.out;
+    EXPECT_TRUE(has(r.out, "cand: 1 tensors compared, 1 bitwise identical, 0 outside tolerance\nFAIL\n")) << r.out;
+  }
+  const Dirs d(sample(), reshaped);
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "STRUCTURAL MISMATCH: REF F32 [2, 3, 4], CAND F32 [4, 6]")) << r.out;
+}
+
+TEST(CompareCli, MissingFileIsStructural) {
+  const Dirs d(sample(), sample());
+  write_safetensors((d.ref / "b.safetensors").string(), sample());
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "b.safetensors:*: STRUCTURAL MISMATCH: file missing in CAND")) << r.out;
+}
+
+TEST(CompareCli, UnreadableFileIsBadInputWithNothingWritten) {
+  const Dirs d(sample(), sample());
+  write_file_atomic((d.cand / "a.safetensors").string(), std::string("not a safetensors file"));
+  const std::string json = (d.root / "report.json").string();
+  const auto r = run_cli(d.args() + " --json " + json);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "a.safetensors")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(json));
+  const auto missing = run_cli("compare " + d.ref.string() + " " + (d.root / "nope").string());
+  EXPECT_EQ(missing.code, 3);
+  EXPECT_TRUE(has(missing.err, "CAND '" + (d.root / "nope").string() + "' does not exist")) << missing.err;
+}
+
+TEST(CompareCli, PolicyFileRulesByExactNameThenGlobOverTheDefault) {
+  TensorFile c = sample();
+  c.tensors["grad::w"].set(0, c.tensors["grad::w"].get(0) * 1.01);  // 1% change in one element
+  const Dirs d(sample(), c);
+  const std::string policy = (d.root / "policy.json").string();
+  write_file_atomic(policy, std::string(R"({"default": {"exact": true}, "tensors": {"grad::*": {"exact": false, "rtol": 0.02}}})"));
+  const auto loose = run_cli(d.args() + " --policy " + policy);
+  EXPECT_EQ(loose.code, 0) << loose.out << loose.err;
+  write_file_atomic(policy, std::string(R"({"default": {"exact": false, "rtol": 0.02}, "tensors": {"grad::w": {"rtol": 0.001}, "grad::*": {"rtol": 1}}})"));
+  const auto strict = run_cli(d.args() + " --policy " + policy);
+  EXPECT_EQ(strict.code, 1) << strict.out << strict.err;  // the exact name wins over the glob
+  const auto bitwise = run_cli(d.args() + " --policy bitwise");
+  EXPECT_EQ(bitwise.code, 1) << bitwise.out;
+  EXPECT_TRUE(has(bitwise.out, "FAIL (not bitwise identical (policy: exact))")) << bitwise.out;
+}
+
+TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
+  const Dirs d(sample(), sample());
+  const std::string policy = (d.root / "policy.json").string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"default": {"atoll": 1}})", "default.atoll is not a tolerance key"},
+      {R"({"defaults": {}})", "unknown key 'defaults'"},
+      {R"({"tensors": {"out": {"rtol": "big"}}})", "tensors.out.rtol must be a non-negative number"},
+      {R"({"default": {"exact": 1}})", "default.exact must be true or false"},
+      {R"({"default": )", "not valid JSON"}};
+  for (const auto& [text, message] : cases) {
+    write_file_atomic(policy, text);
+    const auto r = run_cli(d.args() + " --policy " + policy);
+    EXPECT_EQ(r.code, 3) << text << "\n" << r.out << r.err;
+    EXPECT_TRUE(has(r.err, message)) << text << "\n" << r.err;
+  }
+  const auto unknown = run_cli(d.args() + " --policy strictest");
+  EXPECT_EQ(unknown.code, 3);
+  EXPECT_TRUE(has(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise) nor a file"))
+      << unknown.err;
+}
+
+TEST(CompareCli, JsonAndMarkdownReportsCarryEveryTensor) {
+  TensorFile c = sample();
+  c.tensors["out"].set(17, c.tensors["out"].get(17) + 3.0);
+  const Dirs d(sample(), c);
+  const std::string json = (d.root / "r.json").string(), md = (d.root / "r.md").string();
+  const auto r = run_cli(d.args() + " --json " + json + " --markdown " + md);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const auto j = nlohmann::json::parse(read_file_text(json));
+  EXPECT_EQ(j["summary"], "cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance");
+  EXPECT_EQ(j["tensors"].size(), 2u);
+  EXPECT_EQ(j["tensors"][1]["name"], "out");
+  EXPECT_EQ(j["tensors"][1]["max_abs_index"], "[1, 1, 1]");
+  EXPECT_EQ(j["tensors"][1]["mismatched"], 1);
+  const std::string text = read_file_text(md);
+  EXPECT_TRUE(has(text, "| a.safetensors:out | FAIL | no |")) << text;
+  EXPECT_TRUE(has(text, "**cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance** — FAIL")) << text;
+}
+
+TEST(CompareCli, SignedZeroIsNumericallyEqualButNotBitwise) {
+  TensorFile r = sample(), c = sample();
+  r.tensors["grad::w"].set(0, 0.0);
+  c.tensors["grad::w"].set(0, -0.0);
+  const Dirs d(r, c);
+  const auto res = run_cli(d.args());
+  EXPECT_EQ(res.code, 0) << res.out;
+  EXPECT_TRUE(has(res.out, "grad::w: pass, bitwise no (numerically equal)")) << res.out;
+}
+
+}  // namespace
+}  // namespace gdnv

@@ -1,0 +1,160 @@
+// gdn-verify probe through the real binary: dumps of every mode into one image, cross-mode and oracle
+// judgements, image-vs-image comparisons (catching a planted fault), MPI dumps equal to in-process
+// ones bit for bit, and the bad-input messages.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.hpp"
+#include "core/safetensors.hpp"
+
+namespace gdnv {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// Dumps `modes` (cp1 on one rank, the others on `world` ranks) into dir; asserts each succeeded.
+void dump(const fs::path& dir, const std::string& image, const std::vector<std::string>& modes,
+          const std::string& extra = "", int world = 2) {
+  for (const auto& m : modes) {
+    const int w = m == "cp1" ? 1 : world;
+    const auto r = run_cli("probe dump --mode " + m + " --image " + image + " --out " + dir.string() +
+                           " --world inproc:" + std::to_string(w) + " " + extra);
+    ASSERT_EQ(r.code, 0) << m << "\n" << r.out << r.err;
+  }
+}
+
+const std::vector<std::string> kAllModes = {"cp1", "headwise", "chunkwise", "all_gather"};
+
+TEST(ProbeCli, DumpWritesInputsRankShardsAndMeta) {
+  const auto dir = testing::temp_dir("probe");
+  dump(dir, "new", {"cp1", "chunkwise"}, "--dtype bf16 --case thd-short", 4);
+  for (const char* f : {"inputs.safetensors", "cp1.rank0.safetensors", "chunkwise.rank0.safetensors",
+                        "chunkwise.rank3.safetensors", "meta.json"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  const TensorFile shard = read_safetensors((dir / "chunkwise.rank2.safetensors").string());
+  EXPECT_EQ(shard.at("out", "shard").dtype(), DType::BF16);
+  EXPECT_EQ(shard.at("out", "shard").shape(), (Shape{4, 1, 32}));  // 16 tokens over 4 ranks
+  EXPECT_EQ(shard.at("grad::A_log", "shard").dtype(), DType::F32);
+  const auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  EXPECT_EQ(meta["image"], "new");
+  EXPECT_EQ(meta["modes"]["chunkwise"]["world"], 4);
+  EXPECT_EQ(meta["modes"]["chunkwise"]["accounting"]["forward"]["all_to_all_v"]["calls"], 2);
+  EXPECT_FALSE(meta["versions"]["git_commit"].get<std::string>().empty());
+  // The inputs are a layer-level file the oracle command reads.
+  const auto ref = run_cli("reference --in " + (dir / "inputs.safetensors").string() + " --out " +
+                           (dir / "oracle.out").string());
+  EXPECT_EQ(ref.code, 0) << ref.out << ref.err;
+  fs::remove_all(dir);
+}
+
+TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
+  const auto dir = testing::temp_dir("probe");
+  dump(dir, "new", kAllModes, "--dtype fp32");
+  const auto cross = run_cli("probe cross-mode --dir " + dir.string());
+  EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
+  EXPECT_TRUE(has(cross.out, "chunkwise vs cp1:out: pass")) << cross.out;
+  EXPECT_TRUE(has(cross.out, "27 tensors compared")) << cross.out;
+  EXPECT_TRUE(has(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside")) << cross.out;
+  const auto oracle = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
+  EXPECT_TRUE(has(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n")) << oracle.out;
+  fs::remove_all(dir);
+}
+
+TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
+  const auto root = testing::temp_dir("probe");
+  dump(root / "old", "old", {"headwise", "all_gather"});
+  dump(root / "new", "new", {"headwise", "all_gather"});
+  const std::string args = "probe compare --ref " + (root / "old").string() + " --cand " + (root / "new").string();
+  const auto same = run_cli(args);
+  EXPECT_EQ(same.code, 0) << same.out << same.err;
+  EXPECT_TRUE(has(same.out, "new: 36 tensors compared, 36 bitwise identical, 0 outside tolerance\nPASS")) << same.out;
+
+  setenv("GDNV_FAULT", "headwise_head_perm_shift", 1);
+  dump(root / "bad", "bad", {"cp1", "headwise"});
+  unsetenv("GDNV_FAULT");
+  const auto caught = run_cli("probe compare --ref " + (root / "old").string() + " --cand " + (root / "bad").string() +
+                              " --mode headwise");
+  EXPECT_EQ(caught.code, 1) << caught.out << caught.err;
+  EXPECT_TRUE(has(caught.out, "headwise.rank0.safetensors:out: FAIL")) << caught.out;
+  const auto cross = run_cli("probe cross-mode --dir " + (root / "bad").string());
+  EXPECT_EQ(cross.code, 1) << cross.out << cross.err;
+  fs::remove_all(root);
+}
+
+TEST(ProbeCli, ImagesOfDifferentInputsAreStructuralMismatches) {
+  const auto root = testing::temp_dir("probe");
+  dump(root / "a", "a", {"headwise"});
+  dump(root / "b", "b", {"headwise"}, "--seed 7");
+  const auto r = run_cli("probe compare --ref " + (root / "a").string() + " --cand " + (root / "b").string());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "inputs.safetensors:*: STRUCTURAL MISMATCH: the images' inputs differ")) << r.out;
+  fs::remove_all(root);
+}
+
+TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
+  const auto dir = testing::temp_dir("probe");
+  dump(dir, "one", {"headwise"});
+  const std::string out = " --out " + dir.string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"probe dump --mode cp1 --image x --world inproc:2" + out, "--mode cp1 runs on one rank, not 2"},
+      {"probe dump --mode headwise --image x --world threads:2" + out, "is not 'inproc:W' or 'mpi'"},
+      {"probe dump --mode headwise --image x --world inproc:0" + out, "W must be a positive integer"},
+      {"probe dump --mode headwise --image x --world mpi" + out, "--world mpi needs the process started by mpirun"},
+      {"probe dump --mode headwise --image x --case huge" + out, "unknown --case 'huge'"},
+      {"probe dump --mode auto --image x" + out, "use one of 'headwise', 'chunkwise', 'all_gather'"},
+      {"probe dump --mode all_gather --image x --case sbhd" + out, "supports THD input only"},
+      {"probe dump --mode headwise --image two" + out, "holds an image with image \"one\", not \"two\""},
+      {"probe dump --mode headwise --image one --dtype bf16" + out, "holds an image with dtype \"F32\""},
+      {"probe cross-mode --dir " + dir.string(), "holds no cp1 dump"},
+      {"probe oracle --dir " + (dir / "nope").string(), "holds no inputs.safetensors"},
+      {"probe compare --ref " + dir.string() + " --cand " + dir.string() + " --mode chunkwise", "has no chunkwise dump"},
+      {"probe teleport", "unknown probe subcommand 'teleport'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+    EXPECT_TRUE(has(r.err, message)) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "cp1.rank0.safetensors"));  // nothing half-written by the failed dumps
+  fs::remove_all(dir);
+}
+
+// Under mpirun each rank is a process; the sums are rank-ordered on every transport, so the dumps
+// equal the in-process world's bit for bit.
+TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  for (int np : {2, 4}) {
+    const auto root = testing::temp_dir("probe_mpi");
+    const std::vector<std::string> modes = {"headwise", "chunkwise", "all_gather"};
+    dump(root / "inproc", "x", modes, "--dtype bf16", np);
+    for (const auto& m : modes) {
+      const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " + GDNV_CLI +
+                              " probe dump --mode " + m + " --image x --dtype bf16 --out " + (root / "mpi").string() +
+                              " >/dev/null 2>&1";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    }
+    const auto r = run_cli("probe compare --policy bitwise --ref " + (root / "inproc").string() + " --cand " +
+                           (root / "mpi").string());
+    EXPECT_EQ(r.code, 0) << "np=" << np << "\n" << r.out << r.err;
+    const int tensors = 3 * np * 9;  // 3 modes x np ranks x (out, grad_hidden, 7 parameter gradients)
+    EXPECT_TRUE(has(r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
+        << r.out;
+    const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
+    EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
+    EXPECT_EQ(meta["modes"]["chunkwise"]["world"], np);
+    fs::remove_all(root);
+  }
+}
+
+}  // namespace
+}  // namespace gdnv
