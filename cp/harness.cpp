@@ -221,7 +221,7 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
   for (std::size_t m = 0; m < outputs[0].size(); ++m) {
     const int c = outputs[0][m].cp_size;
     MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
-                      outputs[0][m].forward, outputs[0][m].backward};
+                      outputs[0][m].forward, outputs[0][m].backward, {}};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
     // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
     // answer, and its CP rank 0 each TP rank's gradient shard.
