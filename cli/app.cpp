@@ -14,6 +14,8 @@ const std::vector<Command>& commands() {
       {"run", "run the layer fwd+bwd under a CP mode on in-process ranks and judge it against the fp64 oracle",
        run_main},
       {"reference", "run the fp64 oracle on a kernel- or layer-level safetensors file and write its outputs", reference_main},
+      {"plan", "predict each CP mode's collectives, FLOPs, activations and time per layer for a geometry, or a grid",
+       plan_main},
       {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",
        layout_main},
       {"compare", "compare two safetensors files or directories under a tolerance policy", compare_main},

@@ -41,5 +41,6 @@ int layout_main(const std::vector<std::string>& args, std::ostream& out);
 int compare_main(const std::vector<std::string>& args, std::ostream& out);
 int probe_main(const std::vector<std::string>& args, std::ostream& out);
 int fixtures_main(const std::vector<std::string>& args, std::ostream& out);
+int plan_main(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace gdnv::cli

@@ -4,11 +4,13 @@
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
+#include "cp/counting_backend.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "cp/layer.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/partition.hpp"
+#include "layouts/validate.hpp"
 #include "reference/tp_sharding.hpp"
 
 namespace gdnv::cp {
@@ -140,12 +142,38 @@ std::vector<std::int64_t> zigzag_rows(const Case& k, int c, int r) {
   return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
 }
 
+std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec) {
+  const ref::LayerConfig config(spec.layer);
+  validate_static(spec.cp, config);
+  std::vector<std::int64_t> cu{0};
+  if (spec.format == Format::Thd) {
+    for (auto L : spec.lengths) cu.push_back(cu.back() + L);
+    cu = layouts::checked_cu_seqlens(cu);
+  } else {
+    for (std::int64_t b = 1; b <= spec.batch; ++b) cu.push_back(b * spec.seq_len);
+  }
+  const std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
+  std::vector<CostGeometry> out;
+  for (int c : sizes) {
+    const bool dynamic = c != spec.cp.cp;  // run_rank passes a per-micro-batch group exactly then
+    MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch,
+                          spec.format == Format::Thd ? spec.lengths : std::vector<std::int64_t>{spec.seq_len},
+                          dynamic, dynamic ? c : 0, dynamic ? c : 0};
+    out.push_back({config, spec.cp, spec.dtype, spec.format, cu, validate_micro_batch(spec.cp, config, shape)});
+  }
+  return out;
+}
+
+RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
+  return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
+}
+
 std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, const BackendFactory& factory,
                                  Communicator& world) {
   const int tp = spec.cp.tp, cp = spec.cp.cp;
   const TpCpGrid grid = make_tp_cp_grid(world, tp);
-  auto be = factory(spec.dtype);
-  const GdnCpLayer layer(k.config, spec.cp, k.params, *be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
+  CountingBackend be(factory(spec.dtype));
+  const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
   std::vector<RankOutput> outputs;
   for (int c : spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches) {
     Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
@@ -155,18 +183,26 @@ std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, const Backe
     RankOutput o;
     o.cp_size = c;
     o.cp_rank = mb->cp_rank;
+    const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
     Context ctx;
     Buffer out;
     {
       ScopedCounter counter(world.accounting());
-      out = layer.forward(mb, be->upload(layouts::gather_rows(k.hidden, rows), spec.dtype), ctx);
+      const std::int64_t live = be.live_bytes();
+      const double flops = be.flops();
+      out = layer.forward(mb, hidden, ctx);
       o.forward = counter.delta();
+      o.forward_flops = be.flops() - flops;
+      o.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
     }
+    const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
     ScopedCounter counter(world.accounting());
-    LayerBackward back = layer.backward(ctx, be->upload(layouts::gather_rows(k.grad_output, rows), spec.dtype));
+    const double flops = be.flops();
+    LayerBackward back = layer.backward(ctx, grad_output);
     o.backward = counter.delta();
-    o.out = be->download(out).to(DType::F64);
-    o.grad_hidden = be->download(back.grad_hidden).to(DType::F64);
+    o.backward_flops = be.flops() - flops;
+    o.out = be.download(out).to(DType::F64);
+    o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
     o.grads = std::move(back.grads);
     outputs.push_back(std::move(o));
   }
@@ -185,7 +221,7 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
   for (std::size_t m = 0; m < outputs[0].size(); ++m) {
     const int c = outputs[0][m].cp_size;
     MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
-                      outputs[0][m].forward, outputs[0][m].backward};
+                      outputs[0][m].forward, outputs[0][m].backward, {}};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
     // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
     // answer, and its CP rank 0 each TP rank's gradient shard.
@@ -199,6 +235,7 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, co
       if (rank < tp) tp_grads[static_cast<std::size_t>(rank)] = o.grads;
     }
     run.answer.grads = ref::tp_unshard(k.config, tp_grads);
+    for (auto& rank_outputs : outputs) run.ranks.push_back(std::move(rank_outputs[m]));
     runs.push_back(std::move(run));
   }
   return runs;

@@ -13,6 +13,7 @@
 
 #include "comm/accounting.hpp"
 #include "cp/backend.hpp"
+#include "cp/cost.hpp"
 #include "cp/cp_config.hpp"
 #include "reference/layer.hpp"
 
@@ -58,10 +59,23 @@ struct Answer {
 };
 Answer oracle_answer(const Case& c);
 
+// What one rank of the world computed for one micro-batch.
+struct RankOutput {
+  int cp_size = 1, cp_rank = 0;
+  Tensor out, grad_hidden;  // this CP rank's zigzag shard, F64
+  ref::LayerParams grads;   // this TP rank's shard, summed over CP (F64)
+  Counters forward, backward;
+  // What cp/cost.hpp predicts, measured by a CountingBackend around the factory's backend: the FLOPs
+  // of the ops that ran, and the bytes the forward allocated and left alive for the backward.
+  double forward_flops = 0, backward_flops = 0;
+  std::int64_t saved_bytes = 0;
+};
+
 struct MicroBatchRun {
   int cp_size = 1;
   Answer answer;
-  Counters forward, backward;  // world rank 0's collectives in this micro-batch
+  Counters forward, backward;     // world rank 0's collectives in this micro-batch
+  std::vector<RankOutput> ranks;  // what every world rank computed and measured, by world rank
 };
 
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
@@ -69,14 +83,6 @@ struct MicroBatchRun {
 std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
-
-// What one rank of the world computed for one micro-batch.
-struct RankOutput {
-  int cp_size = 1, cp_rank = 0;
-  Tensor out, grad_hidden;  // this CP rank's zigzag shard, F64
-  ref::LayerParams grads;   // this TP rank's shard, summed over CP (F64)
-  Counters forward, backward;
-};
 
 // This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport): the
 // TP x CP grid, the layer, then fwd+bwd per micro-batch. Collective over `world`.
@@ -86,8 +92,15 @@ std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, const Backe
 // Natural rows (of hidden viewed as [rows, width], rows = tokens, or S for SBHD) of CP rank r of c.
 std::vector<std::int64_t> zigzag_rows(const Case& c, int cp_size, int cp_rank);
 
-// Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks. Validation errors (ConfigError)
-// are thrown before any collective.
+// The micro-batches `spec` runs, as the cost model sees them, checked in the order run_in_process
+// checks them (same ConfigError, same message) but without building anything.
+std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec);
+// Where world rank `world_rank` sits in a micro-batch of CP size `cp_size` (dynamic CP: groups of
+// consecutive static CP ranks).
+RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size);
+
+// Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks (world rank = cp_rank * tp +
+// tp_rank). Validation errors (ConfigError) are thrown before any collective.
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
 
 }  // namespace gdnv::cp

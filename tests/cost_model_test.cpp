@@ -1,0 +1,160 @@
+// The cost models of cp/cost.hpp against what the implementation really does: for a sweep of
+// geometries (CP sizes 1, 2, 3, 4, 8; TP 1 and 2; THD with several sequences, spans shorter than the
+// conv width, SBHD, dynamic CP), every world rank's modeled collectives (calls and bytes per kind,
+// forward and backward) equal, exactly, the accounting measured on the in-process world; the modeled
+// FLOPs and saved activation bytes equal the counting backend's measurement up to summation rounding.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cp/cpu_backend.hpp"
+#include "cp/harness.hpp"
+#include "cp/roofline.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+struct Scenario {
+  std::string name;
+  RunSpec spec;
+};
+
+// gtest prints a failing parameter with this instead of its bytes.
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.name; }
+
+RunSpec base(CpMode mode, int cp, int tp, std::int64_t conv = 4) {
+  RunSpec s;
+  // Headwise needs Hk divisible by tp*cp; Hv = 2 Hk exercises GVA.
+  const std::int64_t Hk = tp * cp;
+  s.layer = {16, Hk, 2 * Hk, 4, 4, conv, 1e-6, false};
+  s.cp.mode = mode;
+  s.cp.cp = cp;
+  s.cp.tp = tp;
+  s.format = Format::Thd;
+  return s;
+}
+
+const char* short_name(CpMode mode) {
+  return mode == CpMode::Headwise ? "headwise" : mode == CpMode::Chunkwise ? "chunkwise" : "all_gather";
+}
+
+std::vector<Scenario> scenarios() {
+  std::vector<Scenario> out;
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather}) {
+    const std::string m = short_name(mode);
+    for (int tp : {1, 2})
+      for (int cp : {1, 2, 3, 4, 8}) {
+        const std::string at = "_tp" + std::to_string(tp) + "_cp" + std::to_string(cp);
+        // Several sequences, one spanning several chunkwise spans, one zero-length placeholder.
+        RunSpec thd = base(mode, cp, tp);
+        thd.lengths = {2 * cp * 5, 0, 2 * cp, 2 * cp * 3};
+        out.push_back({m + at + "_thd", thd});
+        // One short sequence: spans (2 tokens at cp=8) shorter than the conv halo (3 tokens).
+        RunSpec shortest = base(mode, cp, tp);
+        shortest.lengths = {2 * cp};
+        out.push_back({m + at + "_short", shortest});
+      }
+    // Sequences cut exactly at span boundaries: no halo, no state exchange.
+    RunSpec cut = base(mode, 4, 1);
+    cut.lengths = {16, 16, 32};
+    out.push_back({m + "_cp4_boundaries", cut});
+    // Conv widths 1 (no halo at all) and 8 (halo over several ranks), with conv bias; bf16 and fp64.
+    RunSpec w1 = base(mode, 4, 1, 1);
+    w1.lengths = {24, 40};
+    w1.dtype = DType::BF16;
+    out.push_back({m + "_conv1_bf16", w1});
+    RunSpec w8 = base(mode, 4, 2, 8);
+    w8.layer.conv_bias = true;
+    w8.lengths = {8, 24};
+    w8.dtype = DType::F64;
+    out.push_back({m + "_conv8_bias_fp64", w8});
+    // Dynamic CP: one micro-batch per size.
+    RunSpec dyn = base(mode, 4, 2);
+    dyn.cp.dynamic_cp = dyn.micro_batches = {1, 2, 4};
+    dyn.lengths = {16, 40};
+    out.push_back({m + "_dynamic", dyn});
+    // SBHD (all_gather takes SBHD only at CP=1; chunkwise only with batch 1).
+    RunSpec sbhd = base(mode, mode == CpMode::AllGather ? 1 : 4, 2);
+    sbhd.format = Format::Sbhd;
+    sbhd.seq_len = 24;
+    sbhd.batch = mode == CpMode::Chunkwise ? 1 : 2;
+    out.push_back({m + "_sbhd", sbhd});
+  }
+  return out;
+}
+
+class CostModel : public ::testing::TestWithParam<Scenario> {};
+
+TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
+  const RunSpec& spec = GetParam().spec;
+  const auto geometries = planned_micro_batches(spec);
+  const auto runs = run_in_process(spec, make_case(spec), make_cpu_backend);
+  ASSERT_EQ(runs.size(), geometries.size());
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const int c = runs[m].cp_size;
+    ASSERT_EQ(geometries[m].cp_size, c);
+    ASSERT_EQ(runs[m].ranks.size(), static_cast<std::size_t>(spec.cp.tp * spec.cp.cp));
+    for (std::size_t w = 0; w < runs[m].ranks.size(); ++w) {
+      SCOPED_TRACE("micro-batch " + std::to_string(m) + " (cp=" + std::to_string(c) + "), world rank " +
+                   std::to_string(w));
+      const RankOutput& got = runs[m].ranks[w];
+      const RankCost want = layer_cost(geometries[m], place_of(spec, static_cast<int>(w), c));
+      // Not a trivial pass: a layer computes, keeps activations, and talks whenever CP or TP > 1.
+      ASSERT_GT(got.forward_flops, 0);
+      ASSERT_GT(got.backward_flops, 0);
+      ASSERT_GT(got.saved_bytes, 0);
+      if (c > 1 || spec.cp.tp > 1) {
+        ASSERT_GT(got.forward.calls() + got.backward.calls(), 0u);
+      }
+      EXPECT_EQ(want.forward.comm, got.forward) << "model:\n" << want.forward.comm << "measured:\n" << got.forward;
+      EXPECT_EQ(want.backward.comm, got.backward) << "model:\n" << want.backward.comm << "measured:\n"
+                                                  << got.backward;
+      // Within 1% is what a planner needs; the model prices the very ops the counting backend sees, so
+      // anything beyond summation rounding means an op the model misses or invents.
+      EXPECT_NEAR(want.forward.flops(), got.forward_flops, 1e-9 * got.forward_flops);
+      EXPECT_NEAR(want.backward.flops(), got.backward_flops, 1e-9 * got.backward_flops);
+      EXPECT_NEAR(static_cast<double>(want.saved_bytes), static_cast<double>(got.saved_bytes),
+                  1e-9 * static_cast<double>(got.saved_bytes));
+      EXPECT_EQ(want.forward.comm.host_syncs + want.backward.comm.host_syncs, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, CostModel, ::testing::ValuesIn(scenarios()),
+                         [](const ::testing::TestParamInfo<Scenario>& p) { return p.param.name; });
+
+// all_gather pays cp times a CP rank's compute: its FLOPs per rank equal the whole layer's at CP=1,
+// while headwise divides them by cp.
+TEST(CostModel, AllGatherComputesTheWholeLayerOnEveryRank) {
+  RunSpec one = base(CpMode::AllGather, 1, 1), four = base(CpMode::AllGather, 4, 1);
+  one.lengths = four.lengths = {64, 128};
+  one.layer = four.layer;
+  const RankCost whole = layer_cost(planned_micro_batches(one)[0], {0, 0});
+  const RankCost gathered = layer_cost(planned_micro_batches(four)[0], {2, 0});
+  EXPECT_EQ(gathered.forward.flops(), whole.forward.flops());
+  EXPECT_GT(gathered.saved_bytes, whole.saved_bytes);  // plus the gathered hidden states
+  four.cp.mode = CpMode::Headwise;
+  const RankCost split = layer_cost(planned_micro_batches(four)[0], {2, 0});
+  EXPECT_NEAR(split.forward.flops() * 4, whole.forward.flops(), 1e-9 * whole.forward.flops());
+}
+
+// The roofline: an op costs the larger of its FLOP time and its HBM time; a call pays its steps'
+// latency and its larger direction over the link its group spans (TP inside a node here, CP 2 x 8
+// ranks across two nodes).
+TEST(Roofline, PricesOpsByTheirBoundAndCallsByTheirLink) {
+  const HardwareProfile hw;
+  PhaseCost phase;
+  phase.ops = {{hw.bf16_tflops * 1e12, 1.0}, {1.0, hw.hbm_gbps * 1e9 * 2}};
+  phase.calls = {{Collective::AllReduce, Group::Tp, 2, 900'000'000, 900'000'000},
+                 {Collective::AllGather, Group::Cp, 8, 100'000'000, 700'000'000}};
+  const PhaseTime t = phase_time(phase, hw, DType::BF16, 2, 8);
+  EXPECT_NEAR(t.compute_s, 1.0 + 2.0, 1e-12);
+  const double tp_call = 2 * hw.intra_node_latency_us * 1e-6 + 9e8 / (hw.intra_node_gbps * 1e9);
+  const double cp_call = 7 * hw.inter_node_latency_us * 1e-6 + 7e8 / (hw.inter_node_gbps * 1e9);
+  EXPECT_NEAR(t.comm_s, tp_call + cp_call, 1e-12);
+  // fp32 runs without tensor cores: the same op takes bf16/fp32 times longer.
+  EXPECT_NEAR(phase_time(phase, hw, DType::F32, 2, 8).compute_s, hw.bf16_tflops / hw.fp32_tflops + 2.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace gdnv::cp
