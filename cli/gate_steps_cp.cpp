@@ -20,6 +20,7 @@
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
 #include "fixtures/fixtures.hpp"
+#include "gpu/cuda_backend.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -111,9 +112,10 @@ Judged judged(const cp::RunSpec& spec) {
   return {std::move(k), std::move(oracle), std::move(gates)};
 }
 
-void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec) {
+void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
+                const cp::BackendFactory& factory = cp::make_cpu_backend) {
   try {
-    for (const auto& run : cp::run_in_process(spec, j.k, cp::make_cpu_backend)) {
+    for (const auto& run : cp::run_in_process(spec, j.k, factory)) {
       const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
       auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
         const double e = compare(ref, got).rel_rms;
@@ -158,6 +160,25 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
+// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `factory`'s backend.
+void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::BackendFactory& factory) {
+  for (int W : {1, 2, 4})
+    for (DType dtype : dtypes)
+      for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
+        std::map<std::int64_t, Judged> by_batch;  // the case depends on the batch, not on mode or TP
+        for (cp::CpMode mode : kModes)
+          for (int tp : {1, 2}) {
+            const cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            if (!legal(spec)) continue;
+            auto it = by_batch.find(spec.batch);
+            if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
+            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " tp=" + std::to_string(tp) +
+                              " " + std::string(dtype_name(dtype)) + " " + format_name(format), it->second, spec,
+                       factory);
+          }
+      }
+}
+
 }  // namespace
 
 StepResult layout_properties(bool quick) {
@@ -176,20 +197,7 @@ StepResult cp_mode_matrix(bool quick) {
   StepResult r;
   const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
                                           : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
-  for (int W : {1, 2, 4})
-    for (DType dtype : dtypes)
-      for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
-        std::map<std::int64_t, Judged> by_batch;  // the case depends on the batch, not on mode or TP
-        for (cp::CpMode mode : kModes)
-          for (int tp : {1, 2}) {
-            const cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
-            if (!legal(spec)) continue;
-            auto it = by_batch.find(spec.batch);
-            if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
-            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " tp=" + std::to_string(tp) +
-                              " " + std::string(dtype_name(dtype)) + " " + format_name(format), it->second, spec);
-          }
-      }
+  mode_matrix(r, dtypes, cp::make_cpu_backend);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.cp.dynamic_cp = {1, 2};
@@ -329,13 +337,16 @@ StepResult probe_self_compare(bool quick) {
   return r;
 }
 
-StepResult gpu_mode_matrix(bool) {
+// The mode matrix on the CUDA backend (fp32, bf16: the storage it supports); skipped, never passed,
+// without a usable device.
+StepResult gpu_mode_matrix(bool quick) {
   StepResult r;
-#if GDNV_HAVE_CUDA
-  r.skip_reason = "no CUDA backend yet (issue 11): the GPU matrix cannot run";
-#else
-  r.skip_reason = "built without CUDA";
-#endif
+  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty()) {
+    r.skip_reason = "no CUDA device: " + reason;
+    return r;
+  }
+  mode_matrix(r, quick ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
+              gpu::make_cuda_backend);
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "core/metrics.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
+#include "gpu/cuda_backend.hpp"
 #include "probes/build_info.hpp"
 
 namespace gdnv::cli {
@@ -33,6 +34,7 @@ po::options_description run_options() {
       ("cp", po::value<int>()->default_value(2), "static CP size (in-process ranks per TP rank)")
       ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
+      ("backend", po::value<std::string>()->default_value("cpu"), "compute backend: cpu | cuda (fp32, bf16)")
       ("format", po::value<std::string>()->default_value("thd"), "thd (packed, --lengths) | sbhd (--seq-len, --batch)")
       ("lengths", po::value<std::string>()->default_value("128,64"), "THD sequence lengths")
       ("seq-len", po::value<std::int64_t>()->default_value(64), "SBHD sequence length S")
@@ -84,6 +86,17 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
   return s;
 }
 
+// The factory of --backend; `cuda` without a usable device is a ConfigError naming the fix, before any
+// case is built.
+cp::BackendFactory backend_factory(const std::string& name) {
+  if (name == "cpu") return cp::make_cpu_backend;
+  if (name != "cuda") throw ConfigError("--backend '" + name + "' is not supported: use cpu or cuda");
+  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty())
+    throw ConfigError("--backend cuda: no CUDA device: " + reason +
+                      "; run on a machine with an NVIDIA GPU and driver (and a CUDA build), or use --backend cpu");
+  return gpu::make_cuda_backend;
+}
+
 struct Row {
   std::string name;
   Metrics m;
@@ -132,14 +145,16 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("run", "--mode MODE [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
   const cp::RunSpec spec = spec_from(*vm);
+  const std::string backend = (*vm)["backend"].as<std::string>();
+  const cp::BackendFactory factory = backend_factory(backend);
   const cp::Case k = cp::make_case(spec);
   const cp::Answer oracle = cp::oracle_answer(k);
-  const auto runs = cp::run_in_process(spec, k, cp::make_cpu_backend);
+  const auto runs = cp::run_in_process(spec, k, factory);
   const auto gates = cp::oracle_gates(k, oracle, spec.dtype);
 
   out << "gdn-verify run: mode=" << cp::mode_name(spec.cp.mode) << " cp=" << spec.cp.cp << " tp=" << spec.cp.tp
       << " dtype=" << (*vm)["dtype"].as<std::string>() << " format=" << (*vm)["format"].as<std::string>()
-      << " gates=" << (*vm)["gates"].as<std::string>() << " seed=" << spec.seed << " backend=cpu\n";
+      << " gates=" << (*vm)["gates"].as<std::string>() << " seed=" << spec.seed << " backend=" << backend << "\n";
   bool all_pass = true;
   nlohmann::json report = nlohmann::json::array();
   for (std::size_t i = 0; i < runs.size(); ++i) {

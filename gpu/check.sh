@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The one prepared GPU check (issue 11), for a session lent one NVIDIA GPU (H100/H200, sm_90): install
+# what is missing, configure with CUDA, build only the targets it runs, then
+#   1. the GPU tests (cuda_backend_test: every leaf op vs the fp64 oracle and vs the CPU backend, the
+#      three modes end to end; gpu_device_test; cuda_cli_test) and the host emulation (gpu_emulation_test),
+#   2. gdn-verify run --backend cuda for every mode x W in {1,2,4} x fp32/bf16 x THD/SBHD (legal cells),
+# writing each log, ctest's JUnit XML and summary.json (one entry per step: name, exit code, seconds)
+# to $OUT (default ./gpu-check-out). Exit code: 0 when every step passed, 1 otherwise; a machine
+# without a usable device fails the device query step rather than reporting a pass.
+# Budget: under 8 minutes on one H200 from a bare machine (build ~3 min on 16 cores, runs < 2 min).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 3
+
+OUT=${OUT:-$PWD/gpu-check-out}
+BUILD=${GDNV_GPU_BUILD_DIR:-build-gpu}
+JOBS=$(nproc)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$OUT"
+SUMMARY=()
+FAILED=0
+
+# step NAME CMD...: runs CMD with its output in $OUT/NAME.log; records exit code and seconds.
+step() {
+  local name=$1
+  shift
+  local start rc ms
+  start=$(date +%s%N)
+  "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  ms=$((($(date +%s%N) - start) / 1000000))
+  SUMMARY+=("$(printf '{"name": "%s", "rc": %d, "seconds": %d.%03d}' "$name" "$rc" $((ms / 1000)) $((ms % 1000)))")
+  [ "$rc" -eq 0 ] || FAILED=1
+  printf '%-48s %s\n' "$name" "$([ "$rc" -eq 0 ] && echo ok || echo "FAIL (rc=$rc, $OUT/$name.log)")"
+  return "$rc"
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+write_summary() {
+  {
+    echo '{"steps": ['
+    local i
+    for i in "${!SUMMARY[@]}"; do
+      printf '  %s%s\n' "${SUMMARY[$i]}" "$([ "$i" -lt $((${#SUMMARY[@]} - 1)) ] && echo ,)"
+    done
+    printf '], "passed": %s}\n' "$([ "$FAILED" -eq 0 ] && echo true || echo false)"
+  } >"$OUT/summary.json"
+}
+trap write_summary EXIT
+
+step device_query nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+step install ./run deps || exit 1
+step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDNV_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
+step build cmake --build "$BUILD" -j "$JOBS" --target gdn-verify cuda_backend_test gpu_device_test \
+  gpu_emulation_test cuda_cli_test || exit 1
+
+step ctest_gpu ctest --test-dir "$BUILD" -j 4 --timeout 300 --output-on-failure \
+  --output-junit "$OUT/ctest_gpu.xml" -R '^(cuda\.|emu\.|CudaCli\.|GpuDevice)'
+
+# Heads divisible by tp*cp for headwise at W=4; THD lengths and the SBHD length divisible by 2W.
+GEOMETRY=(--num-key-heads 4 --num-value-heads 8 --key-head-dim 16 --value-head-dim 16 --hidden 64
+          --lengths "128,64" --seq-len 64)
+for mode in headwise chunkwise all_gather; do
+  for W in 1 2 4; do
+    for dtype in fp32 bf16; do
+      for format in thd sbhd; do
+        # all_gather takes SBHD only at CP=1 (DESIGN.md §3.1).
+        [ "$mode" = all_gather ] && [ "$format" = sbhd ] && [ "$W" -gt 1 ] && continue
+        step "run_${mode}_W${W}_${dtype}_${format}" "$BUILD/gdn-verify" run --backend cuda --mode "$mode" \
+          --cp "$W" --dtype "$dtype" --format "$format" "${GEOMETRY[@]}" --json "$OUT/run_${mode}_W${W}_${dtype}_${format}.json"
+      done
+    done
+  done
+done
+exit "$FAILED"

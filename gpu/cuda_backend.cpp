@@ -1,0 +1,114 @@
+// The CUDA Backend: gpu/kernels.hpp on one device stream (kernels from gpu/cuda_kernels_*.cu, GEMMs
+// through cuBLAS), composed into a Backend by gpu/kernel_backend.cpp exactly as the host emulation is.
+#include "gpu/cuda_backend.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "core/error.hpp"
+#include "gpu/cuda_launch.hpp"
+#include "gpu/device.hpp"
+#include "gpu/kernel_backend.hpp"
+
+namespace gdnv::gpu {
+namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+void check_cublas(cublasStatus_t s, const std::string& what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(what + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+class CudaKernels final : public Kernels {
+ public:
+  CudaKernels() {
+    check_cuda(cudaStreamCreate(&stream_), "CUDA backend: cudaStreamCreate");
+    check_cublas(cublasCreate(&blas_), "CUDA backend: cublasCreate");
+    check_cublas(cublasSetStream(blas_, stream_), "CUDA backend: cublasSetStream");
+    // No TF32 or reduced-precision reductions: fp32 GEMMs must meet the fp32 gate (DESIGN.md §4).
+    check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "CUDA backend: cublasSetMathMode");
+  }
+  ~CudaKernels() override {
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+
+  std::string platform() const override { return "cuda"; }
+  Memory memory() const override { return Memory::Device; }
+
+  // Managed memory: kernels use it as device memory; the host-side communicators (in-process threads,
+  // MPI) can read and write it once the op that produced it has finished.
+  std::shared_ptr<void> alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    check_cuda(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes), "CUDA backend: cudaMallocManaged of " +
+                                                                   std::to_string(bytes) + " bytes");
+    std::shared_ptr<void> owned(p, [](void* q) { cudaFree(q); });
+    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "CUDA backend: cudaMemsetAsync");
+    finish("alloc");  // a host-side communicator may write the buffer next (a collective's receive side)
+    return owned;
+  }
+  void copy_in(void* dst, const void* src, std::size_t bytes) override {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "CUDA backend: upload");
+    finish("upload");
+  }
+  void copy_out(void* dst, const void* src, std::size_t bytes) override {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "CUDA backend: download");
+    finish("download");
+  }
+  void finish(const char* op) override {
+    check_cuda(cudaGetLastError(), std::string(op) + ": kernel launch");
+    check_cuda(cudaStreamSynchronize(stream_), std::string(op) + ": kernel");
+  }
+
+#define GDNV_GPU_CUDA_OVERRIDE(name, Params, item) \
+  void name(const Params& p, std::int64_t items) override { launch_##name(p, items, stream_); }
+  GDNV_GPU_KERNELS(GDNV_GPU_CUDA_OVERRIDE)
+#undef GDNV_GPU_CUDA_OVERRIDE
+
+  // Row-major y [N, out] = x [N, in] w^T is column-major y^T = w^T' x^T': gemm(T, N, out, N, in).
+  void linear_forward(const LinearParams& p) override {
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, p.out, p.N, p.in, p.w, p.in, p.x, p.in, p.y, act(p), p.out, act(p), "linear");
+  }
+  // dx^T [in, N] = w^T [in, out] dy^T: gemm(N, N, in, N, out); dw^T [in, out] = x^T dy: gemm(N, T, in, out, N).
+  void linear_backward(const LinearParams& p) override {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, p.in, p.N, p.out, p.w, p.in, p.dy, p.out, p.y, act(p), p.in, act(p),
+         "linear_backward dx");
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, p.in, p.out, p.N, p.x, p.in, p.dy, p.out, p.dw, CUDA_R_32F, p.in, act(p),
+         "linear_backward dw");
+  }
+
+ private:
+  static cudaDataType act(const LinearParams& p) { return p.bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+  // C [m, n] = A [m, k] B [k, n] (column-major, after the ops), fp32 compute; zero-sized products leave
+  // C as allocated (zeros).
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t k, const void* A,
+            std::int64_t lda, const void* B, std::int64_t ldb, void* C, cudaDataType c_type, std::int64_t ldc,
+            cudaDataType ab_type, const char* what) {
+    if (m == 0 || n == 0 || k == 0) return;
+    const float one = 1, zero = 0;
+    check_cublas(cublasGemmEx(blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, A,
+                              ab_type, static_cast<int>(lda), B, ab_type, static_cast<int>(ldb), &zero, C, c_type,
+                              static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 what);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+};
+
+}  // namespace
+
+std::string cuda_backend_unavailable_reason() { return cuda_unavailable_reason(); }
+
+std::unique_ptr<cp::Backend> make_cuda_backend(DType storage) {
+  if (const std::string reason = cuda_backend_unavailable_reason(); !reason.empty())
+    throw Error("no CUDA device: " + reason);
+  return make_kernel_backend(storage, std::make_unique<CudaKernels>());
+}
+
+}  // namespace gdnv::gpu

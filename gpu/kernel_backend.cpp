@@ -1,0 +1,465 @@
+// The Backend over gpu/kernels.hpp: checks like the CPU backend's (cp/cpu_backend.cpp), outputs
+// allocated where the kernels run, each op a fixed sequence of launches followed by finish().
+#include "gpu/kernel_backend.hpp"
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cp/cpu_host.hpp"
+#include "cp/faults.hpp"
+#include "gpu/math_gdr.hpp"
+
+namespace gdnv::gpu {
+namespace {
+
+using cp::Buffer;
+using cp::cpu::expect;
+using cp::cpu::expect_rank;
+
+std::int64_t row_count(const Buffer& b) { return b.rank() == 0 ? 1 : b.dim(0); }
+
+Storage storage_of(DType d, const char* op) {
+  switch (d) {
+    case DType::F32: return Storage::F32;
+    case DType::BF16: return Storage::BF16;
+    case DType::F64: return Storage::F64;
+    default: throw Error(std::string(op) + ": no arithmetic on " + std::string(dtype_name(d)));
+  }
+}
+
+void expect_index(const Buffer& index, const char* op) {
+  if (index.dtype() != DType::I64 || index.rank() != 1)
+    throw Error(std::string(op) + ": index is " + std::string(dtype_name(index.dtype())) + " " +
+                shape_str(index.shape()) + "; expected I64 [M]");
+}
+
+template <class T>
+const T* ptr(const Buffer& b) {
+  return b.empty() ? nullptr : b.as<T>();
+}
+
+class KernelBackend final : public cp::Backend {
+ public:
+  KernelBackend(DType storage, std::unique_ptr<Kernels> kernels)
+      : dtype_(storage), k_(std::move(kernels)), error_(alloc(DType::I32, {1})) {}
+
+  std::string name() const override { return k_->platform() + (bf16() ? "/bf16" : "/fp32"); }
+  DType dtype() const override { return dtype_; }
+  DType state_dtype() const override { return DType::F32; }
+  Memory memory() const override { return k_->memory(); }
+
+  Buffer alloc(DType dtype, Shape shape) override {
+    const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+    return Buffer(dtype, std::move(shape), k_->alloc(bytes));
+  }
+
+  Buffer upload(const Tensor& t, DType as) override {
+    const Tensor converted = t.to(as);
+    Buffer b = alloc(as, converted.shape());
+    k_->copy_in(b.data(), converted.bytes(), converted.nbytes());
+    return b;
+  }
+
+  Tensor download(const Buffer& b) override {
+    std::vector<std::uint8_t> bytes(b.nbytes());
+    k_->copy_out(bytes.data(), b.data(), bytes.size());
+    return Tensor(b.dtype(), b.shape(), std::move(bytes));
+  }
+
+  Buffer gather_rows(const Buffer& x, const Buffer& index) override {
+    expect_index(index, "gather_rows");
+    Shape shape = x.shape();
+    shape.at(0) = index.numel();
+    Buffer out = alloc(x.dtype(), shape);
+    copy_rows(x, index, out, true, row_count(x), "gather_rows");
+    return out;
+  }
+
+  void scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
+    expect_index(index, "scatter_rows");
+    const std::size_t n = row_count(out) == 0 ? 0 : out.nbytes() / row_count(out);
+    if (x.dtype() != out.dtype() || row_count(x) != index.numel() || (row_count(x) && x.nbytes() / row_count(x) != n))
+      throw Error("scatter_rows: x " + std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
+                  " does not match " + std::to_string(index.numel()) + " rows of out " +
+                  std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()));
+    copy_rows(x, index, out, false, row_count(out), "scatter_rows");
+  }
+
+  Buffer gather_columns(const Buffer& x, const Buffer& index) override {
+    expect_rank(x, "gather_columns", "x", 2, "[N, D]");
+    expect_index(index, "gather_columns");
+    Buffer out = alloc(x.dtype(), {x.dim(0), index.numel()});
+    copy_columns(x, index, out, true, "gather_columns");
+    return out;
+  }
+
+  void scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
+    expect_rank(out, "scatter_columns", "out", 2, "[N, D]");
+    expect_index(index, "scatter_columns");
+    expect(x, "scatter_columns", "x", out.dtype(), {out.dim(0), index.numel()}, "[N, E]");
+    copy_columns(x, index, out, false, "scatter_columns");
+  }
+
+  void accumulate(Buffer& y, const Buffer& x) override {
+    if (y.shape() != x.shape() || !is_float(y.dtype()) || !is_float(x.dtype()) || y.dtype() == DType::F16 ||
+        x.dtype() == DType::F16)
+      throw Error("accumulate: y " + std::string(dtype_name(y.dtype())) + " " + shape_str(y.shape()) + " and x " +
+                  std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
+                  " must be F64, F32 or BF16 of one shape");
+    k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
+                    y.numel()},
+                   y.numel());
+    k_->finish("accumulate");
+  }
+
+  cp::RmsNormOut rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
+    const auto [N, D] = rows_and_width(x, w, "rmsnorm");
+    cp::RmsNormOut out{alloc(dtype_, x.shape()), alloc(DType::F32, {N})};
+    NormParams p = norm_params(x, nullptr, w, N, D, eps);
+    p.y = out.y.data(), p.rstd = out.rstd.as<float>();
+    k_->norm_forward(p, N);
+    k_->finish("rmsnorm");
+    return out;
+  }
+
+  cp::RmsNormGrads rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override {
+    const auto [N, D] = rows_and_width(x, w, "rmsnorm_backward");
+    expect(dy, "rmsnorm_backward", "dy", dtype_, x.shape(), "[N, D]");
+    expect(rstd, "rmsnorm_backward", "rstd", DType::F32, {N}, "[N]");
+    cp::RmsNormGrads g{alloc(dtype_, x.shape()), alloc(DType::F32, {D})};
+    NormParams p = norm_params(x, nullptr, w, N, D, 0);
+    p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.dx.data(), p.dw = g.dw.as<float>();
+    k_->norm_backward(p, N);
+    k_->norm_weight_grad(p, D);
+    k_->finish("rmsnorm_backward");
+    return g;
+  }
+
+  Buffer linear(const Buffer& x, const Buffer& w) override {
+    const auto [N, in, out] = linear_dims(x, w, "linear");
+    Buffer y = alloc(dtype_, {N, out});
+    k_->linear_forward({x.data(), w.data(), nullptr, y.data(), nullptr, N, in, out, bf16()});
+    k_->finish("linear");
+    return y;
+  }
+
+  cp::LinearGrads linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
+    const auto [N, in, out] = linear_dims(x, w, "linear_backward");
+    expect(dy, "linear_backward", "dy", dtype_, {N, out}, "[N, out]");
+    cp::LinearGrads g{alloc(dtype_, x.shape()), alloc(DType::F32, w.shape())};
+    k_->linear_backward({x.data(), w.data(), dy.data(), g.dx.data(), g.dw.as<float>(), N, in, out, bf16()});
+    k_->finish("linear_backward");
+    return g;
+  }
+
+  Buffer conv1d(const cp::ConvArgs& args) override {
+    ConvParams p = conv_params(args, "conv1d");
+    Buffer y = alloc(dtype_, args.x.shape());
+    p.y = y.data();
+    k_->conv_forward(p, p.N * p.D);
+    k_->finish("conv1d");
+    return y;
+  }
+
+  cp::ConvGrads conv1d_backward(const cp::ConvArgs& args, const Buffer& dy) override {
+    ConvParams p = conv_params(args, "conv1d_backward");
+    expect(dy, "conv1d_backward", "dy", dtype_, args.x.shape(), "[N, D]");
+    cp::ConvGrads g{alloc(dtype_, args.x.shape()), alloc(DType::F32, args.weight.shape()), {}, {}};
+    if (args.bias) g.dbias = alloc(DType::F32, args.bias->shape());
+    if (!args.halo.empty()) g.dhalo = alloc(dtype_, args.halo.shape());
+    const Buffer d_pre = alloc(DType::F32, args.x.shape());
+    p.dy = dy.data(), p.d_pre = const_cast<float*>(d_pre.as<float>()), p.y = g.dx.data(), p.dw = g.dw.as<float>();
+    p.dbias = g.dbias.empty() ? nullptr : g.dbias.as<float>();
+    p.dhalo = g.dhalo.empty() ? nullptr : g.dhalo.data();
+    k_->conv_dpre(p, p.N * p.D);
+    k_->conv_dx(p, p.N * p.D);
+    if (p.dhalo) k_->conv_dhalo(p, (p.W - 1) * p.D);
+    k_->conv_weight_grad(p, p.D * p.W);
+    k_->finish("conv1d_backward");
+    return g;
+  }
+
+  cp::Gates gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
+    GateParams p = gate_params(a, b, A_log, dt_bias, "gates");
+    cp::Gates out{alloc(DType::F32, a.shape()), alloc(DType::F32, a.shape())};
+    p.g = out.g.as<float>(), p.beta = out.beta.as<float>();
+    k_->gates_forward(p, p.N * p.Hv);
+    k_->finish("gates");
+    return out;
+  }
+
+  cp::GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                               const Buffer& A_log, const Buffer& dt_bias) override {
+    GateParams p = gate_params(a, b, A_log, dt_bias, "gates_backward");
+    expect(dg, "gates_backward", "dg", DType::F32, a.shape(), "[N, Hv]");
+    expect(dbeta, "gates_backward", "dbeta", DType::F32, a.shape(), "[N, Hv]");
+    cp::GateGrads g{alloc(dtype_, a.shape()), alloc(dtype_, a.shape()), alloc(DType::F32, A_log.shape()),
+                    alloc(DType::F32, dt_bias.shape())};
+    p.dg = dg.as<float>(), p.dbeta = dbeta.as<float>(), p.da = g.da.data(), p.db = g.db.data();
+    p.dA_log = g.dA_log.as<float>(), p.ddt_bias = g.ddt_bias.as<float>();
+    k_->gates_backward(p, p.N * p.Hv);
+    k_->gates_param_grad(p, p.Hv);
+    k_->finish("gates_backward");
+    return g;
+  }
+
+  cp::GdrOut gdr(const cp::GdrArgs& args) override {
+    Gdr x = gdr_setup(args, "gdr", true);
+    cp::GdrOut out{alloc(dtype_, args.v.shape()), alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V})};
+    x.p.o = out.o.data(), x.p.final_state = out.final_state.as<float>();
+    k_->l2norm(x.p, x.p.N * x.p.Hk);
+    k_->gdr_forward(x.p, x.p.n * x.p.Hk);
+    k_->finish("gdr");
+    return out;
+  }
+
+  cp::GdrGrads gdr_backward(const cp::GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
+    Gdr x = gdr_setup(args, "gdr_backward", true);
+    GdrParams& p = x.p;
+    expect(d_o, "gdr_backward", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
+    if (!dht.empty()) expect(dht, "gdr_backward", "dht", DType::F32, {p.Hv, p.K, p.V}, "[Hv, dk, dv]");
+    cp::GdrGrads g{alloc(dtype_, args.q.shape()),  alloc(dtype_, args.k.shape()),  alloc(dtype_, args.v.shape()),
+                   alloc(DType::F32, args.g.shape()), alloc(DType::F32, args.beta.shape()),
+                   alloc(DType::F32, {p.Hv, p.K, p.V})};
+    const Buffer dqn = alloc(DType::F32, args.q.shape()), dkn = alloc(DType::F32, args.k.shape());
+    p.chunk_slots = chunk_slots_for(p.N, p.n);
+    const Buffer states = alloc(DType::F32, {p.Hv, p.chunk_slots, p.K, p.V});
+    p.d_o = d_o.data(), p.dht = ptr<float>(dht);
+    p.dqn = mut(dqn), p.dkn = mut(dkn), p.states = mut(states);
+    p.dq = g.dq.data(), p.dk = g.dk.data(), p.dv = g.dv.data(), p.dg = g.dg.as<float>();
+    p.dbeta = g.dbeta.as<float>(), p.dh0 = g.dh0.as<float>();
+    k_->l2norm(p, p.N * p.Hk);
+    k_->gdr_backward(p, p.n * p.Hk);
+    k_->l2norm_backward(p, p.N * p.Hk);
+    k_->finish("gdr_backward");
+    return g;
+  }
+
+  Buffer gdr_last_map(const cp::GdrArgs& args) override {
+    Gdr x = gdr_setup(args, "gdr_last_map", false);
+    x.p.h0 = nullptr;  // the map is taken from a zero state
+    Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
+    x.p.maps = maps.as<float>();
+    k_->l2norm(x.p, x.p.N * x.p.Hk);
+    k_->gdr_last_map(x.p, x.p.Hv);
+    k_->finish("gdr_last_map");
+    return maps;
+  }
+
+  Buffer gdr_first_adjoint(const cp::GdrArgs& args, const Buffer& d_o) override {
+    Gdr x = gdr_setup(args, "gdr_first_adjoint", false);
+    expect(d_o, "gdr_first_adjoint", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
+    Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
+    x.p.d_o = d_o.data(), x.p.maps = maps.as<float>();
+    k_->l2norm(x.p, x.p.N * x.p.Hk);
+    k_->gdr_first_adjoint(x.p, x.p.Hv);
+    k_->finish("gdr_first_adjoint");
+    return maps;
+  }
+
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) override {
+    expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
+    const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
+    expect(maps, "fold_span_maps", "maps", DType::F32, maps.shape(), "[cp, Hv, dk, dv+dk]");
+    if (V < 1 || begin < 0 || begin > end || end > ranks)
+      throw Error("fold_span_maps: ranks [" + std::to_string(begin) + ", " + std::to_string(end) + ") of maps " +
+                  shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
+    Buffer out = alloc(DType::F32, {Hv, K, V});
+    const Buffer work = alloc(DType::F32, {Hv, K, V});
+    k_->fold({maps.as<float>(), out.as<float>(), mut(work), Hv, K, V, begin, end, adjoint}, Hv);
+    k_->finish("fold_span_maps");
+    return out;
+  }
+
+  cp::GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
+    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm");
+    cp::GatedNormOut out{alloc(dtype_, o.shape()), alloc(DType::F32, {N, Hv})};
+    NormParams p = norm_params(o, &z, w, N * Hv, o.dim(2), eps);
+    p.y = out.y.data(), p.rstd = out.rstd.as<float>();
+    k_->norm_forward(p, N * Hv);
+    k_->finish("gated_norm");
+    return out;
+  }
+
+  cp::GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                         const Buffer& rstd, double /*eps: rstd carries it*/) override {
+    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm_backward");
+    expect(dy, "gated_norm_backward", "dy", dtype_, o.shape(), "[N, Hv, dv]");
+    expect(rstd, "gated_norm_backward", "rstd", DType::F32, {N, Hv}, "[N, Hv]");
+    cp::GatedNormGrads g{alloc(dtype_, o.shape()), alloc(dtype_, z.shape()), alloc(DType::F32, w.shape())};
+    NormParams p = norm_params(o, &z, w, N * Hv, o.dim(2), 0);
+    p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.d_o.data(), p.dz = g.dz.data(), p.dw = g.dw.as<float>();
+    k_->norm_backward(p, N * Hv);
+    k_->norm_weight_grad(p, o.dim(2));
+    k_->finish("gated_norm_backward");
+    return g;
+  }
+
+ private:
+  bool bf16() const { return dtype_ == DType::BF16; }
+  // Scratch the kernels write through a const handle's storage (the Buffer only owns it).
+  static float* mut(const Buffer& b) { return const_cast<float*>(b.as<float>()); }
+
+  // Index-driven copies; an index outside [0, limit) makes the kernel raise the error flag.
+  void copy_rows(const Buffer& x, const Buffer& index, Buffer& out, bool gather, std::int64_t limit, const char* op) {
+    const std::int64_t rows = index.numel(), units = rows == 0 ? 0 : (gather ? out : x).nbytes() / rows / 2;
+    reset_error();
+    k_->copy_rows({static_cast<const std::uint16_t*>(x.data()), static_cast<std::uint16_t*>(out.data()),
+                   index.as<std::int64_t>(), rows, units, limit, gather, {error_.as<int>()}},
+                  rows * units);
+    check_error(op, limit);
+  }
+
+  void copy_columns(const Buffer& x, const Buffer& index, Buffer& out, bool gather, const char* op) {
+    const std::int64_t units = static_cast<std::int64_t>(dtype_size(x.dtype())) / 2;
+    reset_error();
+    k_->copy_columns({static_cast<const std::uint16_t*>(x.data()), static_cast<std::uint16_t*>(out.data()),
+                      index.as<std::int64_t>(), out.dim(0), index.numel(), x.dim(1), out.dim(1), units, gather,
+                      {error_.as<int>()}},
+                     out.dim(0) * index.numel() * units);
+    check_error(op, gather ? x.dim(1) : out.dim(1));
+  }
+
+  void reset_error() {
+    const int zero = 0;
+    k_->copy_in(error_.data(), &zero, sizeof zero);
+  }
+  void check_error(const char* op, std::int64_t limit) {
+    k_->finish(op);
+    int flag = 0;
+    k_->copy_out(&flag, error_.data(), sizeof flag);
+    if (flag) throw Error(std::string(op) + ": an index is outside [0, " + std::to_string(limit) + ")");
+  }
+
+  std::pair<std::int64_t, std::int64_t> rows_and_width(const Buffer& x, const Buffer& w, const char* op) const {
+    expect_rank(x, op, "x", 2, "[N, D]");
+    expect(w, op, "w", dtype_, {x.dim(1)}, "[D]");
+    expect(x, op, "x", dtype_, x.shape(), "[N, D]");
+    return {x.dim(0), x.dim(1)};
+  }
+
+  NormParams norm_params(const Buffer& x, const Buffer* z, const Buffer& w, std::int64_t rows, std::int64_t n,
+                         double eps) const {
+    NormParams p{};
+    p.x = x.data(), p.z = z ? z->data() : nullptr, p.w = w.data();
+    p.rows = rows, p.n = n, p.eps = static_cast<float>(eps), p.bf16 = bf16();
+    return p;
+  }
+
+  std::tuple<std::int64_t, std::int64_t, std::int64_t> linear_dims(const Buffer& x, const Buffer& w,
+                                                                    const char* op) const {
+    expect_rank(x, op, "x", 2, "[N, in]");
+    expect_rank(w, op, "w", 2, "[out, in]");
+    expect(x, op, "x", dtype_, x.shape(), "[N, in]");
+    expect(w, op, "w", dtype_, {w.dim(0), x.dim(1)}, "[out, in]");
+    return {x.dim(0), x.dim(1), w.dim(0)};
+  }
+
+  // The offsets where the kernels run: I64 [n+1] matching the host list.
+  static const std::int64_t* device_offsets(const cp::Varlen& seqs, std::int64_t tokens, const char* op) {
+    cp::cpu::expect_varlen(seqs.host, tokens, op);
+    if (seqs.device.dtype() != DType::I64 || seqs.device.numel() != static_cast<std::int64_t>(seqs.host.size()))
+      throw Error(std::string(op) + ": Varlen::device is " + std::string(dtype_name(seqs.device.dtype())) + " " +
+                  shape_str(seqs.device.shape()) + "; expected I64 [" + std::to_string(seqs.host.size()) +
+                  "] uploaded to this backend");
+    return seqs.device.as<std::int64_t>();
+  }
+
+  ConvParams conv_params(const cp::ConvArgs& a, const char* op) const {
+    expect_rank(a.x, op, "x", 2, "[N, D]");
+    expect_rank(a.weight, op, "weight", 2, "[D, W]");
+    const std::int64_t N = a.x.dim(0), D = a.x.dim(1), W = a.weight.dim(1);
+    expect(a.x, op, "x", dtype_, {N, D}, "[N, D]");
+    expect(a.weight, op, "weight", dtype_, {D, W}, "[D, W]");
+    if (a.bias) expect(*a.bias, op, "bias", dtype_, {D}, "[D]");
+    if (!a.halo.empty()) expect(a.halo, op, "halo", dtype_, {W - 1, D}, "[W-1, D]");
+    ConvParams p{};
+    p.x = a.x.data(), p.weight = a.weight.data(), p.bias = a.bias ? a.bias->data() : nullptr;
+    p.halo = a.halo.empty() ? nullptr : a.halo.data();
+    p.cu = device_offsets(a.seqs, N, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
+    return p;
+  }
+
+  GateParams gate_params(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias,
+                         const char* op) const {
+    expect_rank(a, op, "a", 2, "[N, Hv]");
+    expect(a, op, "a", dtype_, a.shape(), "[N, Hv]");
+    expect(b, op, "b", dtype_, a.shape(), "[N, Hv]");
+    expect(A_log, op, "A_log", dtype_, {a.dim(1)}, "[Hv]");
+    expect(dt_bias, op, "dt_bias", dtype_, {a.dim(1)}, "[Hv]");
+    GateParams p{};
+    p.a = a.data(), p.b = b.data(), p.A_log = A_log.data();
+    // The planted fault drops dt_bias as the CPU backend's does.
+    p.dt_bias = cp::fault_active(cp::Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
+    p.N = a.dim(0), p.Hv = a.dim(1), p.bf16 = bf16();
+    return p;
+  }
+
+  // GdrParams over args with the L2-norm scratch and the tasks' work allocated (kept alive here): one
+  // task per (sequence, key head), or per value head for the span maps.
+  struct Gdr {
+    GdrParams p;
+    Buffer qn, kn, rq, rk, work;
+  };
+  Gdr gdr_setup(const cp::GdrArgs& a, const char* op, bool per_sequence) {
+    expect_rank(a.q, op, "q", 3, "[N, Hk, dk]");
+    expect_rank(a.v, op, "v", 3, "[N, Hv, dv]");
+    const std::int64_t N = a.q.dim(0), Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
+    expect(a.q, op, "q", dtype_, {N, Hk, K}, "[N, Hk, dk]");
+    expect(a.k, op, "k", dtype_, {N, Hk, K}, "[N, Hk, dk]");
+    expect(a.v, op, "v", dtype_, {N, Hv, V}, "[N, Hv, dv]");
+    expect(a.g, op, "g", DType::F32, {N, Hv}, "[N, Hv]");
+    expect(a.beta, op, "beta", DType::F32, {N, Hv}, "[N, Hv]");
+    if (!a.h0.empty()) expect(a.h0, op, "h0", DType::F32, {Hv, K, V}, "[Hv, dk, dv]");
+    if (Hk < 1 || Hv % Hk != 0)
+      throw Error(std::string(op) + ": " + std::to_string(Hv) + " value heads cannot share " + std::to_string(Hk) +
+                  " key heads; GVA needs Hv % Hk == 0");
+    Gdr x{{}, alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk}),
+          alloc(DType::F32, {N, Hk}), {}};
+    GdrParams& p = x.p;
+    p.work_stride = gdr_work_floats(K, V);
+    x.work = alloc(DType::F32, {per_sequence ? a.seqs.count() * Hk : Hv, p.work_stride});
+    p.q = a.q.data(), p.k = a.k.data(), p.v = a.v.data(), p.g = a.g.as<float>(), p.beta = a.beta.as<float>();
+    p.h0 = ptr<float>(a.h0);
+    p.cu = device_offsets(a.seqs, N, op), p.n = a.seqs.count();
+    p.N = N, p.Hk = Hk, p.Hv = Hv, p.K = K, p.V = V;
+    p.scale = static_cast<float>(a.scale);
+    // The planted fault drops the epsilon as the CPU backend's does.
+    p.l2_eps = cp::fault_active(cp::Fault::L2normEpsDropped) ? 0.0f : 1e-6f;
+    p.bf16 = bf16();
+    p.qn = x.qn.as<float>(), p.kn = x.kn.as<float>(), p.rq = x.rq.as<float>(), p.rk = x.rk.as<float>();
+    p.work = x.work.as<float>();
+    return x;
+  }
+
+  std::pair<std::int64_t, std::int64_t> check_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w,
+                                                         const char* op) const {
+    expect_rank(o, op, "o", 3, "[N, Hv, dv]");
+    expect(o, op, "o", dtype_, o.shape(), "[N, Hv, dv]");
+    expect(z, op, "z", dtype_, o.shape(), "[N, Hv, dv]");
+    expect(w, op, "w", dtype_, {o.dim(2)}, "[dv]");
+    return {o.dim(0), o.dim(1)};
+  }
+
+  DType dtype_;
+  std::unique_ptr<Kernels> k_;
+  Buffer error_;  // I32 [1]: the index kernels' error flag
+};
+
+}  // namespace
+
+std::unique_ptr<cp::Backend> make_kernel_backend(DType storage, std::unique_ptr<Kernels> kernels) {
+  if (storage != DType::F32 && storage != DType::BF16)
+    throw ConfigError("the " + kernels->platform() + " backend stores F32 or BF16, not " +
+                      std::string(dtype_name(storage)) + "; choose --dtype fp32 or bf16");
+  return std::make_unique<KernelBackend>(storage, std::move(kernels));
+}
+
+std::unique_ptr<cp::Backend> make_emulated_backend(DType storage) {
+  return make_kernel_backend(storage, make_host_kernels());
+}
+
+}  // namespace gdnv::gpu
