@@ -24,4 +24,22 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
   return values;
 }
 
+DType parse_dtype_option(const std::string& name) {
+  if (name == "fp64") return DType::F64;
+  if (name == "fp32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  throw ConfigError("--dtype '" + name + "' is not supported: use bf16, fp32 or fp64");
+}
+
+ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm) {
+  ref::LayerConfig::Values v;
+  v.hidden_size = vm["hidden"].as<std::int64_t>();
+  v.linear_num_key_heads = vm["num-key-heads"].as<std::int64_t>();
+  v.linear_num_value_heads = vm["num-value-heads"].as<std::int64_t>();
+  v.linear_key_head_dim = vm["key-head-dim"].as<std::int64_t>();
+  v.linear_value_head_dim = vm["value-head-dim"].as<std::int64_t>();
+  v.linear_conv_kernel_dim = vm["conv-width"].as<std::int64_t>();
+  return v;
+}
+
 }  // namespace gdnv::cli

@@ -1,11 +1,24 @@
 #pragma once
+// Option values shared by the commands: integer lists, the storage dtype, the layer geometry.
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "core/dtype.hpp"
+#include "reference/layer_config.hpp"
 
 namespace gdnv::cli {
 
 // "0,16,40" -> {0, 16, 40}; ConfigError naming `option` and showing `example` on anything else.
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, const std::string& example);
+
+// --dtype: "fp64" | "fp32" | "bf16"; ConfigError naming the choices otherwise.
+DType parse_dtype_option(const std::string& name);
+
+// The layer geometry from --hidden, --num-key-heads, --num-value-heads, --key-head-dim,
+// --value-head-dim and --conv-width (layernorm epsilon 1e-6, no conv bias).
+ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm);
 
 }  // namespace gdnv::cli

@@ -59,13 +59,6 @@ po::options_description plan_options() {
   return o;
 }
 
-DType parse_dtype_option(const std::string& name) {
-  if (name == "fp64") return DType::F64;
-  if (name == "fp32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  throw ConfigError("--dtype '" + name + "' is not supported: use bf16, fp32 or fp64");
-}
-
 // "LENGTH [COUNT]" lines; blank lines and '#' comments skipped.
 std::vector<std::int64_t> read_length_dist(const std::string& path) {
   if (!std::filesystem::is_regular_file(path))
@@ -143,12 +136,7 @@ Grid parse_grid(const po::variables_map& vm) {
 
 cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   cp::RunSpec s;
-  s.layer.hidden_size = vm["hidden"].as<std::int64_t>();
-  s.layer.linear_num_key_heads = vm["num-key-heads"].as<std::int64_t>();
-  s.layer.linear_num_value_heads = vm["num-value-heads"].as<std::int64_t>();
-  s.layer.linear_key_head_dim = vm["key-head-dim"].as<std::int64_t>();
-  s.layer.linear_value_head_dim = vm["value-head-dim"].as<std::int64_t>();
-  s.layer.linear_conv_kernel_dim = vm["conv-width"].as<std::int64_t>();
+  s.layer = layer_values(vm);
   s.cp.tp = vm["tp"].as<int>();
   s.cp.deterministic = vm["deterministic"].as<bool>();
   s.cp.allgather_cp = vm["allgather-cp"].as<bool>();

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "cli/command.hpp"
+#include "cli/lists.hpp"
 #include "cli/probe_reports.hpp"
 #include "comm/inprocess.hpp"
 #include "comm/mpi.hpp"
@@ -16,13 +17,6 @@
 
 namespace gdnv::cli {
 namespace {
-
-DType parse_dtype(const std::string& name) {
-  if (name == "fp64") return DType::F64;
-  if (name == "fp32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  throw ConfigError("--dtype '" + name + "' is not supported: use fp64, fp32 or bf16");
-}
 
 // Processes mpirun started (OpenMPI, or a PMI launcher), 0 outside mpirun.
 int mpirun_size() {
@@ -72,7 +66,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.mode = (*vm)["mode"].as<std::string>();
   spec.image = (*vm)["image"].as<std::string>();
   spec.case_name = (*vm)["case"].as<std::string>();
-  spec.dtype = parse_dtype((*vm)["dtype"].as<std::string>());
+  spec.dtype = parse_dtype_option((*vm)["dtype"].as<std::string>());
   spec.seed = (*vm)["seed"].as<std::uint64_t>();
   const std::string dir = (*vm)["out"].as<std::string>();
   const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);

@@ -20,13 +20,6 @@ namespace {
 
 using cp::Format;
 
-DType parse_dtype_option(const std::string& name) {
-  if (name == "fp64") return DType::F64;
-  if (name == "fp32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  throw ConfigError("--dtype '" + name + "' is not supported: use fp64, fp32 or bf16");
-}
-
 po::options_description run_options() {
   po::options_description o("run options");
   o.add_options()
@@ -58,12 +51,7 @@ po::options_description run_options() {
 
 cp::RunSpec spec_from(const po::variables_map& vm) {
   cp::RunSpec s;
-  s.layer.hidden_size = vm["hidden"].as<std::int64_t>();
-  s.layer.linear_num_key_heads = vm["num-key-heads"].as<std::int64_t>();
-  s.layer.linear_num_value_heads = vm["num-value-heads"].as<std::int64_t>();
-  s.layer.linear_key_head_dim = vm["key-head-dim"].as<std::int64_t>();
-  s.layer.linear_value_head_dim = vm["value-head-dim"].as<std::int64_t>();
-  s.layer.linear_conv_kernel_dim = vm["conv-width"].as<std::int64_t>();
+  s.layer = layer_values(vm);
   s.cp.mode = cp::parse_mode(vm["mode"].as<std::string>());
   s.cp.cp = vm["cp"].as<int>();
   s.cp.tp = vm["tp"].as<int>();
