@@ -42,4 +42,13 @@ ref::LayerConfig::Values layer_values(const boost::program_options::variables_ma
   return v;
 }
 
+cp::CpConfig cp_flags(const boost::program_options::variables_map& vm) {
+  cp::CpConfig c;
+  c.tp = vm["tp"].as<int>();
+  c.deterministic = vm["deterministic"].as<bool>();
+  c.allgather_cp = vm["allgather-cp"].as<bool>();
+  c.inference = vm["inference"].as<bool>();
+  return c;
+}
+
 }  // namespace gdnv::cli

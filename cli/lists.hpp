@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/dtype.hpp"
+#include "cp/cp_config.hpp"
 #include "reference/layer_config.hpp"
 
 namespace gdnv::cli {
@@ -20,5 +21,8 @@ DType parse_dtype_option(const std::string& name);
 // The layer geometry from --hidden, --num-key-heads, --num-value-heads, --key-head-dim,
 // --value-head-dim and --conv-width (layernorm epsilon 1e-6, no conv bias).
 ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm);
+
+// --tp, --deterministic, --allgather-cp and --inference (mode and CP sizes are the caller's).
+cp::CpConfig cp_flags(const boost::program_options::variables_map& vm);
 
 }  // namespace gdnv::cli

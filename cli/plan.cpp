@@ -137,10 +137,7 @@ Grid parse_grid(const po::variables_map& vm) {
 cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   cp::RunSpec s;
   s.layer = layer_values(vm);
-  s.cp.tp = vm["tp"].as<int>();
-  s.cp.deterministic = vm["deterministic"].as<bool>();
-  s.cp.allgather_cp = vm["allgather-cp"].as<bool>();
-  s.cp.inference = vm["inference"].as<bool>();
+  s.cp = cp_flags(vm);
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
   s.format = cp::parse_format(vm["format"].as<std::string>());
   s.batch = vm["batch"].as<std::int64_t>();

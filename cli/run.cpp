@@ -52,12 +52,9 @@ po::options_description run_options() {
 cp::RunSpec spec_from(const po::variables_map& vm) {
   cp::RunSpec s;
   s.layer = layer_values(vm);
+  s.cp = cp_flags(vm);
   s.cp.mode = cp::parse_mode(vm["mode"].as<std::string>());
   s.cp.cp = vm["cp"].as<int>();
-  s.cp.tp = vm["tp"].as<int>();
-  s.cp.deterministic = vm["deterministic"].as<bool>();
-  s.cp.allgather_cp = vm["allgather-cp"].as<bool>();
-  s.cp.inference = vm["inference"].as<bool>();
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
   s.format = cp::parse_format(vm["format"].as<std::string>());
   if (s.format == Format::Thd) s.lengths = parse_int_list(vm["lengths"].as<std::string>(), "--lengths", "256,128");

@@ -108,11 +108,7 @@ class CpuBackend final : public Backend {
   }
 
   void accumulate(Buffer& y, const Buffer& x) override {
-    if (y.shape() != x.shape() || !is_float(y.dtype()) || !is_float(x.dtype()) || y.dtype() == DType::F16 ||
-        x.dtype() == DType::F16)
-      throw Error("accumulate: y " + std::string(dtype_name(y.dtype())) + " " + shape_str(y.shape()) + " and x " +
-                  std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
-                  " must be F64, F32 or BF16 of one shape");
+    cpu::expect_accumulable(y, x);
     if (y.dtype() == DType::F64) return add_into<double>(y, x);
     add_into<float>(y, x);
   }

@@ -90,4 +90,11 @@ void expect_varlen(const std::vector<std::int64_t>& cu, std::int64_t tokens, std
   }
 }
 
+void expect_accumulable(const Buffer& y, const Buffer& x) {
+  const auto ok = [](DType d) { return d == DType::F64 || d == DType::F32 || d == DType::BF16; };
+  if (y.shape() != x.shape() || !ok(y.dtype()) || !ok(x.dtype()))
+    throw Error("accumulate: y " + std::string(dtype_name(y.dtype())) + " " + shape_str(y.shape()) + " and x " +
+                std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) + " must be F64, F32 or BF16 of one shape");
+}
+
 }  // namespace gdnv::cp::cpu

@@ -27,6 +27,8 @@ void expect(const Buffer& b, std::string_view op, std::string_view arg, DType dt
             std::string_view dims);
 // Throws Error "<op>: <arg> has shape <shape>; expected rank <rank> <dims>" unless b has that rank.
 void expect_rank(const Buffer& b, std::string_view op, std::string_view arg, int rank, std::string_view dims);
+// Throws Error "accumulate: y <dtype> <shape> and x ..." unless y and x are F64, F32 or BF16 of one shape.
+void expect_accumulable(const Buffer& y, const Buffer& x);
 // Throws Error unless cu is [0, ..., tokens], non-decreasing, with at least one sequence.
 void expect_varlen(const std::vector<std::int64_t>& cu, std::int64_t tokens, std::string_view op);
 

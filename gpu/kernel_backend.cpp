@@ -104,11 +104,7 @@ class KernelBackend final : public cp::Backend {
   }
 
   void accumulate(Buffer& y, const Buffer& x) override {
-    if (y.shape() != x.shape() || !is_float(y.dtype()) || !is_float(x.dtype()) || y.dtype() == DType::F16 ||
-        x.dtype() == DType::F16)
-      throw Error("accumulate: y " + std::string(dtype_name(y.dtype())) + " " + shape_str(y.shape()) + " and x " +
-                  std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
-                  " must be F64, F32 or BF16 of one shape");
+    cp::cpu::expect_accumulable(y, x);
     k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
                     y.numel()},
                    y.numel());

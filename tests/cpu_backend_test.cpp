@@ -6,12 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/eigen.hpp"
 #include "core/half.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/cpu_gdr_chunk.hpp"
-#include "reference/gates.hpp"
-#include "reference/norms.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
 namespace gdnv::cp {
@@ -24,16 +21,9 @@ using gdnv::testing::Tolerance;
 
 std::string storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
 
-// 1 + scale * N(0, 1): a norm weight.
-Tensor around_one(std::int64_t n, std::uint64_t seed, const std::string& stream, double scale = 0.3) {
-  Tensor w = random_normal({n}, seed, stream, scale);
-  for (std::int64_t i = 0; i < n; ++i) w.set(i, 1 + w.get(i));
-  return w;
-}
-
-Buffer index_buffer(Backend& be, const std::vector<std::int64_t>& idx) {
-  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
-}
+using gdnv::testing::around_one;
+using gdnv::testing::index_buffer;
+using gdnv::testing::expect_all;
 
 // ---- factory ------------------------------------------------------------------------------------
 
@@ -124,79 +114,19 @@ TEST(CpuBackendData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
 
 // ---- leaf ops against the oracle ----------------------------------------------------------------
 
+// The comparisons live in tests/cpu_backend_testing.hpp, shared with the gpu/ kernel-backend suite.
 class CpuBackendOps : public ::testing::TestWithParam<DType> {
  protected:
   std::unique_ptr<Backend> be = make_cpu_backend(GetParam());
-  DType act = be->dtype(), st = be->state_dtype();
-  Tolerance tol = gdnv::testing::tolerance(act);
-
-  Buffer up(const Tensor& t) { return be->upload(t, act); }
-  Buffer up_state(const Tensor& t) { return be->upload(t, st); }
-  Tensor down(const Buffer& b) { return be->download(b); }
 };
 
-TEST_P(CpuBackendOps, RmsNormForwardAndBackwardMatchTheOracle) {
-  const Tensor x = stored(random_normal({7, 13}, 3, "x"), act), w = stored(around_one(13, 3, "w"), act);
-  const Tensor dy = stored(random_normal({7, 13}, 3, "dy"), act);
-  const RmsNormOut fwd = be->rmsnorm(up(x), up(w), 1e-6);
-  const ref::RmsNorm want = ref::rmsnorm_forward(x, w, 1e-6);
-  EXPECT_TRUE(matches("y", down(fwd.y), want.y, tol.act));
-  EXPECT_TRUE(matches("rstd", down(fwd.rstd), want.rstd, tol.state));
-  const RmsNormGrads g = be->rmsnorm_backward(up(dy), up(x), up(w), fwd.rstd);
-  const ref::RmsNormGrads g_want = ref::rmsnorm_backward(x, w, want.rstd, dy);
-  EXPECT_TRUE(matches("dx", down(g.dx), g_want.dx, tol.act));
-  EXPECT_TRUE(matches("dw", down(g.dw), g_want.dw, tol.state));
-}
+TEST_P(CpuBackendOps, RmsNormForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_rmsnorm(*be, 7)); }
 
-TEST_P(CpuBackendOps, LinearForwardAndBackwardMatchFp64Gemm) {
-  const std::int64_t N = 9, in = 11, out = 6;
-  const Tensor x = stored(random_normal({N, in}, 4, "x"), act), w = stored(random_normal({out, in}, 4, "w", 0.3), act);
-  const Tensor dy = stored(random_normal({N, out}, 4, "dy"), act);
-  Tensor y(DType::F64, {N, out}), dx(DType::F64, {N, in}), dw(DType::F64, {out, in});
-  as_matrix(y, N, out) = as_matrix(x, N, in) * as_matrix(w, out, in).transpose();
-  as_matrix(dx, N, in) = as_matrix(dy, N, out) * as_matrix(w, out, in);
-  as_matrix(dw, out, in) = as_matrix(dy, N, out).transpose() * as_matrix(x, N, in);
-  EXPECT_TRUE(matches("y", down(be->linear(up(x), up(w))), y, tol.act));
-  const LinearGrads g = be->linear_backward(up(dy), up(x), up(w));
-  EXPECT_TRUE(matches("dx", down(g.dx), dx, tol.act));
-  EXPECT_TRUE(matches("dw", down(g.dw), dw, tol.state));
-}
+TEST_P(CpuBackendOps, LinearForwardAndBackwardMatchFp64Gemm) { expect_all(gdnv::testing::compare_linear(*be, 9)); }
 
-TEST_P(CpuBackendOps, GatesForwardAndBackwardMatchTheOracle) {
-  const std::int64_t N = 9, Hv = 5;
-  const Tensor a = stored(random_normal({N, Hv}, 5, "a", 2), act), b = stored(random_normal({N, Hv}, 5, "b", 2), act);
-  Tensor A_log(DType::F64, {Hv});
-  const Rng u(5, "A");
-  for (std::int64_t h = 0; h < Hv; ++h) A_log.set(h, std::log(u.uniform(static_cast<std::uint64_t>(h), 1, 16)));
-  A_log = stored(A_log, act);
-  const Tensor dt_bias = stored(around_one(Hv, 5, "dt", 0.1), act);
-  const Tensor dg = stored(random_normal({N, Hv}, 5, "dg"), st), dbeta = stored(random_normal({N, Hv}, 5, "dbeta"), st);
-  const Gates fwd = be->gates(up(a), up(b), up(A_log), up(dt_bias));
-  const ref::Gates want = ref::gates_forward(a, b, A_log, dt_bias);
-  EXPECT_TRUE(matches("g", down(fwd.g), want.g, tol.state));
-  EXPECT_TRUE(matches("beta", down(fwd.beta), want.beta, tol.state));
-  const GateGrads g = be->gates_backward(up_state(dg), up_state(dbeta), up(a), up(b), up(A_log), up(dt_bias));
-  const ref::GateGrads g_want = ref::gates_backward(a, b, A_log, dt_bias, dg, dbeta);
-  EXPECT_TRUE(matches("da", down(g.da), g_want.da, tol.act));
-  EXPECT_TRUE(matches("db", down(g.db), g_want.db, tol.act));
-  EXPECT_TRUE(matches("dA_log", down(g.dA_log), g_want.dA_log, tol.state));
-  EXPECT_TRUE(matches("ddt_bias", down(g.ddt_bias), g_want.ddt_bias, tol.state));
-}
+TEST_P(CpuBackendOps, GatesForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_gates(*be, 9)); }
 
-TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) {
-  const Shape shape{6, 3, 10};
-  const Tensor o = stored(random_normal(shape, 6, "o"), act), z = stored(random_normal(shape, 6, "z", 2), act);
-  const Tensor w = stored(around_one(10, 6, "w"), act), dy = stored(random_normal(shape, 6, "dy"), act);
-  const GatedNormOut fwd = be->gated_norm(up(o), up(z), up(w), 1e-6);
-  const ref::GatedNorm want = ref::gated_rmsnorm_forward(o, z, w, 1e-6);
-  EXPECT_TRUE(matches("y", down(fwd.y), want.y, tol.act));
-  EXPECT_TRUE(matches("rstd", down(fwd.rstd), want.rstd, tol.state));
-  const GatedNormGrads g = be->gated_norm_backward(up(dy), up(o), up(z), up(w), fwd.rstd, 1e-6);
-  const ref::GatedNormGrads g_want = ref::gated_rmsnorm_backward(o, z, w, want.rstd, dy);
-  EXPECT_TRUE(matches("d_o", down(g.d_o), g_want.d_o, tol.act));
-  EXPECT_TRUE(matches("dz", down(g.dz), g_want.dz, tol.act));
-  EXPECT_TRUE(matches("dw", down(g.dw), g_want.dw, tol.state));
-}
+TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_gated_norm(*be, 6)); }
 
 INSTANTIATE_TEST_SUITE_P(Storage, CpuBackendOps, ::testing::Values(DType::F64, DType::F32, DType::BF16),
                          [](const auto& p) { return storage_name(p.param); });
@@ -217,14 +147,6 @@ std::string test_name(const ::testing::TestParamInfo<std::tuple<DType, Named<Cas
 }
 using NamedConv = Named<gdnv::testing::ConvCase>;
 using NamedGdr = Named<gdnv::testing::GdrCase>;
-
-// Logs every comparison (name, relative RMS, max abs) and fails on any miss.
-void expect_all(const gdnv::testing::Results& results) {
-  for (const auto& r : results) {
-    std::cout << "  " << r.message() << "\n";
-    EXPECT_TRUE(r);
-  }
-}
 
 // ---- conv1d ------------------------------------------------------------------------------------
 

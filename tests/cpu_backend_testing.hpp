@@ -3,6 +3,7 @@
 // oracle of reference/ run on those same stored values, and whole-tensor comparisons with the
 // tolerance of each output's storage dtype.
 #include <cmath>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "reference/affine_map.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
+#include "reference/gates.hpp"
+#include "reference/norms.hpp"
 #include "tests/reference_testing.hpp"
 
 namespace gdnv::testing {
@@ -67,6 +70,100 @@ inline cp::Varlen varlen(cp::Backend& be, const std::vector<std::int64_t>& cu) {
 }
 
 using Results = std::vector<::testing::AssertionResult>;
+
+// Logs every comparison (name, relative RMS, max abs) and fails on any miss.
+inline void expect_all(const Results& results) {
+  for (const auto& r : results) {
+    std::cout << "  " << r.message() << "\n";
+    EXPECT_TRUE(r);
+  }
+}
+
+// 1 + scale * N(0, 1): a norm weight.
+inline Tensor around_one(std::int64_t n, std::uint64_t seed, const std::string& stream, double scale = 0.3) {
+  Tensor w = random_normal({n}, seed, stream, scale);
+  for (std::int64_t i = 0; i < n; ++i) w.set(i, 1 + w.get(i));
+  return w;
+}
+
+inline cp::Buffer index_buffer(cp::Backend& be, const std::vector<std::int64_t>& idx) {
+  return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
+}
+
+// ---- single ops: `rows` rows of inputs stored as the backend stores them, against the oracle -----
+inline Results compare_rmsnorm(cp::Backend& be, std::int64_t rows) {
+  const DType act = be.dtype();
+  const Tolerance tol = tolerance(act);
+  const Tensor x = stored(random_normal({rows, 13}, 3, "x"), act), w = stored(around_one(13, 3, "w"), act);
+  const Tensor dy = stored(random_normal({rows, 13}, 3, "dy"), act);
+  const cp::RmsNormOut fwd = be.rmsnorm(be.upload(x, act), be.upload(w, act), 1e-6);
+  const ref::RmsNorm want = ref::rmsnorm_forward(x, w, 1e-6);
+  const cp::RmsNormGrads g = be.rmsnorm_backward(be.upload(dy, act), be.upload(x, act), be.upload(w, act), fwd.rstd);
+  const ref::RmsNormGrads g_want = ref::rmsnorm_backward(x, w, want.rstd, dy);
+  return {matches("y", be.download(fwd.y), want.y, tol.act), matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
+          matches("dx", be.download(g.dx), g_want.dx, tol.act), matches("dw", be.download(g.dw), g_want.dw, tol.state)};
+}
+
+// Against fp64 GEMMs written as plain sums.
+inline Results compare_linear(cp::Backend& be, std::int64_t rows) {
+  const DType act = be.dtype();
+  const Tolerance tol = tolerance(act);
+  const std::int64_t N = rows, in = 11, out = 6;
+  const Tensor x = stored(random_normal({N, in}, 4, "x"), act), w = stored(random_normal({out, in}, 4, "w", 0.3), act);
+  const Tensor dy = stored(random_normal({N, out}, 4, "dy"), act);
+  Tensor y(DType::F64, {N, out}), dx(DType::F64, {N, in}), dw(DType::F64, {out, in});
+  for (std::int64_t r = 0; r < N; ++r)
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < in; ++i) {
+        y.set(r * out + o, y.get(r * out + o) + x.get(r * in + i) * w.get(o * in + i));
+        dx.set(r * in + i, dx.get(r * in + i) + dy.get(r * out + o) * w.get(o * in + i));
+        dw.set(o * in + i, dw.get(o * in + i) + dy.get(r * out + o) * x.get(r * in + i));
+      }
+  const cp::Buffer xb = be.upload(x, act), wb = be.upload(w, act);
+  const cp::LinearGrads g = be.linear_backward(be.upload(dy, act), xb, wb);
+  return {matches("y", be.download(be.linear(xb, wb)), y, tol.act), matches("dx", be.download(g.dx), dx, tol.act),
+          matches("dw", be.download(g.dw), dw, tol.state)};
+}
+
+inline Results compare_gates(cp::Backend& be, std::int64_t rows) {
+  const DType act = be.dtype(), st = be.state_dtype();
+  const Tolerance tol = tolerance(act);
+  const std::int64_t N = rows, Hv = 5;
+  const Tensor a = stored(random_normal({N, Hv}, 5, "a", 2), act), b = stored(random_normal({N, Hv}, 5, "b", 2), act);
+  Tensor A_log(DType::F64, {Hv});
+  const Rng u(5, "A");
+  for (std::int64_t h = 0; h < Hv; ++h) A_log.set(h, std::log(u.uniform(static_cast<std::uint64_t>(h), 1, 16)));
+  A_log = stored(A_log, act);
+  const Tensor dt_bias = stored(around_one(Hv, 5, "dt", 0.1), act);
+  const Tensor dg = stored(random_normal({N, Hv}, 5, "dg"), st), dbeta = stored(random_normal({N, Hv}, 5, "dbeta"), st);
+  const cp::Buffer ab = be.upload(a, act), bb = be.upload(b, act), Ab = be.upload(A_log, act), db = be.upload(dt_bias, act);
+  const cp::Gates fwd = be.gates(ab, bb, Ab, db);
+  const ref::Gates want = ref::gates_forward(a, b, A_log, dt_bias);
+  const cp::GateGrads g = be.gates_backward(be.upload(dg, st), be.upload(dbeta, st), ab, bb, Ab, db);
+  const ref::GateGrads g_want = ref::gates_backward(a, b, A_log, dt_bias, dg, dbeta);
+  return {matches("g", be.download(fwd.g), want.g, tol.state),
+          matches("beta", be.download(fwd.beta), want.beta, tol.state),
+          matches("da", be.download(g.da), g_want.da, tol.act),
+          matches("db", be.download(g.db), g_want.db, tol.act),
+          matches("dA_log", be.download(g.dA_log), g_want.dA_log, tol.state),
+          matches("ddt_bias", be.download(g.ddt_bias), g_want.ddt_bias, tol.state)};
+}
+
+inline Results compare_gated_norm(cp::Backend& be, std::int64_t rows) {
+  const DType act = be.dtype();
+  const Tolerance tol = tolerance(act);
+  const Shape shape{rows, 3, 10};
+  const Tensor o = stored(random_normal(shape, 6, "o"), act), z = stored(random_normal(shape, 6, "z", 2), act);
+  const Tensor w = stored(around_one(10, 6, "w"), act), dy = stored(random_normal(shape, 6, "dy"), act);
+  const cp::Buffer ob = be.upload(o, act), zb = be.upload(z, act), wb = be.upload(w, act);
+  const cp::GatedNormOut fwd = be.gated_norm(ob, zb, wb, 1e-6);
+  const ref::GatedNorm want = ref::gated_rmsnorm_forward(o, z, w, 1e-6);
+  const cp::GatedNormGrads g = be.gated_norm_backward(be.upload(dy, act), ob, zb, wb, fwd.rstd, 1e-6);
+  const ref::GatedNormGrads g_want = ref::gated_rmsnorm_backward(o, z, w, want.rstd, dy);
+  return {matches("y", be.download(fwd.y), want.y, tol.act), matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
+          matches("d_o", be.download(g.d_o), g_want.d_o, tol.act), matches("dz", be.download(g.dz), g_want.dz, tol.act),
+          matches("dw", be.download(g.dw), g_want.dw, tol.state)};
+}
 
 // ---- conv1d ------------------------------------------------------------------------------------
 struct ConvCase {
