@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include "comm/inprocess.hpp"
+#include "core/memory.hpp"
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
 #include "cp/layer.hpp"
@@ -86,6 +87,7 @@ void register_modes() {
 }  // namespace gdnv::cp
 
 int main(int argc, char** argv) {
+  gdnv::keep_freed_memory();
   gdnv::cp::register_modes();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -108,5 +108,3 @@ void BM_InProjForwardBackward(benchmark::State& state) {
 BENCHMARK(BM_InProjForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-BENCHMARK_MAIN();

@@ -89,5 +89,3 @@ BENCHMARK(BM_ApplyRoute)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-BENCHMARK_MAIN();

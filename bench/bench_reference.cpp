@@ -84,5 +84,3 @@ BENCHMARK(BM_GdrRecurrentForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark:
 
 }  // namespace
 }  // namespace gdnv::ref
-
-BENCHMARK_MAIN();

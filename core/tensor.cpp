@@ -104,12 +104,13 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
-Tensor Tensor::reshaped(Shape shape) const {
+Tensor Tensor::reshaped(Shape shape) const& { return Tensor(*this).reshaped(std::move(shape)); }
+
+Tensor Tensor::reshaped(Shape shape) && {
   if (shape_numel(shape) != numel())
     throw Error("Tensor: cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
-  Tensor out = *this;
-  out.shape_ = std::move(shape);
-  return out;
+  shape_ = std::move(shape);
+  return std::move(*this);
 }
 
 bool Tensor::bitwise_equal(const Tensor& other) const {

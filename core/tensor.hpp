@@ -84,7 +84,9 @@ class Tensor {
   std::vector<double> to_f64() const;
   std::vector<std::int64_t> to_i64() const;  // integer tensors only
   Tensor to(DType dtype) const;
-  Tensor reshaped(Shape shape) const;
+  // Same values in another shape; a temporary gives up its storage instead of copying it.
+  Tensor reshaped(Shape shape) const&;
+  Tensor reshaped(Shape shape) &&;
 
   // Same dtype, shape and raw bytes (so -0 != +0 and NaN payloads matter).
   bool bitwise_equal(const Tensor& other) const;

@@ -41,8 +41,10 @@ GdrOutputs gdr_recurrent_forward(const GdrInputs& in);
 // d_o [B, T, Hv, V]; dht [N, Hv, K, V] optional gradient of final_state.
 GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht);
 
-GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64);
+// The chunked form runs (sequence, key head) pieces on `threads` threads (0: one per core); every
+// piece is computed the same way on any thread, so the thread count changes no bit.
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64, int threads = 0);
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
-                              int chunk_size = 64);
+                              int chunk_size = 64, int threads = 0);
 
 }  // namespace gdnv::ref

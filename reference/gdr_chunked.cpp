@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/gemm.hpp"
 #include "reference/gdr_common.hpp"
 #include "reference/l2norm.hpp"
 
@@ -71,7 +72,7 @@ Intra intra_chunk(const Chunk& x) {
   // The difference, never e^{gamma_i} e^{-gamma_j}: with strongly negative g the second factor overflows.
   for (Index i = 0; i < c; ++i)
     for (Index j = 0; j <= i; ++j) in.decay(i, j) = std::exp(in.gamma(i) - in.gamma(j));
-  in.KKd.noalias() = x.k * x.k.transpose();
+  in.KKd = product(x.k, x.k.transpose());
   in.KKd = in.KKd.cwiseProduct(in.decay).triangularView<Eigen::StrictlyLower>();
   in.A = x.beta.asDiagonal() * in.KKd;
   const auto I_plus_A = in.A.triangularView<Eigen::UnitLower>();
@@ -84,7 +85,7 @@ Intra intra_chunk(const Chunk& x) {
 // State pass, V_new [c, V] = U - W S for the state S [K, V] entering the chunk.
 RowMatrix new_values(const Intra& in, const RowMatrix& S) {
   RowMatrix v_new = in.U;
-  v_new.noalias() -= in.W * S;
+  v_new -= product(in.W, S);
   return v_new;
 }
 
@@ -94,17 +95,17 @@ void advance_state(const Chunk& x, const Intra& in, const RowMatrix& v_new, RowM
   const Vec e_tail = (gamma_C - in.gamma.array()).exp();  // e^{gamma_C - gamma}
   const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
   S *= std::exp(gamma_C);
-  S.noalias() += k_tail.transpose() * v_new;
+  product_into(k_tail.transpose(), v_new, S, true);
 }
 
 // Output stage: o [c, V] from the state S [K, V] entering the chunk and V_new [c, V].
 void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const RowMatrix& v_new, double scale,
                   Rows o) {
-  RowMatrix P = x.q * x.k.transpose();
+  RowMatrix P = product(x.q, x.k.transpose());
   P = P.cwiseProduct(in.decay);  // decay is zero above the diagonal: tril_incl
   const RowMatrix q_decayed = in.gamma.array().exp().matrix().asDiagonal() * x.q;
-  RowMatrix out = q_decayed * S;
-  out.noalias() += P * v_new;
+  RowMatrix out = product(q_decayed, S);
+  product_into(P, v_new, out, true);
   o = scale * out;
 }
 
@@ -119,29 +120,29 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const Vec e_tail = (gamma_C - in.gamma.array()).exp();
   const RowMatrix q_decayed = e_gamma.asDiagonal() * x.q;
   const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
-  RowMatrix P = x.q * x.k.transpose();
+  RowMatrix P = product(x.q, x.k.transpose());
   P = P.cwiseProduct(in.decay);
   ChunkGrads d;
   Vec d_gamma = Vec::Zero(c);
 
   // Output: O = scale [q_decayed S + P V_new].
   const RowMatrix s_do = scale * d_o;
-  const RowMatrix d_qdec = s_do * S.transpose();
-  RowMatrix dS_in = q_decayed.transpose() * s_do;
-  const RowMatrix dP = s_do * v_new.transpose();
-  RowMatrix dv_new = P.transpose() * s_do;
+  const RowMatrix d_qdec = product(s_do, S.transpose());
+  RowMatrix dS_in = product(q_decayed.transpose(), s_do);
+  const RowMatrix dP = product(s_do, v_new.transpose());
+  RowMatrix dv_new = product(P.transpose(), s_do);
   d.dq = e_gamma.asDiagonal() * d_qdec;
   d_gamma += q_decayed.cwiseProduct(d_qdec).rowwise().sum();
   const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
-  d.dq.noalias() += dQK * x.k;
-  d.dk.noalias() = dQK.transpose() * x.q;
+  product_into(dQK, x.k, d.dq, true);
+  d.dk = product(dQK.transpose(), x.q);
   d_gamma += decay_grad(dP.cwiseProduct(P));
 
   // State: S_next = e^{gamma_C} S + k_tail^T V_new.
   dS_in += e_C * dS;
   d_gamma(c - 1) += e_C * S.cwiseProduct(dS).sum();
-  const RowMatrix d_ktail = v_new * dS.transpose();
-  dv_new.noalias() += k_tail * dS;
+  const RowMatrix d_ktail = product(v_new, dS.transpose());
+  product_into(k_tail, dS, dv_new, true);
   d.dk += e_tail.asDiagonal() * d_ktail;
   // e^{gamma_C - gamma_i}: + to gamma_C, - to gamma_i; the last token's factor is 1 and is left out.
   const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum().head(c - 1);
@@ -149,15 +150,15 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   d_gamma.head(c - 1) -= tail;
 
   // V_new = U - W S.
-  const RowMatrix dW = -dv_new * S.transpose();
-  dS_in.noalias() -= in.W.transpose() * dv_new;
+  const RowMatrix dW = -product(dv_new, S.transpose());
+  dS_in -= product(in.W.transpose(), dv_new);
 
   // U = (I + A)^-1 (beta V), W = (I + A)^-1 (beta e^gamma K).
   const auto I_plus_A_T = in.A.transpose().triangularView<Eigen::UnitUpper>();
   const RowMatrix d_bv = I_plus_A_T.solve(dv_new);
   const RowMatrix d_bk = I_plus_A_T.solve(dW);
-  RowMatrix dA = d_bv * in.U.transpose();
-  dA.noalias() += d_bk * in.W.transpose();
+  RowMatrix dA = product(d_bv, in.U.transpose());
+  product_into(d_bk, in.W.transpose(), dA, true);
   dA = (-dA).triangularView<Eigen::StrictlyLower>();
   d.dv = x.beta.asDiagonal() * d_bv;
   d.dbeta = x.v.cwiseProduct(d_bv).rowwise().sum();
@@ -169,8 +170,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   // A = beta * KKd.
   d.dbeta += dA.cwiseProduct(in.KKd).rowwise().sum();
   const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
-  d.dk.noalias() += dKK * x.k;
-  d.dk.noalias() += dKK.transpose() * x.k;
+  product_into(dKK, x.k, d.dk, true);
+  product_into(dKK.transpose(), x.k, d.dk, true);
   d_gamma += decay_grad(dA.cwiseProduct(in.A));
 
   d.dg = reverse_cumsum(d_gamma);  // gamma = cumsum(g)
@@ -236,11 +237,11 @@ void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, con
 
 }  // namespace
 
-GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size) {
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size, int threads) {
   check_chunk_size(chunk_size);
   const GdrGeometry geo = gdr_geometry(in);
   GdrOutputs out = make_outputs(geo);
-  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+  for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix S = state_or_zero(in.initial_state, geo, s, h);
     forward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S, out.o);
     state_of(out.final_state, s.n, h) = S;
@@ -249,12 +250,12 @@ GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size) {
 }
 
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
-                              int chunk_size) {
+                              int chunk_size, int threads) {
   check_chunk_size(chunk_size);
   const GdrGeometry geo = gdr_geometry(in);
   check_grad_inputs(geo, d_o, dht);
   GdrGrads grads = make_grads(geo);
-  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+  for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix dS = state_or_zero(dht, geo, s, h);
     const RowMatrix S0 = state_or_zero(in.initial_state, geo, s, h);
     backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, d_o, dS, grads);

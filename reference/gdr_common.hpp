@@ -4,6 +4,7 @@
 #include <Eigen/Dense>
 
 #include "core/eigen.hpp"
+#include "core/parallel.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/sequences.hpp"
 
@@ -46,6 +47,18 @@ template <class F>
 void for_each_head(const GdrGeometry& geo, F&& f) {
   for (const Sequence& s : geo.seqs)
     for (std::int64_t h = 0; h < geo.Hv; ++h) f(s, h);
+}
+
+// Calls f(s, h) for every sequence s and value head h, in parallel over (sequence, key head) pieces. The
+// value heads of one GVA group run in order on one thread: they sum into the same dq, dk rows.
+template <class F>
+void for_each_head_parallel(const GdrGeometry& geo, int threads, F&& f) {
+  const std::int64_t G = geo.Hv / geo.Hk;
+  parallel_for(static_cast<std::int64_t>(geo.seqs.size()) * geo.Hk, threads, [&](std::int64_t piece) {
+    const Sequence& s = geo.seqs[static_cast<std::size_t>(piece / geo.Hk)];
+    const std::int64_t kh = piece % geo.Hk;
+    for (std::int64_t h = kh * G; h < (kh + 1) * G; ++h) f(s, h);
+  });
 }
 
 // With the in-kernel L2 norm, turns dq, dk w.r.t. the normalised q, k into gradients w.r.t. the inputs.

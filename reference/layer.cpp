@@ -1,9 +1,11 @@
 #include "reference/layer.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/eigen.hpp"
 #include "core/error.hpp"
+#include "core/gemm.hpp"
 #include "reference/gates.hpp"
 #include "core/parallel.hpp"
 #include "reference/sequences.hpp"
@@ -25,9 +27,11 @@ void put_cols(Tensor& m, std::int64_t begin, const Tensor& part) {
   as_matrix(m, N, m.dim(-1)).middleCols(begin, count) = as_matrix(part, N, count);
 }
 
-// [X, Y, F] -> [Y, X, F]: SBHD <-> batch-major tokens.
-Tensor swap_leading(const Tensor& t) {
+// [X, Y, F] -> [Y, X, F]: SBHD <-> batch-major tokens. With X or Y of 1 (THD, or one sequence) the
+// order of the values does not change.
+Tensor swap_leading(Tensor t) {
   const std::int64_t X = t.dim(0), Y = t.dim(1), F = t.dim(2);
+  if (X == 1 || Y == 1) return std::move(t).reshaped({Y, X, F});
   Tensor out(DType::F64, {Y, X, F});
   const double* src = t.data<double>();
   double* dst = out.data<double>();
@@ -42,9 +46,9 @@ const Tensor& param(const LayerParams& params, const char* name) {
   return it->second;
 }
 
-// GEMMs run in fixed blocks of output rows, one block per task: the blocking, and so every bit of the
-// result, is the same whatever the thread count.
-constexpr std::int64_t kGemmBlock = 256;
+// GEMMs run in blocks of output rows, one block per task. core/gemm fixes each output's order of
+// arithmetic, so neither the blocking nor the thread count changes a bit of the result.
+constexpr std::int64_t kGemmBlock = 512;
 
 std::int64_t blocks(std::int64_t rows) { return (rows + kGemmBlock - 1) / kGemmBlock; }
 std::int64_t block_rows(std::int64_t b, std::int64_t rows) { return std::min(kGemmBlock, rows - b * kGemmBlock); }
@@ -63,7 +67,7 @@ Tensor linear(const Tensor& x, const Tensor& W, int threads) {
   auto Y = as_matrix(y, N, out_dim);
   parallel_for(blocks(N), threads, [&](std::int64_t b) {
     const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
-    Y.middleRows(r0, n).noalias() = X.middleRows(r0, n) * Wm.transpose();
+    product_into(X.middleRows(r0, n), Wm.transpose(), Y.middleRows(r0, n));
   });
   return y;
 }
@@ -82,10 +86,10 @@ void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor&
   parallel_for(blocks(N) + blocks(out_dim), threads, [&](std::int64_t b) {
     if (b < blocks(N)) {
       const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
-      dX.middleRows(r0, n).noalias() = dY.middleRows(r0, n) * Wm;
+      product_into(dY.middleRows(r0, n), Wm, dX.middleRows(r0, n));
     } else {
       const std::int64_t r0 = (b - blocks(N)) * kGemmBlock, n = block_rows(b - blocks(N), out_dim);
-      dWm.middleRows(r0, n).noalias() = dY.middleCols(r0, n).transpose() * X;
+      product_into(dY.middleCols(r0, n).transpose(), X, dWm.middleRows(r0, n));
     }
   });
 }
@@ -120,7 +124,7 @@ Tensor core_forward(const GdrInputs& in, const LayerOptions& options) {
   parallel_for(Hk, options.threads, [&](std::int64_t j) {
     const GdrInputs group = key_head_group(in, j);
     put_heads(o, j * G, options.core == CoreForm::Recurrent ? gdr_recurrent_forward(group).o
-                                                            : gdr_chunked_forward(group, options.chunk_size).o);
+                                                            : gdr_chunked_forward(group, options.chunk_size, 1).o);
   });
   return o;
 }
@@ -134,7 +138,7 @@ GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOption
     const Tensor d_o_group = heads(d_o, j * G, G);
     const GdrGrads d = options.core == CoreForm::Recurrent
                            ? gdr_recurrent_backward(group, d_o_group, std::nullopt)
-                           : gdr_chunked_backward(group, d_o_group, std::nullopt, options.chunk_size);
+                           : gdr_chunked_backward(group, d_o_group, std::nullopt, options.chunk_size, 1);
     put_heads(g.dq, j, d.dq);
     put_heads(g.dk, j, d.dk);
     put_heads(g.dv, j * G, d.dv);
@@ -257,8 +261,8 @@ LayerForward layer_forward(const LayerConfig& config, const LayerParams& params,
   f.options = options;
   f.in_proj = in_proj_forward(config, params, f.h, options.threads);
   f.mixer = mixer_forward(config, params, f.in_proj.p.reshaped({B, S, config.in_proj_dim()}), cu_seqlens, options);
-  const Tensor out = out_proj_forward(params, f.mixer.y.y.reshaped({B * S, config.v_dim()}), options.threads);
-  f.out = swap_leading(out.reshaped({B, S, hidden}));
+  f.out = swap_leading(out_proj_forward(params, f.mixer.y.y.reshaped({B * S, config.v_dim()}), options.threads)
+                           .reshaped({B, S, hidden}));
   return f;
 }
 
@@ -273,12 +277,12 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   const int threads = fwd.options.threads;
   OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}), dout, threads);
   MixerGrads mixer =
-      mixer_backward(config, params, fwd.mixer, out.dy.reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
+      mixer_backward(config, params, fwd.mixer, std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
   InProjGrads in =
-      in_proj_backward(params, fwd.h, fwd.in_proj, mixer.dp.reshaped({B * S, config.in_proj_dim()}), threads);
+      in_proj_backward(params, fwd.h, fwd.in_proj, std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()}), threads);
 
   LayerGrads g;
-  g.grad_hidden = swap_leading(in.dh.reshaped({B, S, hidden}));
+  g.grad_hidden = swap_leading(std::move(in.dh).reshaped({B, S, hidden}));
   g.params = std::move(mixer.params);
   g.params[kInProjNorm] = std::move(in.d_norm_weight);
   g.params[kInProj] = std::move(in.d_weight);

@@ -1,0 +1,165 @@
+// Packed, blocked GEMM in the style of BLIS: B is packed in [KC, NC] blocks of NR-column panels, A in
+// [MC, KC] blocks of MR-row panels, and a micro-kernel advances one MR x NR tile of C by KC steps of its
+// fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first block of a plain
+// product), so each chain runs unbroken over k in order whatever the blocking.
+#include "core/gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GDNV_GEMM_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace gdnv {
+namespace {
+
+constexpr std::int64_t MR = 6, NR = 8;                 // 12 ymm accumulators
+constexpr std::int64_t KC = 512, MC = 96, NC = 1024;  // A block 384 KiB (L2), B panel 32 KiB (L1)
+
+// Advances the MR x NR tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
+using Kernel = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
+
+void kernel_portable(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero) {
+  double acc[MR][NR];
+  for (std::int64_t i = 0; i < MR; ++i)
+    for (std::int64_t j = 0; j < NR; ++j) acc[i][j] = zero ? 0.0 : t[i * ld + j];
+  for (std::int64_t k = 0; k < kc; ++k, a += MR, b += NR)
+    for (std::int64_t i = 0; i < MR; ++i)
+      for (std::int64_t j = 0; j < NR; ++j) acc[i][j] = std::fma(a[i], b[j], acc[i][j]);
+  for (std::int64_t i = 0; i < MR; ++i)
+    for (std::int64_t j = 0; j < NR; ++j) t[i * ld + j] = acc[i][j];
+}
+
+#ifdef GDNV_GEMM_AVX2
+__attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const double* a, const double* b, double* t,
+                                                      std::int64_t ld, bool zero) {
+  __m256d c[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    c[i][0] = zero ? _mm256_setzero_pd() : _mm256_loadu_pd(t + i * ld);
+    c[i][1] = zero ? _mm256_setzero_pd() : _mm256_loadu_pd(t + i * ld + 4);
+  }
+#pragma GCC unroll 4
+  for (std::int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+    const __m256d b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256d ai = _mm256_broadcast_sd(a + i);
+      c[i][0] = _mm256_fmadd_pd(ai, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_pd(ai, b1, c[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_pd(t + i * ld, c[i][0]);
+    _mm256_storeu_pd(t + i * ld + 4, c[i][1]);
+  }
+}
+#endif
+
+Kernel pick(GemmKernel which) {
+#ifdef GDNV_GEMM_AVX2
+  static const bool has_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (which == GemmKernel::Best && has_fma) return kernel_avx2;
+#endif
+  (void)which;
+  return kernel_portable;
+}
+
+// A[i0 : i0+m, k0 : k0+kc] as MR-row panels, each k-major: panel p holds A(i0 + p*MR + r, k0 + k) at
+// [p][k][r], zero-padded past m.
+void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0, std::int64_t kc,
+            double* out) {
+  for (std::int64_t p = 0; p < m; p += MR, out += MR * kc) {
+    const std::int64_t rows = std::min(MR, m - p);
+    if (rows < MR) std::fill_n(out, MR * kc, 0.0);
+    const double* src = &A(i0 + p, k0);
+    if (A.row_stride == 1)  // read along the contiguous direction
+      for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t r = 0; r < rows; ++r) out[k * MR + r] = src[k * A.col_stride + r];
+    else
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < kc; ++k) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
+  }
+}
+
+// B[k0 : k0+kc, j0 : j0+n] as NR-column panels: panel p holds B(k0 + k, j0 + p*NR + c) at [p][k][c].
+void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t n,
+            double* out) {
+  for (std::int64_t p = 0; p < n; p += NR, out += NR * kc) {
+    const std::int64_t cols = std::min(NR, n - p);
+    if (cols < NR) std::fill_n(out, NR * kc, 0.0);
+    const double* src = &B(k0, j0 + p);
+    if (B.col_stride == 1)
+      for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t c = 0; c < cols; ++c) out[k * NR + c] = src[k * B.row_stride + c];
+    else
+      for (std::int64_t c = 0; c < cols; ++c)
+        for (std::int64_t k = 0; k < kc; ++k) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
+  }
+}
+
+// Runs the kernel on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is
+// whole and row-major, else through a padded copy.
+void advance_tile(Kernel kernel, std::int64_t kc, const double* a, const double* b, const MatrixView<double>& C,
+                  std::int64_t i, std::int64_t j, std::int64_t rows, std::int64_t cols, bool zero) {
+  if (rows == MR && cols == NR && C.col_stride == 1) {
+    kernel(kc, a, b, &C(i, j), C.row_stride, zero);
+    return;
+  }
+  double tile[MR * NR] = {};
+  for (std::int64_t r = 0; r < rows && !zero; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) tile[r * NR + c] = C(i + r, j + c);
+  kernel(kc, a, b, tile, NR, zero);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) C(i + r, j + c) = tile[r * NR + c];
+}
+
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
+void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B,
+                  const MatrixView<double>& C) {
+  if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols)
+    throw Error("gemm: C [" + std::to_string(C.rows) + ", " + std::to_string(C.cols) + "] = A [" +
+                std::to_string(A.rows) + ", " + std::to_string(A.cols) + "] B [" + std::to_string(B.rows) + ", " +
+                std::to_string(B.cols) + "] does not conform");
+}
+
+}  // namespace
+
+void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, bool accumulate,
+          GemmKernel which) {
+  check_shapes(A, B, C);
+  const std::int64_t M = C.rows, N = C.cols, K = A.cols;
+  if (K == 0 && !accumulate)
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) C(i, j) = 0;
+  const Kernel kernel = pick(which);
+  thread_local std::vector<double> a_pack, b_pack;
+  a_pack.resize(static_cast<std::size_t>(round_up(std::min(M, MC), MR) * KC));
+  b_pack.resize(static_cast<std::size_t>(round_up(std::min(N, NC), NR) * KC));
+  for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
+    const std::int64_t n = std::min(NC, N - j0);
+    for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
+      const std::int64_t kc = std::min(KC, K - k0);
+      const bool from_zero = k0 == 0 && !accumulate;
+      pack_b(B, k0, kc, j0, n, b_pack.data());
+      for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
+        const std::int64_t m = std::min(MC, M - i0);
+        pack_a(A, i0, m, k0, kc, a_pack.data());
+        for (std::int64_t jp = 0; jp < n; jp += NR)
+          for (std::int64_t ip = 0; ip < m; ip += MR)
+            advance_tile(kernel, kc, a_pack.data() + ip * kc, b_pack.data() + jp * kc, C, i0 + ip, j0 + jp,
+                         std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
+      }
+    }
+  }
+}
+
+}  // namespace gdnv

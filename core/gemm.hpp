@@ -1,0 +1,57 @@
+#pragma once
+// The oracle's fp64 matrix product, with one defined order of arithmetic: every C(i, j) is the chain
+//   acc = C(i, j) or 0;  for k = 0 .. K-1:  acc = fma(A(i, k), B(k, j), acc)
+// rounded once per step. Blocking, packing, vector width and thread count never change that chain, so
+// the result has the same bits on any machine: AVX2 + FMA where the CPU has it (chosen at run time),
+// std::fma elsewhere. Eigen's own product splits K by the cache sizes it detects, which it does not.
+#include <cstdint>
+
+#include <Eigen/Dense>
+
+namespace gdnv {
+
+// A strided matrix: element (i, j) at data[i * row_stride + j * col_stride].
+template <class T>
+struct MatrixView {
+  T* data;
+  std::int64_t rows, cols, row_stride, col_stride;
+
+  T& operator()(std::int64_t i, std::int64_t j) const { return data[i * row_stride + j * col_stride]; }
+};
+
+enum class GemmKernel { Best, Portable };  // Portable: the std::fma path, for tests of the fast one
+
+// C = A B, or C += A B when accumulate. A [M, K], B [K, N], C [M, N]; C must not overlap A or B.
+void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, bool accumulate = false,
+          GemmKernel kernel = GemmKernel::Best);
+
+// Views of Eigen matrices, maps, blocks and transposes of them.
+template <class D>
+MatrixView<const double> view(const Eigen::DenseBase<D>& m) {
+  return {m.derived().data(), m.rows(), m.cols(), m.derived().rowStride(), m.derived().colStride()};
+}
+template <class D>
+MatrixView<double> mutable_view(Eigen::DenseBase<D>& m) {
+  return {m.derived().data(), m.rows(), m.cols(), m.derived().rowStride(), m.derived().colStride()};
+}
+
+// The product A B as a new row-major matrix, and C (+)= A B into an existing one.
+template <class DA, class DB>
+Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> product(const Eigen::DenseBase<DA>& A,
+                                                                               const Eigen::DenseBase<DB>& B) {
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> C(A.rows(), B.cols());
+  gemm(view(A), view(B), mutable_view(C));
+  return C;
+}
+template <class DA, class DB, class DC>
+void product_into(const Eigen::DenseBase<DA>& A, const Eigen::DenseBase<DB>& B, Eigen::DenseBase<DC>&& C,
+                  bool accumulate = false) {
+  gemm(view(A), view(B), mutable_view(C), accumulate);
+}
+template <class DA, class DB, class DC>
+void product_into(const Eigen::DenseBase<DA>& A, const Eigen::DenseBase<DB>& B, Eigen::DenseBase<DC>& C,
+                  bool accumulate = false) {
+  gemm(view(A), view(B), mutable_view(C), accumulate);
+}
+
+}  // namespace gdnv

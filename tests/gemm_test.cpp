@@ -1,0 +1,111 @@
+// The oracle's GEMM against its own definition: each C(i, j) is the fma chain over k in order, so both
+// kernels must reproduce a naive triple loop bit for bit, across every blocking boundary.
+#include <cmath>
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "core/eigen.hpp"
+#include "core/error.hpp"
+#include "core/gemm.hpp"
+#include "core/rng.hpp"
+
+namespace gdnv {
+namespace {
+
+RowMatrix random_matrix(std::int64_t rows, std::int64_t cols, const char* stream) {
+  RowMatrix m(rows, cols);
+  const Rng rng(7, stream);
+  for (std::int64_t i = 0; i < m.size(); ++i) m.data()[i] = rng.normal(static_cast<std::uint64_t>(i));
+  return m;
+}
+
+// The definition, written out.
+RowMatrix fma_chain(const RowMatrix& A, const RowMatrix& B, const RowMatrix* C0) {
+  RowMatrix C(A.rows(), B.cols());
+  for (Eigen::Index i = 0; i < A.rows(); ++i)
+    for (Eigen::Index j = 0; j < B.cols(); ++j) {
+      double acc = C0 ? (*C0)(i, j) : 0.0;
+      for (Eigen::Index k = 0; k < A.cols(); ++k) acc = std::fma(A(i, k), B(k, j), acc);
+      C(i, j) = acc;
+    }
+  return C;
+}
+
+bool same_bits(const RowMatrix& a, const RowMatrix& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), sizeof(double) * static_cast<std::size_t>(a.size())) == 0;
+}
+
+struct Dims {
+  std::int64_t M, K, N;
+};
+
+// Edges of the 6 x 8 tile, of the 96-row A block, the 256-deep K block and the 1024-column B block.
+const Dims kDims[] = {{1, 1, 1},   {5, 3, 7},    {6, 8, 8},    {7, 9, 9},     {13, 255, 17},
+                      {97, 257, 9}, {12, 513, 31}, {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}};
+
+TEST(Gemm, BothKernelsFollowTheFmaChainBitForBit) {
+  for (const Dims& d : kDims) {
+    const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
+    const RowMatrix want = fma_chain(A, B, nullptr);
+    for (const GemmKernel kernel : {GemmKernel::Best, GemmKernel::Portable}) {
+      RowMatrix C = RowMatrix::Constant(d.M, d.N, std::nan(""));  // a plain product ignores what C held
+      gemm(view(A), view(B), mutable_view(C), false, kernel);
+      EXPECT_TRUE(same_bits(C, want)) << d.M << "x" << d.K << "x" << d.N << " kernel " << static_cast<int>(kernel);
+    }
+  }
+}
+
+TEST(Gemm, AccumulateContinuesTheChainFromC) {
+  for (const Dims& d : kDims) {
+    const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
+    const RowMatrix C0 = random_matrix(d.M, d.N, "C");
+    RowMatrix C = C0;
+    gemm(view(A), view(B), mutable_view(C), true);
+    EXPECT_TRUE(same_bits(C, fma_chain(A, B, &C0))) << d.M << "x" << d.K << "x" << d.N;
+  }
+}
+
+TEST(Gemm, ReadsTransposesAndBlocksThroughTheirStrides) {
+  const RowMatrix X = random_matrix(300, 70, "X"), Y = random_matrix(300, 50, "Y");
+  // X^T Y: both operands transposed views of row-major storage.
+  EXPECT_TRUE(same_bits(product(X.transpose(), Y), fma_chain(X.transpose(), Y, nullptr)));
+  // A block of rows and columns written into a block of a larger matrix; the rest is untouched.
+  RowMatrix big = RowMatrix::Zero(20, 30);
+  product_into(X.block(3, 5, 10, 40), Y.block(7, 2, 40, 12), big.block(4, 6, 10, 12));
+  EXPECT_TRUE(same_bits(big.block(4, 6, 10, 12), fma_chain(X.block(3, 5, 10, 40), Y.block(7, 2, 40, 12), nullptr)));
+  big.block(4, 6, 10, 12).setZero();
+  EXPECT_TRUE((big.array() == 0.0).all());
+}
+
+TEST(Gemm, AgreesWithEigensProductToRounding) {
+  const RowMatrix A = random_matrix(97, 513, "A"), B = random_matrix(513, 33, "B");
+  const RowMatrix eigen = A * B;
+  // Two sums of 513 products in different orders: each is within ~K eps |A||B| of the exact value.
+  const double bound = 513 * 2.3e-16 * (A.cwiseAbs() * B.cwiseAbs()).maxCoeff();
+  EXPECT_LE((product(A, B) - eigen).cwiseAbs().maxCoeff(), bound);
+}
+
+TEST(Gemm, EmptyDepthGivesZeroOrLeavesC) {
+  const RowMatrix A(4, 0), B(0, 3);
+  RowMatrix C = RowMatrix::Constant(4, 3, 2.0);
+  gemm(view(A), view(B), mutable_view(C), true);
+  EXPECT_TRUE((C.array() == 2.0).all());
+  gemm(view(A), view(B), mutable_view(C));
+  EXPECT_TRUE((C.array() == 0.0).all());
+}
+
+TEST(Gemm, NonconformingShapesAreRejected) {
+  const RowMatrix A(4, 5), B(6, 3);
+  RowMatrix C(4, 3);
+  try {
+    gemm(view(A), view(B), mutable_view(C));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "gemm: C [4, 3] = A [4, 5] B [6, 3] does not conform");
+  }
+}
+
+}  // namespace
+}  // namespace gdnv
