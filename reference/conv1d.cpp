@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/sequences.hpp"
 
@@ -61,34 +62,47 @@ struct Window {
     return {in.initial_state->data<double>() + s.n * geo.D * geo.W + (tau + geo.W), geo.W};
   }
 
-  // Pre-activation of token t, all channels.
-  std::vector<double> pre_activation(std::int64_t t) const {
-    std::vector<double> pre(static_cast<std::size_t>(geo.D), 0.0);
-    if (in.bias) std::copy_n(in.bias->data<double>(), geo.D, pre.begin());
+  // Pre-activation of token t, channels [d0, d1), into pre[d - d0].
+  void pre_activation(std::int64_t t, std::int64_t d0, std::int64_t d1, std::vector<double>& pre) const {
+    pre.assign(static_cast<std::size_t>(d1 - d0), 0.0);
+    if (in.bias) std::copy(in.bias->data<double>() + d0, in.bias->data<double>() + d1, pre.begin());
     const double* w = in.weight.data<double>();
     for (std::int64_t i = 0; i < geo.W; ++i) {
       const auto [x, stride] = token(t - (geo.W - 1) + i);
       if (!x) continue;
-      for (std::int64_t d = 0; d < geo.D; ++d) pre[d] += w[d * geo.W + i] * x[d * stride];
+      for (std::int64_t d = d0; d < d1; ++d) pre[d - d0] += w[d * geo.W + i] * x[d * stride];
     }
-    return pre;
   }
 };
+
+// Calls f(d0, d1) for blocks of channels, in parallel. Channels never mix, and each one's sums run over
+// the tokens in order within its block, so the blocking and the thread count change no bit.
+template <class F>
+void for_channel_blocks(const ConvGeometry& geo, F&& f) {
+  constexpr std::int64_t kBlock = 256;
+  parallel_for((geo.D + kBlock - 1) / kBlock, 0,
+               [&](std::int64_t b) { f(b * kBlock, std::min(geo.D, (b + 1) * kBlock)); });
+}
 
 }  // namespace
 
 Tensor conv1d_forward(const Conv1dInputs& in) {
   const ConvGeometry geo = conv_geometry(in);
   Tensor y(DType::F64, {geo.B, geo.T, geo.D});
-  for (const Sequence& s : geo.seqs) {
-    const Window win{in, geo, s};
-    for (std::int64_t t = 0; t < s.len; ++t) {
-      const std::vector<double> pre = win.pre_activation(t);
-      double* out = y.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
-      for (std::int64_t d = 0; d < geo.D; ++d)
-        out[d] = in.activation == Activation::Silu ? pre[d] * sigmoid(pre[d]) : pre[d];
+  for_channel_blocks(geo, [&](std::int64_t d0, std::int64_t d1) {
+    for (const Sequence& s : geo.seqs) {
+      const Window win{in, geo, s};
+      std::vector<double> pre;
+      for (std::int64_t t = 0; t < s.len; ++t) {
+        win.pre_activation(t, d0, d1, pre);
+        double* out = y.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
+        for (std::int64_t d = d0; d < d1; ++d) {
+          const double p = pre[d - d0];
+          out[d] = in.activation == Activation::Silu ? p * sigmoid(p) : p;
+        }
+      }
     }
-  }
+  });
   return y;
 }
 
@@ -101,30 +115,33 @@ Conv1dGrads conv1d_backward(const Conv1dInputs& in, const Tensor& dy) {
   if (in.initial_state) grads.dh0 = Tensor(DType::F64, in.initial_state->shape());
   const double* w = in.weight.data<double>();
   double* dw = grads.dweight.data<double>();
-  for (const Sequence& s : geo.seqs) {
-    const Window win{in, geo, s};
-    for (std::int64_t t = 0; t < s.len; ++t) {
-      std::vector<double> d_pre = win.pre_activation(t);
-      const double* g = dy.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
-      for (std::int64_t d = 0; d < geo.D; ++d) {
-        const double p = d_pre[d], sig = sigmoid(p);
-        d_pre[d] = in.activation == Activation::Silu ? g[d] * sig * (1 + p * (1 - sig)) : g[d];
-      }
-      if (grads.dbias)
-        for (std::int64_t d = 0; d < geo.D; ++d) grads.dbias->data<double>()[d] += d_pre[d];
-      for (std::int64_t i = 0; i < geo.W; ++i) {
-        const std::int64_t tau = t - (geo.W - 1) + i;
-        const auto [x, stride] = win.token(tau);
-        if (!x) continue;
-        double* dx = tau >= 0 ? grads.dx.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D
-                              : grads.dh0->data<double>() + s.n * geo.D * geo.W + (tau + geo.W);
-        for (std::int64_t d = 0; d < geo.D; ++d) {
-          dw[d * geo.W + i] += d_pre[d] * x[d * stride];
-          dx[d * stride] += d_pre[d] * w[d * geo.W + i];
+  for_channel_blocks(geo, [&](std::int64_t d0, std::int64_t d1) {
+    for (const Sequence& s : geo.seqs) {
+      const Window win{in, geo, s};
+      std::vector<double> d_pre;
+      for (std::int64_t t = 0; t < s.len; ++t) {
+        win.pre_activation(t, d0, d1, d_pre);
+        const double* g = dy.data<double>() + (s.b * geo.T + s.begin + t) * geo.D;
+        for (std::int64_t d = d0; d < d1; ++d) {
+          const double p = d_pre[d - d0], sig = sigmoid(p);
+          d_pre[d - d0] = in.activation == Activation::Silu ? g[d] * sig * (1 + p * (1 - sig)) : g[d];
+        }
+        if (grads.dbias)
+          for (std::int64_t d = d0; d < d1; ++d) grads.dbias->data<double>()[d] += d_pre[d - d0];
+        for (std::int64_t i = 0; i < geo.W; ++i) {
+          const std::int64_t tau = t - (geo.W - 1) + i;
+          const auto [x, stride] = win.token(tau);
+          if (!x) continue;
+          double* dx = tau >= 0 ? grads.dx.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D
+                                : grads.dh0->data<double>() + s.n * geo.D * geo.W + (tau + geo.W);
+          for (std::int64_t d = d0; d < d1; ++d) {
+            dw[d * geo.W + i] += d_pre[d - d0] * x[d * stride];
+            dx[d * stride] += d_pre[d - d0] * w[d * geo.W + i];
+          }
         }
       }
     }
-  }
+  });
   return grads;
 }
 

@@ -4,7 +4,7 @@
 //   U = T (beta V),  W = T (beta e^gamma K),  V_new = U - W S,
 //   O = scale [(e^gamma Q) S + (Q K^T * e^{gamma_i - gamma_j} * tril_incl) V_new],
 //   S <- e^{gamma_C} S + (e^{gamma_C - gamma} K)^T V_new.
-// Stages, as in FLA's pipeline: intra-chunk (gamma, A, U, W) -> state pass (V_new, next S) -> output.
+// Stages, as in FLA's pipeline: intra-chunk (gamma, A, T, U, W) -> state pass (V_new, next S) -> output.
 // The backward keeps S once per chunk and recomputes the chunk's intermediates from it.
 #include <cmath>
 
@@ -32,6 +32,7 @@ struct Intra {
   RowMatrix decay;  // [c, c]  e^{gamma_i - gamma_j} for j <= i, 0 above the diagonal
   RowMatrix KKd;    // [c, c]  (k_i.k_j) e^{gamma_i - gamma_j} for j < i, 0 elsewhere
   RowMatrix A;      // [c, c]  beta_i KKd[i,j]: strictly lower, so I + A is unit lower triangular
+  RowMatrix T;      // [c, c]  (I + A)^-1, unit lower triangular (FLA's solve_tril)
   RowMatrix U;      // [c, V]
   RowMatrix W;      // [c, K]
 };
@@ -75,10 +76,11 @@ Intra intra_chunk(const Chunk& x) {
   in.KKd = product(x.k, x.k.transpose());
   in.KKd = in.KKd.cwiseProduct(in.decay).triangularView<Eigen::StrictlyLower>();
   in.A = x.beta.asDiagonal() * in.KKd;
-  const auto I_plus_A = in.A.triangularView<Eigen::UnitLower>();
-  in.U = I_plus_A.solve(x.beta.asDiagonal() * x.v);
+  in.T = RowMatrix::Identity(c, c);
+  in.A.triangularView<Eigen::UnitLower>().solveInPlace(in.T);
+  in.U = product(in.T, RowMatrix(x.beta.asDiagonal() * x.v));
   const Vec beta_eg = x.beta.array() * in.gamma.array().exp();
-  in.W = I_plus_A.solve(beta_eg.asDiagonal() * x.k);
+  in.W = product(in.T, RowMatrix(beta_eg.asDiagonal() * x.k));
   return in;
 }
 
@@ -154,9 +156,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   dS_in -= product(in.W.transpose(), dv_new);
 
   // U = (I + A)^-1 (beta V), W = (I + A)^-1 (beta e^gamma K).
-  const auto I_plus_A_T = in.A.transpose().triangularView<Eigen::UnitUpper>();
-  const RowMatrix d_bv = I_plus_A_T.solve(dv_new);
-  const RowMatrix d_bk = I_plus_A_T.solve(dW);
+  const RowMatrix d_bv = product(in.T.transpose(), dv_new);
+  const RowMatrix d_bk = product(in.T.transpose(), dW);
   RowMatrix dA = product(d_bv, in.U.transpose());
   product_into(d_bk, in.W.transpose(), dA, true);
   dA = (-dA).triangularView<Eigen::StrictlyLower>();

@@ -12,12 +12,21 @@ double sigmoid(double x) {
   return e / (1.0 + e);
 }
 
-double silu(double x) { return x * sigmoid(x); }
+namespace {
 
-double silu_grad(double x) {
+struct Silu {
+  double value, grad;
+};
+
+Silu silu_with_grad(double x) {  // one sigmoid for both
   const double s = sigmoid(x);
-  return s * (1.0 + x * (1.0 - s));
+  return {x * s, s * (1.0 + x * (1.0 - s))};
 }
+
+}  // namespace
+
+double silu(double x) { return silu_with_grad(x).value; }
+double silu_grad(double x) { return silu_with_grad(x).grad; }
 
 namespace {
 
@@ -92,8 +101,9 @@ GatedNormGrads gated_rmsnorm_backward(const Tensor& o, const Tensor& z, const Te
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t j = r * n + i;
-      pdz[j] = pdy[j] * po[j] * pr[r] * pw[i] * silu_grad(pz[j]);
-      d_normed[static_cast<std::size_t>(i)] = pdy[j] * silu(pz[j]);
+      const Silu gate = silu_with_grad(pz[j]);
+      pdz[j] = pdy[j] * po[j] * pr[r] * pw[i] * gate.grad;
+      d_normed[static_cast<std::size_t>(i)] = pdy[j] * gate.value;
     }
     row_backward(po + r * n, pw, pr[r], d_normed.data(), n, g.d_o.data<double>() + r * n, g.dw.data<double>());
   }
