@@ -62,25 +62,36 @@ void report(benchmark::State& state, double flops_per_iteration, std::int64_t T)
   state.SetItemsProcessed(state.iterations() * T);
 }
 
+// Args: T, threads. Both forms split the work the same way, by (sequence, key head).
 void BM_GdrChunkedForwardBackward(benchmark::State& state) {
   const Case c = make_case(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
   for (auto _ : state) {
-    benchmark::DoNotOptimize(gdr_chunked_forward(c.in, kChunk));
-    benchmark::DoNotOptimize(gdr_chunked_backward(c.in, c.d_o, c.dht, kChunk));
+    benchmark::DoNotOptimize(gdr_chunked_forward(c.in, kChunk, threads));
+    benchmark::DoNotOptimize(gdr_chunked_backward(c.in, c.d_o, c.dht, kChunk, threads));
   }
   report(state, chunked_flops(state.range(0)), state.range(0));
 }
-BENCHMARK(BM_GdrChunkedForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GdrChunkedForwardBackward)
+    ->ArgsProduct({{1024, 4096}, {1, 2}})
+    ->ArgNames({"T", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_GdrRecurrentForwardBackward(benchmark::State& state) {
   const Case c = make_case(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
   for (auto _ : state) {
-    benchmark::DoNotOptimize(gdr_recurrent_forward(c.in));
-    benchmark::DoNotOptimize(gdr_recurrent_backward(c.in, c.d_o, c.dht));
+    benchmark::DoNotOptimize(gdr_recurrent_forward(c.in, threads));
+    benchmark::DoNotOptimize(gdr_recurrent_backward(c.in, c.d_o, c.dht, threads));
   }
   report(state, recurrent_flops(state.range(0)), state.range(0));
 }
-BENCHMARK(BM_GdrRecurrentForwardBackward)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GdrRecurrentForwardBackward)
+    ->ArgsProduct({{1024, 4096}, {1, 2}})
+    ->ArgNames({"T", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace gdnv::ref

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,7 @@ namespace gdnv {
 namespace {
 
 constexpr std::int64_t MR = 6, NR = 8;                 // 12 ymm accumulators
-constexpr std::int64_t KC = 512, MC = 96, NC = 1024;  // A block 384 KiB (L2), B panel 32 KiB (L1)
+constexpr std::int64_t KC = 256, MC = 144, NC = 1024;  // A block 288 KiB (L2), B panel 16 KiB (half of L1)
 
 // Advances the MR x NR tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
 using Kernel = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
@@ -121,6 +122,15 @@ void advance_tile(Kernel kernel, std::int64_t kc, const double* a, const double*
     for (std::int64_t c = 0; c < cols; ++c) C(i + r, j + c) = tile[r * NR + c];
 }
 
+// `count` doubles of `buffer` starting on a cache line, so that each packed row of B is one line.
+double* aligned(std::vector<double>& buffer, std::int64_t count) {
+  constexpr std::size_t kLine = 64;
+  buffer.resize(static_cast<std::size_t>(count) + kLine / sizeof(double));
+  void* p = buffer.data();
+  std::size_t space = buffer.size() * sizeof(double);
+  return static_cast<double*>(std::align(kLine, static_cast<std::size_t>(count) * sizeof(double), p, space));
+}
+
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
 void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B,
@@ -141,21 +151,21 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t j = 0; j < N; ++j) C(i, j) = 0;
   const Kernel kernel = pick(which);
-  thread_local std::vector<double> a_pack, b_pack;
-  a_pack.resize(static_cast<std::size_t>(round_up(std::min(M, MC), MR) * KC));
-  b_pack.resize(static_cast<std::size_t>(round_up(std::min(N, NC), NR) * KC));
+  thread_local std::vector<double> a_buffer, b_buffer;
+  double* const a_pack = aligned(a_buffer, round_up(std::min(M, MC), MR) * KC);
+  double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
   for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
     const std::int64_t n = std::min(NC, N - j0);
     for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !accumulate;
-      pack_b(B, k0, kc, j0, n, b_pack.data());
+      pack_b(B, k0, kc, j0, n, b_pack);
       for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
         const std::int64_t m = std::min(MC, M - i0);
-        pack_a(A, i0, m, k0, kc, a_pack.data());
+        pack_a(A, i0, m, k0, kc, a_pack);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR)
-            advance_tile(kernel, kc, a_pack.data() + ip * kc, b_pack.data() + jp * kc, C, i0 + ip, j0 + jp,
+            advance_tile(kernel, kc, a_pack + ip * kc, b_pack + jp * kc, C, i0 + ip, j0 + jp,
                          std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
       }
     }

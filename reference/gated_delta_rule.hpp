@@ -37,12 +37,13 @@ struct GdrGrads {
 // Validates shapes (throws ConfigError naming the tensor and the fix).
 void validate(const GdrInputs& in);
 
-GdrOutputs gdr_recurrent_forward(const GdrInputs& in);
+// Both forms run (sequence, key head) pieces on `threads` threads (0: one per core); every piece is
+// computed the same way on any thread, so the thread count changes no bit.
+GdrOutputs gdr_recurrent_forward(const GdrInputs& in, int threads = 0);
 // d_o [B, T, Hv, V]; dht [N, Hv, K, V] optional gradient of final_state.
-GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht);
+GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
+                                int threads = 0);
 
-// The chunked form runs (sequence, key head) pieces on `threads` threads (0: one per core); every
-// piece is computed the same way on any thread, so the thread count changes no bit.
 GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64, int threads = 0);
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
                               int chunk_size = 64, int threads = 0);

@@ -42,13 +42,6 @@ MatrixMap state_of(Tensor& x, std::int64_t n, std::int64_t h);
 // State [K, V] of sequence s, head h, of an optional [N, H, K, V] tensor; zero when absent.
 RowMatrix state_or_zero(const std::optional<Tensor>& x, const GdrGeometry& geo, const Sequence& s, std::int64_t h);
 
-// Calls f(s, h) for every sequence s and value head h, in order.
-template <class F>
-void for_each_head(const GdrGeometry& geo, F&& f) {
-  for (const Sequence& s : geo.seqs)
-    for (std::int64_t h = 0; h < geo.Hv; ++h) f(s, h);
-}
-
 // Calls f(s, h) for every sequence s and value head h, in parallel over (sequence, key head) pieces. The
 // value heads of one GVA group run in order on one thread: they sum into the same dq, dk rows.
 template <class F>

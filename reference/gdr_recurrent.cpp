@@ -110,10 +110,10 @@ void backward_head(const Head& hd, const GdrGeometry& geo, RowMatrix S, const Te
 
 }  // namespace
 
-GdrOutputs gdr_recurrent_forward(const GdrInputs& in) {
+GdrOutputs gdr_recurrent_forward(const GdrInputs& in, int threads) {
   const GdrGeometry geo = gdr_geometry(in);
   GdrOutputs out = make_outputs(geo);
-  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+  for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix S = state_or_zero(in.initial_state, geo, s, h);
     forward_head({in, s, h, geo.key_head(h)}, geo.scale, S, head_rows(out.o, s, h, 0, s.len));
     state_of(out.final_state, s.n, h) = S;
@@ -121,11 +121,12 @@ GdrOutputs gdr_recurrent_forward(const GdrInputs& in) {
   return out;
 }
 
-GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht) {
+GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
+                                int threads) {
   const GdrGeometry geo = gdr_geometry(in);
   check_grad_inputs(geo, d_o, dht);
   GdrGrads grads = make_grads(geo);
-  for_each_head(geo, [&](const Sequence& s, std::int64_t h) {
+  for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix dS = state_or_zero(dht, geo, s, h);
     backward_head({in, s, h, geo.key_head(h)}, geo, state_or_zero(in.initial_state, geo, s, h), d_o, dS, grads);
     state_of(grads.dh0, s.n, h) = dS;

@@ -94,58 +94,15 @@ void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor&
   });
 }
 
-// Heads [h0, h0 + count) of x [B, T, H, ...] as [B, T, count, ...], and the inverse.
-Tensor heads(const Tensor& x, std::int64_t h0, std::int64_t count) {
-  const std::int64_t outer = x.dim(0) * x.dim(1), H = x.dim(2), inner = x.numel() / (outer * H);
-  Shape shape = x.shape();
-  shape[2] = count;
-  Tensor out(DType::F64, shape);
-  for (std::int64_t o = 0; o < outer; ++o)
-    std::copy_n(x.data<double>() + (o * H + h0) * inner, count * inner, out.data<double>() + o * count * inner);
-  return out;
-}
-void put_heads(Tensor& x, std::int64_t h0, const Tensor& part) {
-  const std::int64_t outer = x.dim(0) * x.dim(1), H = x.dim(2), count = part.dim(2), inner = x.numel() / (outer * H);
-  for (std::int64_t o = 0; o < outer; ++o)
-    std::copy_n(part.data<double>() + o * count * inner, count * inner, x.data<double>() + (o * H + h0) * inner);
-}
-
-// The core inputs of key head j and its GVA group of value heads [j*G, (j+1)*G). The core computes
-// every (sequence, head) independently, so running the groups separately changes no bit.
-GdrInputs key_head_group(const GdrInputs& in, std::int64_t j) {
-  const std::int64_t G = in.v.dim(2) / in.q.dim(2);
-  return {heads(in.q, j, 1), heads(in.k, j, 1), heads(in.v, j * G, G), heads(in.g, j * G, G),
-          heads(in.beta, j * G, G), std::nullopt, in.cu_seqlens, in.scale, in.use_qk_l2norm};
-}
-
 Tensor core_forward(const GdrInputs& in, const LayerOptions& options) {
-  const std::int64_t Hk = in.q.dim(2), G = in.v.dim(2) / Hk;
-  Tensor o(DType::F64, in.v.shape());
-  parallel_for(Hk, options.threads, [&](std::int64_t j) {
-    const GdrInputs group = key_head_group(in, j);
-    put_heads(o, j * G, options.core == CoreForm::Recurrent ? gdr_recurrent_forward(group).o
-                                                            : gdr_chunked_forward(group, options.chunk_size, 1).o);
-  });
-  return o;
+  return options.core == CoreForm::Recurrent ? gdr_recurrent_forward(in, options.threads).o
+                                             : gdr_chunked_forward(in, options.chunk_size, options.threads).o;
 }
 
 GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOptions& options) {
-  const std::int64_t Hk = in.q.dim(2), G = in.v.dim(2) / Hk;
-  GdrGrads g{Tensor(DType::F64, in.q.shape()), Tensor(DType::F64, in.k.shape()), Tensor(DType::F64, in.v.shape()),
-             Tensor(DType::F64, in.g.shape()), Tensor(DType::F64, in.beta.shape()), Tensor()};
-  parallel_for(Hk, options.threads, [&](std::int64_t j) {
-    const GdrInputs group = key_head_group(in, j);
-    const Tensor d_o_group = heads(d_o, j * G, G);
-    const GdrGrads d = options.core == CoreForm::Recurrent
-                           ? gdr_recurrent_backward(group, d_o_group, std::nullopt)
-                           : gdr_chunked_backward(group, d_o_group, std::nullopt, options.chunk_size, 1);
-    put_heads(g.dq, j, d.dq);
-    put_heads(g.dk, j, d.dk);
-    put_heads(g.dv, j * G, d.dv);
-    put_heads(g.dg, j * G, d.dg);
-    put_heads(g.dbeta, j * G, d.dbeta);
-  });
-  return g;
+  return options.core == CoreForm::Recurrent
+             ? gdr_recurrent_backward(in, d_o, std::nullopt, options.threads)
+             : gdr_chunked_backward(in, d_o, std::nullopt, options.chunk_size, options.threads);
 }
 
 }  // namespace

@@ -321,6 +321,32 @@ TEST(GdrForms, BatchedEqualsPacked) {
   EXPECT_TRUE(close("dh0", got.grads.all[5].second, want.grads.all[5].second, 1e-15));
 }
 
+// Each (sequence, key head) piece runs whole on one thread: 1, 2 or 3 threads give the same bits,
+// including dq, dk, which sum over the value heads of a GVA group.
+TEST(GdrForms, ThreadCountChangesNoBit) {
+  const GdrSpec s{
+      .T = 90, .Hk = 2, .Hv = 6, .K = 7, .V = 5, .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90}, .l2norm = true};
+  const GdrInputs in = random_gdr(s);
+  const Tensor d_o = d_o_for(in, 4), dht = dht_for(in, 4);
+  for (const bool chunked : {false, true}) {
+    auto run = [&](int threads) {
+      return chunked ? FormRun{ref::gdr_chunked_forward(in, 16, threads),
+                               named(ref::gdr_chunked_backward(in, d_o, dht, 16, threads))}
+                     : FormRun{ref::gdr_recurrent_forward(in, threads),
+                               named(ref::gdr_recurrent_backward(in, d_o, dht, threads))};
+    };
+    const FormRun one = run(1);
+    for (const int threads : {2, 3}) {
+      const FormRun many = run(threads);
+      SCOPED_TRACE((chunked ? "chunked, " : "recurrent, ") + std::to_string(threads) + " threads");
+      EXPECT_TRUE(many.out.o.bitwise_equal(one.out.o));
+      EXPECT_TRUE(many.out.final_state.bitwise_equal(one.out.final_state));
+      for (std::size_t i = 0; i < one.grads.all.size(); ++i)
+        EXPECT_TRUE(many.grads.all[i].second.bitwise_equal(one.grads.all[i].second)) << one.grads.all[i].first;
+    }
+  }
+}
+
 // Chunk-boundary sweep: T in {C-1, C, C+1, 2C+1} for every supported C, odd K and V.
 TEST(GdrForms, ChunkedEqualsRecurrentAcrossChunkBoundaries) {
   for (int C : {16, 32, 64})
