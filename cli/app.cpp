@@ -3,6 +3,7 @@
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 
 namespace gdnv::cli {
 
@@ -10,18 +11,19 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"inspect", "print each tensor's name, dtype, shape, statistics and the metadata of safetensors files",
        inspect_main},
-      {"gate", "run the pre-merge checks and print a summary table", gate_main},
+      {"gate", "run the pre-merge checks and print a summary table", gate_main, true},
       {"run", "run the layer fwd+bwd under a CP mode on in-process ranks and judge it against the fp64 oracle",
-       run_main},
+       run_main, true},
       {"reference", "run the fp64 oracle on a kernel- or layer-level safetensors file and write its outputs", reference_main},
       {"plan", "predict each CP mode's collectives, FLOPs, activations and time per layer for a geometry, or a grid",
        plan_main},
       {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",
        layout_main},
       {"compare", "compare two safetensors files or directories under a tolerance policy", compare_main},
-      {"probe", "dump a build's layer outputs (an image) and compare images, CP modes and the oracle", probe_main},
+      {"probe", "dump a build's layer outputs (an image) and compare images, CP modes and the oracle", probe_main,
+       true},
       {"fixtures", "generate the regression fixtures, or verify them against the oracle and every CP mode",
-       fixtures_main},
+       fixtures_main, true},
   };
   return table;
 }
@@ -66,6 +68,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   for (const auto& c : commands()) {
     if (c.name != name) continue;
     try {
+      if (c.runs_layers) keep_freed_memory();
       return c.run(args, out);
     } catch (const Error& e) {
       err << "error: " << e.what() << "\n";

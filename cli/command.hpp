@@ -19,6 +19,7 @@ struct Command {
   std::string name;
   std::string summary;
   std::function<int(const std::vector<std::string>& args, std::ostream& out)> run;
+  bool runs_layers = false;  // then it keeps freed memory for reuse (core/memory.hpp)
 };
 
 const std::vector<Command>& commands();

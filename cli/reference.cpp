@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "cli/command.hpp"
+#include "core/memory.hpp"
 #include "core/safetensors.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference/layer_io.hpp"
@@ -44,7 +45,10 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
   ref::GdrCase c;
   {
     TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
-    if (ref::is_layer_file(input)) return write_result(ref::run_layer_file(input, in_path, form), out_path, out);
+    if (ref::is_layer_file(input)) {
+      keep_freed_memory();  // a layer allocates and frees its activations over and over; a kernel does not
+      return write_result(ref::run_layer_file(input, in_path, form), out_path, out);
+    }
     c = ref::take_gdr_case(input, in_path);
   }
   return write_result(ref::run_gdr_case(c, form), out_path, out);
