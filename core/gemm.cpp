@@ -1,6 +1,6 @@
 // Packed, blocked GEMM in the style of BLIS: B is packed in [KC, NC] blocks of NR-column panels, A in
-// [MC, KC] blocks of MR-row panels, and a micro-kernel advances one MR x NR tile of C by KC steps of its
-// fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first block of a plain
+// [MC, KC] blocks of MR-row panels (one per thread), and a micro-kernel advances one MR x NR tile of C
+// by KC steps of its fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first block of a plain
 // product), so each chain runs unbroken over k in order whatever the blocking.
 #include "core/gemm.hpp"
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GDNV_GEMM_AVX2 1
@@ -143,31 +144,32 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
 
 }  // namespace
 
-void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, bool accumulate,
-          GemmKernel which) {
+void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options) {
   check_shapes(A, B, C);
   const std::int64_t M = C.rows, N = C.cols, K = A.cols;
-  if (K == 0 && !accumulate)
+  if (K == 0 && !options.accumulate)
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t j = 0; j < N; ++j) C(i, j) = 0;
-  const Kernel kernel = pick(which);
-  thread_local std::vector<double> a_buffer, b_buffer;
-  double* const a_pack = aligned(a_buffer, round_up(std::min(M, MC), MR) * KC);
+  const Kernel kernel = pick(options.kernel);
+  thread_local std::vector<double> b_buffer;
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
   for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
     const std::int64_t n = std::min(NC, N - j0);
     for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
       const std::int64_t kc = std::min(KC, K - k0);
-      const bool from_zero = k0 == 0 && !accumulate;
+      const bool from_zero = k0 == 0 && !options.accumulate;
       pack_b(B, k0, kc, j0, n, b_pack);
-      for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
-        const std::int64_t m = std::min(MC, M - i0);
+      // The row blocks share the packed B; each packs its own block of A.
+      parallel_for((M + MC - 1) / MC, options.threads, [&](std::int64_t block) {
+        thread_local std::vector<double> a_buffer;
+        double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
+        const std::int64_t i0 = block * MC, m = std::min(MC, M - i0);
         pack_a(A, i0, m, k0, kc, a_pack);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR)
             advance_tile(kernel, kc, a_pack + ip * kc, b_pack + jp * kc, C, i0 + ip, j0 + jp,
                          std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
-      }
+      });
     }
   }
 }

@@ -21,9 +21,14 @@ struct MatrixView {
 
 enum class GemmKernel { Best, Portable };  // Portable: the std::fma path, for tests of the fast one
 
-// C = A B, or C += A B when accumulate. A [M, K], B [K, N], C [M, N]; C must not overlap A or B.
-void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, bool accumulate = false,
-          GemmKernel kernel = GemmKernel::Best);
+struct GemmOptions {
+  bool accumulate = false;  // C += A B instead of C = A B
+  int threads = 1;          // blocks of C's rows run in parallel (0: one thread per core)
+  GemmKernel kernel = GemmKernel::Best;
+};
+
+// C = A B (or C += A B). A [M, K], B [K, N], C [M, N]; C must not overlap A or B.
+void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options = {});
 
 // Views of Eigen matrices, maps, blocks and transposes of them.
 template <class D>
@@ -45,13 +50,13 @@ Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> product(c
 }
 template <class DA, class DB, class DC>
 void product_into(const Eigen::DenseBase<DA>& A, const Eigen::DenseBase<DB>& B, Eigen::DenseBase<DC>&& C,
-                  bool accumulate = false) {
-  gemm(view(A), view(B), mutable_view(C), accumulate);
+                  GemmOptions options = {}) {
+  gemm(view(A), view(B), mutable_view(C), options);
 }
 template <class DA, class DB, class DC>
 void product_into(const Eigen::DenseBase<DA>& A, const Eigen::DenseBase<DB>& B, Eigen::DenseBase<DC>& C,
-                  bool accumulate = false) {
-  gemm(view(A), view(B), mutable_view(C), accumulate);
+                  GemmOptions options = {}) {
+  gemm(view(A), view(B), mutable_view(C), options);
 }
 
 }  // namespace gdnv

@@ -97,7 +97,7 @@ void advance_state(const Chunk& x, const Intra& in, const RowMatrix& v_new, RowM
   const Vec e_tail = (gamma_C - in.gamma.array()).exp();  // e^{gamma_C - gamma}
   const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
   S *= std::exp(gamma_C);
-  product_into(k_tail.transpose(), v_new, S, true);
+  product_into(k_tail.transpose(), v_new, S, {.accumulate = true});
 }
 
 // Output stage: o [c, V] from the state S [K, V] entering the chunk and V_new [c, V].
@@ -107,7 +107,7 @@ void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const Row
   P = P.cwiseProduct(in.decay);  // decay is zero above the diagonal: tril_incl
   const RowMatrix q_decayed = in.gamma.array().exp().matrix().asDiagonal() * x.q;
   RowMatrix out = product(q_decayed, S);
-  product_into(P, v_new, out, true);
+  product_into(P, v_new, out, {.accumulate = true});
   o = scale * out;
 }
 
@@ -136,7 +136,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   d.dq = e_gamma.asDiagonal() * d_qdec;
   d_gamma += q_decayed.cwiseProduct(d_qdec).rowwise().sum();
   const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
-  product_into(dQK, x.k, d.dq, true);
+  product_into(dQK, x.k, d.dq, {.accumulate = true});
   d.dk = product(dQK.transpose(), x.q);
   d_gamma += decay_grad(dP.cwiseProduct(P));
 
@@ -144,7 +144,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   dS_in += e_C * dS;
   d_gamma(c - 1) += e_C * S.cwiseProduct(dS).sum();
   const RowMatrix d_ktail = product(v_new, dS.transpose());
-  product_into(k_tail, dS, dv_new, true);
+  product_into(k_tail, dS, dv_new, {.accumulate = true});
   d.dk += e_tail.asDiagonal() * d_ktail;
   // e^{gamma_C - gamma_i}: + to gamma_C, - to gamma_i; the last token's factor is 1 and is left out.
   const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum().head(c - 1);
@@ -159,7 +159,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix d_bv = product(in.T.transpose(), dv_new);
   const RowMatrix d_bk = product(in.T.transpose(), dW);
   RowMatrix dA = product(d_bv, in.U.transpose());
-  product_into(d_bk, in.W.transpose(), dA, true);
+  product_into(d_bk, in.W.transpose(), dA, {.accumulate = true});
   dA = (-dA).triangularView<Eigen::StrictlyLower>();
   d.dv = x.beta.asDiagonal() * d_bv;
   d.dbeta = x.v.cwiseProduct(d_bv).rowwise().sum();
@@ -171,8 +171,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   // A = beta * KKd.
   d.dbeta += dA.cwiseProduct(in.KKd).rowwise().sum();
   const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
-  product_into(dKK, x.k, d.dk, true);
-  product_into(dKK.transpose(), x.k, d.dk, true);
+  product_into(dKK, x.k, d.dk, {.accumulate = true});
+  product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true});
   d_gamma += decay_grad(dA.cwiseProduct(in.A));
 
   d.dg = reverse_cumsum(d_gamma);  // gamma = cumsum(g)

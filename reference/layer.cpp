@@ -7,7 +7,6 @@
 #include "core/error.hpp"
 #include "core/gemm.hpp"
 #include "reference/gates.hpp"
-#include "core/parallel.hpp"
 #include "reference/sequences.hpp"
 
 namespace gdnv::ref {
@@ -46,52 +45,34 @@ const Tensor& param(const LayerParams& params, const char* name) {
   return it->second;
 }
 
-// GEMMs run in blocks of output rows, one block per task. core/gemm fixes each output's order of
-// arithmetic, so neither the blocking nor the thread count changes a bit of the result.
-constexpr std::int64_t kGemmBlock = 512;
-
-std::int64_t blocks(std::int64_t rows) { return (rows + kGemmBlock - 1) / kGemmBlock; }
-std::int64_t block_rows(std::int64_t b, std::int64_t rows) { return std::min(kGemmBlock, rows - b * kGemmBlock); }
-
 void check_last_dim(const Tensor& x, std::int64_t want, const char* what) {
   if (x.rank() == 0 || x.dim(-1) != want)
     throw Error(std::string(what) + ": input " + shape_str(x.shape()) + " does not end in " + std::to_string(want));
 }
 
-// y = x W^T for x [N, in], W [out, in].
+// y = x W^T for x [N, in], W [out, in]. core/gemm fixes each output's order of arithmetic, so the
+// thread count changes no bit.
 Tensor linear(const Tensor& x, const Tensor& W, int threads) {
   check_last_dim(x, W.dim(1), "linear");
   const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
   Tensor y(DType::F64, {N, out_dim});
-  const auto X = as_matrix(x, N, in_dim), Wm = as_matrix(W, out_dim, in_dim);
   auto Y = as_matrix(y, N, out_dim);
-  parallel_for(blocks(N), threads, [&](std::int64_t b) {
-    const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
-    product_into(X.middleRows(r0, n), Wm.transpose(), Y.middleRows(r0, n));
-  });
+  product_into(as_matrix(x, N, in_dim), as_matrix(W, out_dim, in_dim).transpose(), Y, {.threads = threads});
   return y;
 }
 
-// For y = x W^T: dx = dy W [N, in] and dW = dy^T x [out, in] (blocks of dW rows, each summing over
-// all N tokens).
+// For y = x W^T: dx = dy W [N, in] and dW = dy^T x [out, in].
 void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor& dx, Tensor& dW, int threads) {
   check_last_dim(x, W.dim(1), "linear_backward");
   check_last_dim(dy, W.dim(0), "linear_backward");
   const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
   dx = Tensor(DType::F64, {N, in_dim});
   dW = Tensor(DType::F64, W.shape());
-  const auto X = as_matrix(x, N, in_dim), Wm = as_matrix(W, out_dim, in_dim), dY = as_matrix(dy, N, out_dim);
+  const auto dY = as_matrix(dy, N, out_dim);
   auto dX = as_matrix(dx, N, in_dim);
   auto dWm = as_matrix(dW, out_dim, in_dim);
-  parallel_for(blocks(N) + blocks(out_dim), threads, [&](std::int64_t b) {
-    if (b < blocks(N)) {
-      const std::int64_t r0 = b * kGemmBlock, n = block_rows(b, N);
-      product_into(dY.middleRows(r0, n), Wm, dX.middleRows(r0, n));
-    } else {
-      const std::int64_t r0 = (b - blocks(N)) * kGemmBlock, n = block_rows(b - blocks(N), out_dim);
-      product_into(dY.middleCols(r0, n).transpose(), X, dWm.middleRows(r0, n));
-    }
-  });
+  product_into(dY, as_matrix(W, out_dim, in_dim), dX, {.threads = threads});
+  product_into(dY.transpose(), as_matrix(x, N, in_dim), dWm, {.threads = threads});
 }
 
 Tensor core_forward(const GdrInputs& in, const LayerOptions& options) {

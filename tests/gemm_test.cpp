@@ -1,5 +1,6 @@
 // The oracle's GEMM against its own definition: each C(i, j) is the fma chain over k in order, so both
-// kernels must reproduce a naive triple loop bit for bit, across every blocking boundary.
+// kernels, on any number of threads, must reproduce a naive triple loop bit for bit, across every
+// blocking boundary.
 #include <cmath>
 #include <cstring>
 
@@ -45,15 +46,17 @@ struct Dims {
 const Dims kDims[] = {{1, 1, 1},   {5, 3, 7},    {6, 8, 8},    {7, 9, 9},     {13, 255, 17},
                       {97, 257, 9}, {12, 513, 31}, {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}};
 
-TEST(Gemm, BothKernelsFollowTheFmaChainBitForBit) {
+TEST(Gemm, EveryKernelAndThreadCountFollowsTheFmaChainBitForBit) {
   for (const Dims& d : kDims) {
     const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
     const RowMatrix want = fma_chain(A, B, nullptr);
-    for (const GemmKernel kernel : {GemmKernel::Best, GemmKernel::Portable}) {
-      RowMatrix C = RowMatrix::Constant(d.M, d.N, std::nan(""));  // a plain product ignores what C held
-      gemm(view(A), view(B), mutable_view(C), false, kernel);
-      EXPECT_TRUE(same_bits(C, want)) << d.M << "x" << d.K << "x" << d.N << " kernel " << static_cast<int>(kernel);
-    }
+    for (const GemmKernel kernel : {GemmKernel::Best, GemmKernel::Portable})
+      for (const int threads : {1, 3}) {
+        RowMatrix C = RowMatrix::Constant(d.M, d.N, std::nan(""));  // a plain product ignores what C held
+        gemm(view(A), view(B), mutable_view(C), {.threads = threads, .kernel = kernel});
+        EXPECT_TRUE(same_bits(C, want)) << d.M << "x" << d.K << "x" << d.N << " kernel " << static_cast<int>(kernel)
+                                        << " threads " << threads;
+      }
   }
 }
 
@@ -62,7 +65,7 @@ TEST(Gemm, AccumulateContinuesTheChainFromC) {
     const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
     const RowMatrix C0 = random_matrix(d.M, d.N, "C");
     RowMatrix C = C0;
-    gemm(view(A), view(B), mutable_view(C), true);
+    gemm(view(A), view(B), mutable_view(C), {.accumulate = true});
     EXPECT_TRUE(same_bits(C, fma_chain(A, B, &C0))) << d.M << "x" << d.K << "x" << d.N;
   }
 }
@@ -90,7 +93,7 @@ TEST(Gemm, AgreesWithEigensProductToRounding) {
 TEST(Gemm, EmptyDepthGivesZeroOrLeavesC) {
   const RowMatrix A(4, 0), B(0, 3);
   RowMatrix C = RowMatrix::Constant(4, 3, 2.0);
-  gemm(view(A), view(B), mutable_view(C), true);
+  gemm(view(A), view(B), mutable_view(C), {.accumulate = true});
   EXPECT_TRUE((C.array() == 2.0).all());
   gemm(view(A), view(B), mutable_view(C));
   EXPECT_TRUE((C.array() == 0.0).all());
