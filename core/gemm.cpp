@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -132,6 +133,17 @@ double* aligned(std::vector<double>& buffer, std::int64_t count) {
   return static_cast<double*>(std::align(kLine, static_cast<std::size_t>(count) * sizeof(double), p, space));
 }
 
+// The steps [k0 + skip, k0 + skip + steps) of a K block that an MR-row panel of A starting at row r
+// needs: a lower triangular row i stops at k = i, an upper one starts there.
+std::pair<std::int64_t, std::int64_t> panel_steps(Triangle a, std::int64_t r, std::int64_t k0, std::int64_t kc) {
+  if (a == Triangle::Lower) return {0, std::clamp(r + MR - k0, std::int64_t{0}, kc)};
+  if (a == Triangle::Upper) {
+    const std::int64_t skip = std::clamp(r - k0, std::int64_t{0}, kc);
+    return {skip, kc - skip};
+  }
+  return {0, kc};
+}
+
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
 void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B,
@@ -166,9 +178,11 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
         const std::int64_t i0 = block * MC, m = std::min(MC, M - i0);
         pack_a(A, i0, m, k0, kc, a_pack);
         for (std::int64_t jp = 0; jp < n; jp += NR)
-          for (std::int64_t ip = 0; ip < m; ip += MR)
-            advance_tile(kernel, kc, a_pack + ip * kc, b_pack + jp * kc, C, i0 + ip, j0 + jp,
-                         std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
+          for (std::int64_t ip = 0; ip < m; ip += MR) {
+            const auto [skip, steps] = panel_steps(options.a, i0 + ip, k0, kc);
+            advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip,
+                         j0 + jp, std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
+          }
       });
     }
   }

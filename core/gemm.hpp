@@ -21,9 +21,14 @@ struct MatrixView {
 
 enum class GemmKernel { Best, Portable };  // Portable: the std::fma path, for tests of the fast one
 
+// A lower (upper) triangular A has zeros above (below) its diagonal. Terms of the chain that only
+// such zeros feed are skipped: a product with finite B has the same bits, for about half the work.
+enum class Triangle { Full, Lower, Upper };
+
 struct GemmOptions {
   bool accumulate = false;  // C += A B instead of C = A B
   int threads = 1;          // blocks of C's rows run in parallel (0: one thread per core)
+  Triangle a = Triangle::Full;
   GemmKernel kernel = GemmKernel::Best;
 };
 
@@ -43,9 +48,10 @@ MatrixView<double> mutable_view(Eigen::DenseBase<D>& m) {
 // The product A B as a new row-major matrix, and C (+)= A B into an existing one.
 template <class DA, class DB>
 Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> product(const Eigen::DenseBase<DA>& A,
-                                                                               const Eigen::DenseBase<DB>& B) {
+                                                                               const Eigen::DenseBase<DB>& B,
+                                                                               GemmOptions options = {}) {
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> C(A.rows(), B.cols());
-  gemm(view(A), view(B), mutable_view(C));
+  gemm(view(A), view(B), mutable_view(C), options);
   return C;
 }
 template <class DA, class DB, class DC>

@@ -19,6 +19,10 @@ namespace {
 using namespace detail;
 using Eigen::Index;
 
+// T, P, dP * decay and dA are lower triangular: the GEMM skips the zeros above (or, transposed, below)
+// their diagonal without changing a bit.
+constexpr GemmOptions kLower{.a = Triangle::Lower}, kUpper{.a = Triangle::Upper};
+
 // One chunk of one (sequence, value head), copied contiguous.
 struct Chunk {
   RowMatrix q, k;  // [c, K]  (L2-normalised when asked)
@@ -78,9 +82,9 @@ Intra intra_chunk(const Chunk& x) {
   in.A = x.beta.asDiagonal() * in.KKd;
   in.T = RowMatrix::Identity(c, c);
   in.A.triangularView<Eigen::UnitLower>().solveInPlace(in.T);
-  in.U = product(in.T, RowMatrix(x.beta.asDiagonal() * x.v));
+  in.U = product(in.T, RowMatrix(x.beta.asDiagonal() * x.v), kLower);
   const Vec beta_eg = x.beta.array() * in.gamma.array().exp();
-  in.W = product(in.T, RowMatrix(beta_eg.asDiagonal() * x.k));
+  in.W = product(in.T, RowMatrix(beta_eg.asDiagonal() * x.k), kLower);
   return in;
 }
 
@@ -107,7 +111,7 @@ void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const Row
   P = P.cwiseProduct(in.decay);  // decay is zero above the diagonal: tril_incl
   const RowMatrix q_decayed = in.gamma.array().exp().matrix().asDiagonal() * x.q;
   RowMatrix out = product(q_decayed, S);
-  product_into(P, v_new, out, {.accumulate = true});
+  product_into(P, v_new, out, {.accumulate = true, .a = Triangle::Lower});
   o = scale * out;
 }
 
@@ -132,12 +136,12 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix d_qdec = product(s_do, S.transpose());
   RowMatrix dS_in = product(q_decayed.transpose(), s_do);
   const RowMatrix dP = product(s_do, v_new.transpose());
-  RowMatrix dv_new = product(P.transpose(), s_do);
+  RowMatrix dv_new = product(P.transpose(), s_do, kUpper);
   d.dq = e_gamma.asDiagonal() * d_qdec;
   d_gamma += q_decayed.cwiseProduct(d_qdec).rowwise().sum();
   const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
-  product_into(dQK, x.k, d.dq, {.accumulate = true});
-  d.dk = product(dQK.transpose(), x.q);
+  product_into(dQK, x.k, d.dq, {.accumulate = true, .a = Triangle::Lower});
+  d.dk = product(dQK.transpose(), x.q, kUpper);
   d_gamma += decay_grad(dP.cwiseProduct(P));
 
   // State: S_next = e^{gamma_C} S + k_tail^T V_new.
@@ -156,8 +160,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   dS_in -= product(in.W.transpose(), dv_new);
 
   // U = (I + A)^-1 (beta V), W = (I + A)^-1 (beta e^gamma K).
-  const RowMatrix d_bv = product(in.T.transpose(), dv_new);
-  const RowMatrix d_bk = product(in.T.transpose(), dW);
+  const RowMatrix d_bv = product(in.T.transpose(), dv_new, kUpper);
+  const RowMatrix d_bk = product(in.T.transpose(), dW, kUpper);
   RowMatrix dA = product(d_bv, in.U.transpose());
   product_into(d_bk, in.W.transpose(), dA, {.accumulate = true});
   dA = (-dA).triangularView<Eigen::StrictlyLower>();
@@ -171,8 +175,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   // A = beta * KKd.
   d.dbeta += dA.cwiseProduct(in.KKd).rowwise().sum();
   const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
-  product_into(dKK, x.k, d.dk, {.accumulate = true});
-  product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true});
+  product_into(dKK, x.k, d.dk, {.accumulate = true, .a = Triangle::Lower});
+  product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true, .a = Triangle::Upper});
   d_gamma += decay_grad(dA.cwiseProduct(in.A));
 
   d.dg = reverse_cumsum(d_gamma);  // gamma = cumsum(g)

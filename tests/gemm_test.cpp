@@ -70,6 +70,24 @@ TEST(Gemm, AccumulateContinuesTheChainFromC) {
   }
 }
 
+// Skipping the zeros of a triangular A drops only terms fma(0, b, acc) = acc: the same bits as the
+// full product, for panels on, before and after the diagonal and across K blocks.
+TEST(Gemm, TriangularAGivesTheFullProductsBits) {
+  for (const Dims& d : kDims) {
+    const RowMatrix B = random_matrix(d.K, d.N, "B");
+    for (const Triangle t : {Triangle::Lower, Triangle::Upper}) {
+      RowMatrix A = random_matrix(d.M, d.K, "A");
+      for (Eigen::Index i = 0; i < A.rows(); ++i)
+        for (Eigen::Index k = 0; k < A.cols(); ++k)
+          if (t == Triangle::Lower ? k > i : k < i) A(i, k) = 0;
+      RowMatrix C(d.M, d.N);
+      gemm(view(A), view(B), mutable_view(C), {.a = t});
+      EXPECT_TRUE(same_bits(C, fma_chain(A, B, nullptr)))
+          << d.M << "x" << d.K << "x" << d.N << (t == Triangle::Lower ? " lower" : " upper");
+    }
+  }
+}
+
 TEST(Gemm, ReadsTransposesAndBlocksThroughTheirStrides) {
   const RowMatrix X = random_matrix(300, 70, "X"), Y = random_matrix(300, 50, "Y");
   // X^T Y: both operands transposed views of row-major storage.
