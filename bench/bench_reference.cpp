@@ -49,8 +49,9 @@ Case make_case(std::int64_t T) {
 double recurrent_flops(std::int64_t T) { return 35.0 * kDim * kDim * T * kHeads; }
 
 // Chunked form, per chunk of c tokens and head (K = V = D): forward 8 c^2 D + 6 c D^2 (K K^T, Q K^T,
-// two triangular solves, W S, Q S, P V_new, K^T V_new); backward 28 c^2 D + 18 c D^2 (checkpoint pass,
-// recompute, and the gradient GEMMs).
+// T (beta V), T (beta e^gamma K), W S, Q S, P V_new, K^T V_new); backward 28 c^2 D + 18 c D^2
+// (checkpoint pass, recompute, and the gradient GEMMs). Products with a triangular factor count whole, though core/gemm
+// skips their zero half.
 double chunked_flops(std::int64_t T) {
   const double c = kChunk, D = kDim;
   return (36 * c * c * D + 24 * c * D * D) * (static_cast<double>(T) / kChunk) * kHeads;
