@@ -1,7 +1,7 @@
 // Packed, blocked GEMM in the style of BLIS: B is packed in [KC, NC] blocks of NR-column panels, A in
 // [MC, KC] blocks of MR-row panels (one per thread), and a micro-kernel advances one MR x NR tile of C
-// by KC steps of its fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first block of a plain
-// product), so each chain runs unbroken over k in order whatever the blocking.
+// by KC steps of its fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first
+// block of a plain product), so each chain runs unbroken over k in order whatever the blocking.
 #include "core/gemm.hpp"
 
 #include <algorithm>

@@ -214,10 +214,10 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   const Tensor dout = swap_leading(grad_output).reshaped({B * S, hidden});
   const int threads = fwd.options.threads;
   OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}), dout, threads);
-  MixerGrads mixer =
-      mixer_backward(config, params, fwd.mixer, std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
-  InProjGrads in =
-      in_proj_backward(params, fwd.h, fwd.in_proj, std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()}), threads);
+  MixerGrads mixer = mixer_backward(config, params, fwd.mixer,
+                                    std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
+  InProjGrads in = in_proj_backward(params, fwd.h, fwd.in_proj,
+                                    std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()}), threads);
 
   LayerGrads g;
   g.grad_hidden = swap_leading(std::move(in.dh).reshaped({B, S, hidden}));

@@ -324,8 +324,8 @@ TEST(GdrForms, BatchedEqualsPacked) {
 // Each (sequence, key head) piece runs whole on one thread: 1, 2 or 3 threads give the same bits,
 // including dq, dk, which sum over the value heads of a GVA group.
 TEST(GdrForms, ThreadCountChangesNoBit) {
-  const GdrSpec s{
-      .T = 90, .Hk = 2, .Hv = 6, .K = 7, .V = 5, .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90}, .l2norm = true};
+  const GdrSpec s{.T = 90, .Hk = 2, .Hv = 6, .K = 7, .V = 5,
+                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90}, .l2norm = true};
   const GdrInputs in = random_gdr(s);
   const Tensor d_o = d_o_for(in, 4), dht = dht_for(in, 4);
   for (const bool chunked : {false, true}) {
