@@ -28,6 +28,9 @@ inline CliResult run_cli(const std::string& args) {
   return r;
 }
 
+// Whether `text` (a command's output) contains `part`.
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // A fresh empty directory under the system temp dir, removed by the caller.
 inline std::filesystem::path temp_dir(const std::string& tag) {
   static int counter = 0;

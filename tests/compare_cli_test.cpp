@@ -15,6 +15,7 @@ namespace gdnv {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::contains;
 using testing::run_cli;
 
 // Two tensors of distinct values, a reference file in REF/, CAND/ the same unless changed.
@@ -41,13 +42,12 @@ struct Dirs {
   std::string args() const { return "compare " + ref.string() + " " + cand.string(); }
 };
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 TEST(CompareCli, IdenticalDirectoriesAreAllBitwise) {
   const Dirs d(sample(), sample());
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 2 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cand: 2 tensors compared, 2 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
 }
 
 TEST(CompareCli, OneUlpIsNotBitwiseButWithinTolerance) {
@@ -58,9 +58,9 @@ TEST(CompareCli, OneUlpIsNotBitwiseButWithinTolerance) {
   const Dirs d(sample(), c);
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 1 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
-  EXPECT_TRUE(has(r.out, "a.safetensors:out: pass, bitwise no, max_abs")) << r.out;
-  EXPECT_TRUE(has(r.out, "at [0, 1, 1]")) << r.out;  // flat index 5 of [2, 3, 4]
+  EXPECT_TRUE(contains(r.out, "cand: 2 tensors compared, 1 bitwise identical, 0 outside tolerance\nPASS\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a.safetensors:out: pass, bitwise no, max_abs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "at [0, 1, 1]")) << r.out;  // flat index 5 of [2, 3, 4]
 }
 
 TEST(CompareCli, LargeChangeFailsAtItsIndex) {
@@ -69,10 +69,10 @@ TEST(CompareCli, LargeChangeFailsAtItsIndex) {
   const Dirs d(sample(), c);
   const auto r = run_cli(d.args() + " --policy cp-vs-cp1");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance\nFAIL\n")) << r.out;
-  EXPECT_TRUE(has(r.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol |ref|)")) << r.out;
-  EXPECT_TRUE(has(r.out, "max_abs 3.000e+00 at [1, 1, 1]")) << r.out;
-  EXPECT_TRUE(has(r.out, "mismatched 1 / 24 (4.17%)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance\nFAIL\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol |ref|)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "max_abs 3.000e+00 at [1, 1, 1]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "mismatched 1 / 24 (4.17%)")) << r.out;
 }
 
 TEST(CompareCli, NanInCandidateFailsAndIsCounted) {
@@ -81,9 +81,9 @@ TEST(CompareCli, NanInCandidateFailsAndIsCounted) {
   const Dirs d(sample(), c);
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "a.safetensors:grad::w: FAIL (1 elements NaN/Inf on one side only)")) << r.out;
-  EXPECT_TRUE(has(r.out, "nan 0/1")) << r.out;
-  EXPECT_TRUE(has(r.out, "1 outside tolerance\nFAIL\n")) << r.out;
+  EXPECT_TRUE(contains(r.out, "a.safetensors:grad::w: FAIL (1 elements NaN/Inf on one side only)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "nan 0/1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 outside tolerance\nFAIL\n")) << r.out;
 }
 
 TEST(CompareCli, MissingTensorAndShapeChangeAreStructural) {
@@ -94,13 +94,13 @@ TEST(CompareCli, MissingTensorAndShapeChangeAreStructural) {
     const Dirs d(sample(), missing);
     const auto r = run_cli(d.args());
     EXPECT_EQ(r.code, 2) << r.out << r.err;
-    EXPECT_TRUE(has(r.out, "a.safetensors:grad::w: STRUCTURAL MISMATCH: missing in CAND")) << r.out;
-    EXPECT_TRUE(has(r.out, "cand: 1 tensors compared, 1 bitwise identical, 0 outside tolerance\nFAIL\n")) << r.out;
+    EXPECT_TRUE(contains(r.out, "a.safetensors:grad::w: STRUCTURAL MISMATCH: missing in CAND")) << r.out;
+    EXPECT_TRUE(contains(r.out, "cand: 1 tensors compared, 1 bitwise identical, 0 outside tolerance\nFAIL\n")) << r.out;
   }
   const Dirs d(sample(), reshaped);
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "STRUCTURAL MISMATCH: REF F32 [2, 3, 4], CAND F32 [4, 6]")) << r.out;
+  EXPECT_TRUE(contains(r.out, "STRUCTURAL MISMATCH: REF F32 [2, 3, 4], CAND F32 [4, 6]")) << r.out;
 }
 
 TEST(CompareCli, MissingFileIsStructural) {
@@ -108,7 +108,7 @@ TEST(CompareCli, MissingFileIsStructural) {
   write_safetensors((d.ref / "b.safetensors").string(), sample());
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "b.safetensors:*: STRUCTURAL MISMATCH: file missing in CAND")) << r.out;
+  EXPECT_TRUE(contains(r.out, "b.safetensors:*: STRUCTURAL MISMATCH: file missing in CAND")) << r.out;
 }
 
 TEST(CompareCli, UnreadableFileIsBadInputWithNothingWritten) {
@@ -117,12 +117,12 @@ TEST(CompareCli, UnreadableFileIsBadInputWithNothingWritten) {
   const std::string json = (d.root / "report.json").string();
   const auto r = run_cli(d.args() + " --json " + json);
   EXPECT_EQ(r.code, 3) << r.out << r.err;
-  EXPECT_TRUE(has(r.err, "a.safetensors")) << r.err;
+  EXPECT_TRUE(contains(r.err, "a.safetensors")) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_FALSE(fs::exists(json));
   const auto missing = run_cli("compare " + d.ref.string() + " " + (d.root / "nope").string());
   EXPECT_EQ(missing.code, 3);
-  EXPECT_TRUE(has(missing.err, "CAND '" + (d.root / "nope").string() + "' does not exist")) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "CAND '" + (d.root / "nope").string() + "' does not exist")) << missing.err;
 }
 
 TEST(CompareCli, PolicyFileRulesByExactNameThenGlobOverTheDefault) {
@@ -138,7 +138,7 @@ TEST(CompareCli, PolicyFileRulesByExactNameThenGlobOverTheDefault) {
   EXPECT_EQ(strict.code, 1) << strict.out << strict.err;  // the exact name wins over the glob
   const auto bitwise = run_cli(d.args() + " --policy bitwise");
   EXPECT_EQ(bitwise.code, 1) << bitwise.out;
-  EXPECT_TRUE(has(bitwise.out, "FAIL (not bitwise identical (policy: exact))")) << bitwise.out;
+  EXPECT_TRUE(contains(bitwise.out, "FAIL (not bitwise identical (policy: exact))")) << bitwise.out;
 }
 
 TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
@@ -154,11 +154,11 @@ TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
     write_file_atomic(policy, text);
     const auto r = run_cli(d.args() + " --policy " + policy);
     EXPECT_EQ(r.code, 3) << text << "\n" << r.out << r.err;
-    EXPECT_TRUE(has(r.err, message)) << text << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << text << "\n" << r.err;
   }
   const auto unknown = run_cli(d.args() + " --policy strictest");
   EXPECT_EQ(unknown.code, 3);
-  EXPECT_TRUE(has(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise) nor a file"))
+  EXPECT_TRUE(contains(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise) nor a file"))
       << unknown.err;
 }
 
@@ -176,8 +176,8 @@ TEST(CompareCli, JsonAndMarkdownReportsCarryEveryTensor) {
   EXPECT_EQ(j["tensors"][1]["max_abs_index"], "[1, 1, 1]");
   EXPECT_EQ(j["tensors"][1]["mismatched"], 1);
   const std::string text = read_file_text(md);
-  EXPECT_TRUE(has(text, "| a.safetensors:out | FAIL | no |")) << text;
-  EXPECT_TRUE(has(text, "**cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance** — FAIL")) << text;
+  EXPECT_TRUE(contains(text, "| a.safetensors:out | FAIL | no |")) << text;
+  EXPECT_TRUE(contains(text, "**cand: 2 tensors compared, 1 bitwise identical, 1 outside tolerance** — FAIL")) << text;
 }
 
 TEST(CompareCli, SignedZeroIsNumericallyEqualButNotBitwise) {
@@ -187,7 +187,7 @@ TEST(CompareCli, SignedZeroIsNumericallyEqualButNotBitwise) {
   const Dirs d(r, c);
   const auto res = run_cli(d.args());
   EXPECT_EQ(res.code, 0) << res.out;
-  EXPECT_TRUE(has(res.out, "grad::w: pass, bitwise no (numerically equal)")) << res.out;
+  EXPECT_TRUE(contains(res.out, "grad::w: pass, bitwise no (numerically equal)")) << res.out;
 }
 
 }  // namespace

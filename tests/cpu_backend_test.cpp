@@ -19,11 +19,14 @@ using gdnv::testing::random_normal;
 using gdnv::testing::stored;
 using gdnv::testing::Tolerance;
 
-std::string storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
 
 using gdnv::testing::around_one;
 using gdnv::testing::index_buffer;
 using gdnv::testing::expect_all;
+using gdnv::testing::NamedConv;
+using gdnv::testing::NamedGdr;
+using gdnv::testing::storage_name;
+using gdnv::testing::test_name;
 
 // ---- factory ------------------------------------------------------------------------------------
 
@@ -131,23 +134,6 @@ TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) { expect_all(gd
 INSTANTIATE_TEST_SUITE_P(Storage, CpuBackendOps, ::testing::Values(DType::F64, DType::F32, DType::BF16),
                          [](const auto& p) { return storage_name(p.param); });
 
-// A fixed case with a test-name suffix.
-template <class Case>
-struct Named {
-  const char* name;
-  Case c;
-};
-template <class Case>
-void PrintTo(const Named<Case>& n, std::ostream* os) {
-  *os << n.name;
-}
-template <class Case>
-std::string test_name(const ::testing::TestParamInfo<std::tuple<DType, Named<Case>>>& p) {
-  return storage_name(std::get<0>(p.param)) + "_" + std::get<1>(p.param).name;
-}
-using NamedConv = Named<gdnv::testing::ConvCase>;
-using NamedGdr = Named<gdnv::testing::GdrCase>;
-
 // ---- conv1d ------------------------------------------------------------------------------------
 
 class CpuBackendConv : public ::testing::TestWithParam<std::tuple<DType, NamedConv>> {};
@@ -157,16 +143,10 @@ TEST_P(CpuBackendConv, MatchesTheOracleOnTheConcatenationWithTheHalo) {
   expect_all(gdnv::testing::compare_conv(*be, std::get<1>(GetParam()).c));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CpuBackendConv,
-    ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
-                       ::testing::Values(NamedConv{"packed_with_length_1", {{0, 1, 6, 23, 24}, 10, 4, true, false, 11}},
-                                         NamedConv{"no_bias_width_3", {{0, 9, 17}, 7, 3, false, false, 12}},
-                                         NamedConv{"halo", {{0, 5, 12}, 6, 4, true, true, 13}},
-                                         NamedConv{"halo_first_shorter_than_width", {{0, 2, 9}, 5, 4, true, true, 14}},
-                                         NamedConv{"halo_single_token", {{0, 1}, 3, 4, false, true, 15}},
-                                         NamedConv{"halo_width_2", {{0, 3, 4}, 4, 2, true, true, 16}})),
-    test_name<gdnv::testing::ConvCase>);
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendConv,
+                         ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
+                                            ::testing::ValuesIn(gdnv::testing::conv_cases())),
+                         test_name<gdnv::testing::ConvCase>);
 
 // ---- gated delta rule ---------------------------------------------------------------------------
 
@@ -177,24 +157,10 @@ TEST_P(CpuBackendGdr, ChunkedMatchesTheRecurrentOracle) {
   expect_all(gdnv::testing::compare_gdr(*be, std::get<1>(GetParam()).c));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CpuBackendGdr,
-    ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
-                       ::testing::Values(NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}},
-                                         NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
-                                         NamedGdr{"T64", {{0, 64}, 1, 1, 8, 6, true, true, 23}},
-                                         NamedGdr{"T65", {{0, 65}, 2, 2, 6, 5, true, true, 24}},
-                                         NamedGdr{"packed_gva2", {{0, 1, 66, 129, 193}, 2, 4, 12, 10, true, true, 25}},
-                                         NamedGdr{"packed_gva4", {{0, 70, 71, 135}, 1, 4, 7, 9, true, true, 26}},
-                                         NamedGdr{"packed_gva1_3heads", {{0, 30, 100}, 3, 3, 6, 5, true, true, 27}},
-                                         NamedGdr{"no_h0_no_dht", {{0, 20, 90}, 1, 2, 9, 3, false, false, 28}},
-                                         // g ~ -8 per token: gamma reaches ~ -500 within a chunk, where
-                                         // e^{gamma_i - gamma_j} from fp32 cumsums lost 3e-5 of dg.
-                                         NamedGdr{"strong_decay", {{0, 64}, 1, 4, 2, 1, false, false, 0,
-                                                                   gdnv::testing::Gates::LogSigmoidTau01}},
-                                         NamedGdr{"strongly_negative_gates", {{0, 40, 130}, 2, 4, 10, 6, true, true, 29,
-                                                                              gdnv::testing::Gates::StronglyNegative}})),
-    test_name<gdnv::testing::GdrCase>);
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendGdr,
+                         ::testing::Combine(::testing::Values(DType::F64, DType::F32, DType::BF16),
+                                            ::testing::ValuesIn(gdnv::testing::gdr_cases())),
+                         test_name<gdnv::testing::GdrCase>);
 
 // The kernel runs (sequence, key head) tasks on several threads: the bits must not depend on the schedule.
 TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -336,6 +337,53 @@ inline Results compare_span_maps(cp::Backend& be, const GdrCase& c) {
           matches("first_adjoint", be.download(be.gdr_first_adjoint(bufs.args(), do_b)), map_of(adj, 0), tol.state),
           matches("fold", fold(fwd_stack, false), S, tol.state),
           matches("fold_adjoint", fold(adj_stack, true), dS, tol.state)};
+}
+
+// ---- the fixed cases, named, that every backend's suite runs ----------------------------------------
+inline std::string storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
+
+template <class Case>
+struct Named {
+  const char* name;
+  Case c;
+};
+template <class Case>
+void PrintTo(const Named<Case>& n, std::ostream* os) {
+  *os << n.name;
+}
+// "<storage>_<case>" for a (storage dtype, named case) parameter.
+template <class Case>
+std::string test_name(const ::testing::TestParamInfo<std::tuple<DType, Named<Case>>>& p) {
+  return storage_name(std::get<0>(p.param)) + "_" + std::get<1>(p.param).name;
+}
+using NamedConv = Named<ConvCase>;
+using NamedGdr = Named<GdrCase>;
+
+// Packed sequences with length-1 ones, halos shorter than the width, and rows past one 64-row block.
+inline std::vector<NamedConv> conv_cases() {
+  return {NamedConv{"packed_with_length_1", {{0, 1, 6, 23, 24}, 10, 4, true, false, 11}},
+          NamedConv{"no_bias_width_3", {{0, 9, 17}, 7, 3, false, false, 12}},
+          NamedConv{"halo", {{0, 5, 12}, 6, 4, true, true, 13}},
+          NamedConv{"halo_first_shorter_than_width", {{0, 2, 9}, 5, 4, true, true, 14}},
+          NamedConv{"halo_single_token", {{0, 1}, 3, 4, false, true, 15}},
+          NamedConv{"halo_width_2", {{0, 3, 4}, 4, 2, true, true, 16}},
+          NamedConv{"rows_past_one_block", {{0, 50, 130}, 6, 4, true, true, 17}}};
+}
+
+// Chunk edges (T = 1, 63, 64, 65), packed GVA groups of 1, 2 and 4, and the strong-decay regimes.
+inline std::vector<NamedGdr> gdr_cases() {
+  return {NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}},
+          NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
+          NamedGdr{"T64", {{0, 64}, 1, 1, 8, 6, true, true, 23}},
+          NamedGdr{"T65", {{0, 65}, 2, 2, 6, 5, true, true, 24}},
+          NamedGdr{"packed_gva2", {{0, 1, 66, 129, 193}, 2, 4, 12, 10, true, true, 25}},
+          NamedGdr{"packed_gva4", {{0, 70, 71, 135}, 1, 4, 7, 9, true, true, 26}},
+          NamedGdr{"packed_gva1_3heads", {{0, 30, 100}, 3, 3, 6, 5, true, true, 27}},
+          NamedGdr{"no_h0_no_dht", {{0, 20, 90}, 1, 2, 9, 3, false, false, 28}},
+          // g ~ -8 per token: gamma reaches ~ -500 within a chunk, where e^{gamma_i - gamma_j} from fp32
+          // cumsums lost 3e-5 of dg.
+          NamedGdr{"strong_decay", {{0, 64}, 1, 4, 2, 1, false, false, 0, Gates::LogSigmoidTau01}},
+          NamedGdr{"strongly_negative_gates", {{0, 40, 130}, 2, 4, 10, 6, true, true, 29, Gates::StronglyNegative}}};
 }
 
 }  // namespace gdnv::testing

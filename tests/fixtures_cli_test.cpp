@@ -21,8 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using fixtures::kManifestName;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // The line of `text` that starts with `prefix` ("" when none).
 std::string line_of(const std::string& text, const std::string& prefix) {
   std::size_t at = text.rfind("\n" + prefix);

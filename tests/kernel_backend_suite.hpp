@@ -32,7 +32,7 @@ using gdnv::testing::random_normal;
 using gdnv::testing::stored;
 using gdnv::testing::Tolerance;
 
-inline std::string storage_name(DType d) { return d == DType::F32 ? "fp32" : "bf16"; }
+using gdnv::testing::storage_name;
 
 using gdnv::testing::around_one;
 using gdnv::testing::index_buffer;
@@ -132,21 +132,9 @@ INSTANTIATE_TEST_SUITE_P(Storage, SuiteOps, ::testing::Values(DType::F32, DType:
 
 // ---- conv1d, gated delta rule and span maps: the CPU backend's fixed cases ---------------------------
 
-template <class Case>
-struct Named {
-  const char* name;
-  Case c;
-};
-template <class Case>
-void PrintTo(const Named<Case>& n, std::ostream* os) {
-  *os << n.name;
-}
-template <class Case>
-std::string test_name(const ::testing::TestParamInfo<std::tuple<DType, Named<Case>>>& p) {
-  return storage_name(std::get<0>(p.param)) + "_" + std::get<1>(p.param).name;
-}
-using NamedConv = Named<gdnv::testing::ConvCase>;
-using NamedGdr = Named<gdnv::testing::GdrCase>;
+using gdnv::testing::NamedConv;
+using gdnv::testing::NamedGdr;
+using gdnv::testing::test_name;
 
 class SuiteConv : public ::testing::TestWithParam<std::tuple<DType, NamedConv>> {
  protected:
@@ -158,31 +146,10 @@ TEST_P(SuiteConv, MatchesTheOracleOnTheConcatenationWithTheHalo) {
   expect_all(gdnv::testing::compare_conv(*be, std::get<1>(GetParam()).c));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SuiteConv,
-    ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
-                       ::testing::Values(NamedConv{"packed_with_length_1", {{0, 1, 6, 23, 24}, 10, 4, true, false, 11}},
-                                         NamedConv{"no_bias_width_3", {{0, 9, 17}, 7, 3, false, false, 12}},
-                                         NamedConv{"halo", {{0, 5, 12}, 6, 4, true, true, 13}},
-                                         NamedConv{"halo_first_shorter_than_width", {{0, 2, 9}, 5, 4, true, true, 14}},
-                                         NamedConv{"halo_single_token", {{0, 1}, 3, 4, false, true, 15}},
-                                         NamedConv{"halo_width_2", {{0, 3, 4}, 4, 2, true, true, 16}},
-                                         NamedConv{"rows_past_one_block", {{0, 50, 130}, 6, 4, true, true, 17}})),
-    test_name<gdnv::testing::ConvCase>);
-
-inline std::vector<NamedGdr> gdr_cases() {
-  return {NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}},
-          NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
-          NamedGdr{"T64", {{0, 64}, 1, 1, 8, 6, true, true, 23}},
-          NamedGdr{"T65", {{0, 65}, 2, 2, 6, 5, true, true, 24}},
-          NamedGdr{"packed_gva2", {{0, 1, 66, 129, 193}, 2, 4, 12, 10, true, true, 25}},
-          NamedGdr{"packed_gva4", {{0, 70, 71, 135}, 1, 4, 7, 9, true, true, 26}},
-          NamedGdr{"packed_gva1_3heads", {{0, 30, 100}, 3, 3, 6, 5, true, true, 27}},
-          NamedGdr{"no_h0_no_dht", {{0, 20, 90}, 1, 2, 9, 3, false, false, 28}},
-          NamedGdr{"strong_decay", {{0, 64}, 1, 4, 2, 1, false, false, 0, gdnv::testing::Gates::LogSigmoidTau01}},
-          NamedGdr{"strongly_negative_gates",
-                   {{0, 40, 130}, 2, 4, 10, 6, true, true, 29, gdnv::testing::Gates::StronglyNegative}}};
-}
+INSTANTIATE_TEST_SUITE_P(Shapes, SuiteConv,
+                         ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::ValuesIn(gdnv::testing::conv_cases())),
+                         test_name<gdnv::testing::ConvCase>);
 
 class SuiteGdr : public ::testing::TestWithParam<std::tuple<DType, NamedGdr>> {
  protected:
@@ -201,7 +168,7 @@ TEST_P(SuiteGdr, SpanMapsAndFoldsMatchTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SuiteGdr,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16),
-                                            ::testing::ValuesIn(gdr_cases())),
+                                            ::testing::ValuesIn(gdnv::testing::gdr_cases())),
                          test_name<gdnv::testing::GdrCase>);
 
 // ---- against the CPU backend on the same buffers' contents -----------------------------------------------

@@ -15,9 +15,9 @@ namespace gdnv {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::contains;
 using testing::run_cli;
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
 // Dumps `modes` (cp1 on one rank, the others on `world` ranks) into dir; asserts each succeeded.
 void dump(const fs::path& dir, const std::string& image, const std::vector<std::string>& modes,
@@ -59,12 +59,12 @@ TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
   dump(dir, "new", kAllModes, "--dtype fp32");
   const auto cross = run_cli("probe cross-mode --dir " + dir.string());
   EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
-  EXPECT_TRUE(has(cross.out, "chunkwise vs cp1:out: pass")) << cross.out;
-  EXPECT_TRUE(has(cross.out, "27 tensors compared")) << cross.out;
-  EXPECT_TRUE(has(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1:out: pass")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "27 tensors compared")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside")) << cross.out;
   const auto oracle = run_cli("probe oracle --dir " + dir.string());
   EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
-  EXPECT_TRUE(has(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n")) << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n")) << oracle.out;
   fs::remove_all(dir);
 }
 
@@ -75,7 +75,7 @@ TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
   const std::string args = "probe compare --ref " + (root / "old").string() + " --cand " + (root / "new").string();
   const auto same = run_cli(args);
   EXPECT_EQ(same.code, 0) << same.out << same.err;
-  EXPECT_TRUE(has(same.out, "new: 36 tensors compared, 36 bitwise identical, 0 outside tolerance\nPASS")) << same.out;
+  EXPECT_TRUE(contains(same.out, "new: 36 tensors compared, 36 bitwise identical, 0 outside tolerance\nPASS")) << same.out;
 
   setenv("GDNV_FAULT", "headwise_head_perm_shift", 1);
   dump(root / "bad", "bad", {"cp1", "headwise"});
@@ -83,7 +83,7 @@ TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
   const auto caught = run_cli("probe compare --ref " + (root / "old").string() + " --cand " + (root / "bad").string() +
                               " --mode headwise");
   EXPECT_EQ(caught.code, 1) << caught.out << caught.err;
-  EXPECT_TRUE(has(caught.out, "headwise.rank0.safetensors:out: FAIL")) << caught.out;
+  EXPECT_TRUE(contains(caught.out, "headwise.rank0.safetensors:out: FAIL")) << caught.out;
   const auto cross = run_cli("probe cross-mode --dir " + (root / "bad").string());
   EXPECT_EQ(cross.code, 1) << cross.out << cross.err;
   fs::remove_all(root);
@@ -95,7 +95,7 @@ TEST(ProbeCli, ImagesOfDifferentInputsAreStructuralMismatches) {
   dump(root / "b", "b", {"headwise"}, "--seed 7");
   const auto r = run_cli("probe compare --ref " + (root / "a").string() + " --cand " + (root / "b").string());
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_TRUE(has(r.out, "inputs.safetensors:*: STRUCTURAL MISMATCH: the images' inputs differ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "inputs.safetensors:*: STRUCTURAL MISMATCH: the images' inputs differ")) << r.out;
   fs::remove_all(root);
 }
 
@@ -121,7 +121,7 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
   for (const auto& [args, message] : cases) {
     const auto r = run_cli(args);
     EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
-    EXPECT_TRUE(has(r.err, message)) << args << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   EXPECT_FALSE(fs::exists(dir / "cp1.rank0.safetensors"));  // nothing half-written by the failed dumps
@@ -147,7 +147,7 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
                            (root / "mpi").string());
     EXPECT_EQ(r.code, 0) << "np=" << np << "\n" << r.out << r.err;
     const int tensors = 3 * np * 9;  // 3 modes x np ranks x (out, grad_hidden, 7 parameter gradients)
-    EXPECT_TRUE(has(r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
+    EXPECT_TRUE(contains(r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
         << r.out;
     const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
     EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
