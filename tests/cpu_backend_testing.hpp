@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/half.hpp"
 #include "cp/backend.hpp"
 #include "reference/affine_map.hpp"
 #include "reference/conv1d.hpp"
@@ -89,6 +90,46 @@ inline Tensor around_one(std::int64_t n, std::uint64_t seed, const std::string& 
 
 inline cp::Buffer index_buffer(cp::Backend& be, const std::vector<std::int64_t>& idx) {
   return be.upload(Tensor::from(idx, {static_cast<std::int64_t>(idx.size())}), DType::I64);
+}
+
+// ---- data movement, the same for every backend -------------------------------------------------
+// Gathering bf16 rows by a permutation picks exactly the indexed rows; scattering them back restores x.
+inline void expect_rows_move_exact_bytes(cp::Backend& be) {
+  const Tensor x = random_normal({5, 2, 3}, 7, "rows").to(DType::BF16);
+  const std::vector<std::int64_t> perm{3, 0, 4, 1, 2};
+  const Tensor got = be.download(be.gather_rows(be.upload(x, DType::BF16), index_buffer(be, perm)));
+  ASSERT_EQ(got.shape(), (Shape{5, 2, 3}));
+  for (std::int64_t i = 0; i < 5; ++i)
+    for (std::int64_t j = 0; j < 6; ++j) EXPECT_EQ(got.get(i * 6 + j), x.get(perm[i] * 6 + j));
+  cp::Buffer back = be.alloc(DType::BF16, {5, 2, 3});
+  be.scatter_rows(be.upload(got, DType::BF16), index_buffer(be, perm), back);
+  EXPECT_TRUE(be.download(back).bitwise_equal(x));
+}
+
+// Gathering fp64 columns picks exactly the indexed ones; scattering them back fills only those.
+inline void expect_columns_move_exact_bytes(cp::Backend& be) {
+  const Tensor x = random_normal({3, 6}, 8, "cols");
+  const std::vector<std::int64_t> cols{5, 1, 2};
+  const Tensor got = be.download(be.gather_columns(be.upload(x, DType::F64), index_buffer(be, cols)));
+  ASSERT_EQ(got.shape(), (Shape{3, 3}));
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t j = 0; j < 3; ++j) EXPECT_EQ(got.get(r * 3 + j), x.get(r * 6 + cols[j]));
+  cp::Buffer out = be.alloc(DType::F64, {3, 6});
+  be.scatter_columns(be.upload(got, DType::F64), index_buffer(be, cols), out);
+  const Tensor back = be.download(out);
+  for (std::int64_t r = 0; r < 3; ++r)
+    for (std::int64_t c = 0; c < 6; ++c)
+      EXPECT_EQ(back.get(r * 6 + c), (c == 5 || c == 1 || c == 2) ? x.get(r * 6 + c) : 0.0) << r << "," << c;
+}
+
+// bf16 += bf16 is the fp32 sum rounded once to bf16.
+inline void expect_bf16_accumulate_rounds_once(cp::Backend& be) {
+  const Tensor y = random_normal({4, 3}, 9, "y").to(DType::BF16), x = random_normal({4, 3}, 9, "x").to(DType::BF16);
+  cp::Buffer yb = be.upload(y, DType::BF16);
+  be.accumulate(yb, be.upload(x, DType::BF16));
+  const Tensor sum = be.download(yb);
+  for (std::int64_t i = 0; i < 12; ++i)
+    EXPECT_EQ(sum.get(i), round_bf16(static_cast<float>(y.get(i)) + static_cast<float>(x.get(i))));
 }
 
 // ---- single ops: `rows` rows of inputs stored as the backend stores them, against the oracle -----

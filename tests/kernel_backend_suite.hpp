@@ -59,27 +59,8 @@ TEST_F(SuiteData, UploadDownloadAndAllocKeepTheBytes) {
 
 TEST_F(SuiteData, GatherAndScatterRowsAndColumnsMoveExactBytes) {
   const auto be = suite_backend(DType::BF16);
-  const Tensor x = random_normal({5, 2, 3}, 7, "rows").to(DType::BF16);
-  const std::vector<std::int64_t> perm{3, 0, 4, 1, 2};
-  const Tensor got = be->download(be->gather_rows(be->upload(x, DType::BF16), index_buffer(*be, perm)));
-  ASSERT_EQ(got.shape(), (Shape{5, 2, 3}));
-  for (std::int64_t i = 0; i < 5; ++i)
-    for (std::int64_t j = 0; j < 6; ++j) EXPECT_EQ(got.get(i * 6 + j), x.get(perm[i] * 6 + j));
-  Buffer back = be->alloc(DType::BF16, {5, 2, 3});
-  be->scatter_rows(be->upload(got, DType::BF16), index_buffer(*be, perm), back);
-  EXPECT_TRUE(be->download(back).bitwise_equal(x));
-
-  const Tensor y = random_normal({3, 6}, 8, "cols");
-  const std::vector<std::int64_t> cols{5, 1, 2};
-  const Tensor picked = be->download(be->gather_columns(be->upload(y, DType::F64), index_buffer(*be, cols)));
-  for (std::int64_t r = 0; r < 3; ++r)
-    for (std::int64_t j = 0; j < 3; ++j) EXPECT_EQ(picked.get(r * 3 + j), y.get(r * 6 + cols[j]));
-  Buffer out = be->alloc(DType::F64, {3, 6});
-  be->scatter_columns(be->upload(picked, DType::F64), index_buffer(*be, cols), out);
-  const Tensor spread = be->download(out);
-  for (std::int64_t r = 0; r < 3; ++r)
-    for (std::int64_t c = 0; c < 6; ++c)
-      EXPECT_EQ(spread.get(r * 6 + c), (c == 5 || c == 1 || c == 2) ? y.get(r * 6 + c) : 0.0) << r << "," << c;
+  gdnv::testing::expect_rows_move_exact_bytes(*be);
+  gdnv::testing::expect_columns_move_exact_bytes(*be);
 }
 
 TEST_F(SuiteData, AnIndexOutOfRangeIsAnErrorNamingTheRange) {
@@ -94,12 +75,7 @@ TEST_F(SuiteData, AnIndexOutOfRangeIsAnErrorNamingTheRange) {
 
 TEST_F(SuiteData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
   const auto be = suite_backend(DType::BF16);
-  const Tensor y = random_normal({4, 3}, 9, "y").to(DType::BF16), x = random_normal({4, 3}, 9, "x").to(DType::BF16);
-  Buffer yb = be->upload(y, DType::BF16);
-  be->accumulate(yb, be->upload(x, DType::BF16));
-  const Tensor sum = be->download(yb);
-  for (std::int64_t i = 0; i < 12; ++i)
-    EXPECT_EQ(sum.get(i), round_bf16(static_cast<float>(y.get(i)) + static_cast<float>(x.get(i))));
+  gdnv::testing::expect_bf16_accumulate_rounds_once(*be);
   const Tensor y32 = random_normal({5}, 9, "y32"), x64 = random_normal({5}, 9, "x64");
   Buffer acc = be->upload(y32, DType::F32);
   be->accumulate(acc, be->upload(x64, DType::F64));
