@@ -1,8 +1,19 @@
-// bench_cp: GdnCpLayer fwd+bwd per CP mode on in-process ranks (CPU backend), with the collectives
-// rank 0 performed (calls and MB sent per kind). Geometries: issue 7's THD [4096, 4096], hidden 512,
-// Hk 4, Hv 8, dk = dv = 64 at W = 4, and at W = 8 the same with Hk 8, Hv 16 (headwise needs 8 | Hk);
-// fp32. Only forward + backward are timed (layer construction and the micro-batch plan are not).
+// bench_cp: GdnCpLayer fwd+bwd per CP mode on in-process ranks, with the collectives rank 0 performed
+// (calls and MB sent per kind) and the host syncs of one step (the target is 0). --backend selects cpu
+// (default), emu (the gpu/ kernels on host streams) or cuda (W ranks sharing one GPU through their own
+// streams). Geometries:
+//   cpu, emu  issue 7's THD [4096, 4096], hidden 512, Hk 4, Hv 8, dk = dv = 64 at W = 4, and at W = 8
+//             the same with Hk 8, Hv 16 (headwise needs 8 | Hk); fp32.
+//   cuda      issue 11's THD [8192, 8192], hidden 2048, Hk 16, Hv 32, dk = dv = 128 at W = 4, fp32 and
+//             bf16; plus BM_ChunkedCore, one rank's chunked gated delta rule (fwd + bwd) at that size,
+//             whose counter TFLOP_s is the achieved rate (cp/op_cost.hpp's FLOPs over the time).
+// Only forward + backward are timed, up to the step's end on the device (one download, outside the
+// sync count); layer construction and the micro-batch plan are not.
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <string>
 
 #include <benchmark/benchmark.h>
 
@@ -11,57 +22,69 @@
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
 #include "cp/layer.hpp"
-#include "layouts/partition.hpp"
+#include "core/rng.hpp"
+#include "cp/op_cost.hpp"
+#include "gpu/cuda_backend.hpp"
+#include "gpu/kernel_backend.hpp"
+#include "layouts/apply.hpp"
 
 namespace gdnv::cp {
 namespace {
 
-void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode) {
+BackendFactory g_factory = make_cpu_backend;
+
+struct Geometry {
+  std::int64_t hidden, Hk, Hv, dk, length;
+};
+
+void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode, Geometry geo, DType dtype) {
   const int W = static_cast<int>(state.range(0));
-  const std::int64_t Hk = W == 8 ? 8 : 4;
   RunSpec spec;
-  spec.layer = {512, Hk, 2 * Hk, 64, 64, 4, 1e-6, false};
+  spec.layer = {geo.hidden, geo.Hk, geo.Hv, geo.dk, geo.dk, 4, 1e-6, false};
   spec.cp.mode = mode;
   spec.cp.cp = W;
-  spec.dtype = DType::F32;
-  spec.lengths = {4096, 4096};
+  spec.dtype = dtype;
+  spec.lengths = {geo.length, geo.length};
   const Case k = make_case(spec);
   Counters fwd, bwd;
   for (auto _ : state) {
     double seconds = 0;
-    run_world(W, [&](Communicator& world) {
-      auto be = make_cpu_backend(spec.dtype);
-      const GdnCpLayer layer(k.config, spec.cp, k.params, *be, world);
-      auto mb = layer.prepare({Format::Thd, *k.cu_seqlens});
-      const auto rows = layouts::thd_partition(layouts::Layout::zigzag, *k.cu_seqlens, W, world.rank()).positions();
-      Tensor h(DType::F32, {static_cast<std::int64_t>(rows.size()), 1, 512}), g = h;
-      for (std::size_t i = 0; i < rows.size(); ++i)
-        for (std::int64_t c = 0; c < 512; ++c) {
-          h.set(static_cast<std::int64_t>(i) * 512 + c, k.hidden.get(rows[i] * 512 + c));
-          g.set(static_cast<std::int64_t>(i) * 512 + c, k.grad_output.get(rows[i] * 512 + c));
-        }
-      const Buffer hb = be->upload(h, DType::F32), gb = be->upload(g, DType::F32);
-      world.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      Context ctx;
-      ScopedCounter f(world.accounting());
-      const Buffer out = layer.forward(mb, hb, ctx);
-      const Counters forward = f.delta();
-      ScopedCounter b(world.accounting());
-      benchmark::DoNotOptimize(layer.backward(ctx, gb));
-      const Counters backward = b.delta();
-      world.barrier();
-      if (world.rank() == 0) {
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        fwd = forward;
-        bwd = backward;
-      }
-    });
+    RankBackends ranks = make_rank_backends(W, g_factory, dtype);
+    run_world(
+        W,
+        [&](Communicator& world) {
+          Backend& be = *ranks.backends[static_cast<std::size_t>(world.rank())];
+          be.count_host_syncs(world.shared_accounting());
+          const GdnCpLayer layer(k.config, spec.cp, k.params, be, world);
+          auto mb = layer.prepare({Format::Thd, *k.cu_seqlens});
+          const auto rows = zigzag_rows(k, W, world.rank());
+          const Buffer hb = be.upload(layouts::gather_rows(k.hidden, rows), dtype);
+          const Buffer gb = be.upload(layouts::gather_rows(k.grad_output, rows), dtype);
+          (void)be.download(gb);  // the uploads have landed
+          world.barrier();
+          const auto t0 = std::chrono::steady_clock::now();
+          Context ctx;
+          ScopedCounter f(world.accounting());
+          const Buffer out = layer.forward(mb, hb, ctx);
+          const Counters forward = f.delta();
+          ScopedCounter b(world.accounting());
+          const LayerBackward back = layer.backward(ctx, gb);
+          const Counters backward = b.delta();
+          (void)be.download(back.grad_hidden);  // the step has finished on the device
+          world.barrier();
+          if (world.rank() == 0) {
+            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            fwd = forward;
+            bwd = backward;
+          }
+        },
+        ranks.options);
     state.SetIterationTime(seconds);
   }
   const Counters total = fwd + bwd;
   state.counters["calls"] = static_cast<double>(total.calls());
   state.counters["MB_sent"] = static_cast<double>(total.bytes_sent()) / 1e6;
+  state.counters["host_syncs"] = static_cast<double>(total.host_syncs);
   const std::pair<const char*, Collective> kinds[] = {{"a2a", Collective::AllToAllV},
                                                       {"allgather", Collective::AllGather},
                                                       {"reduce_scatter", Collective::ReduceScatter},
@@ -72,15 +95,90 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode) {
   }
 }
 
-void register_modes() {
-  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
-    benchmark::RegisterBenchmark((std::string("BM_CpLayerFwdBwd/") + std::string(mode_name(mode))).c_str(),
-                                 BM_CpLayerFwdBwd, mode)
-        ->Arg(4)
-        ->Arg(8)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->Iterations(2);
+// One rank's chunked core under headwise at W = 4 (Hk / 4 key heads, Hv / 4 value heads, every token):
+// gdr + gdr_backward, timed to a download of one gradient.
+void BM_ChunkedCore(benchmark::State& state, Geometry geo, DType dtype) {
+  const std::int64_t Hk = geo.Hk / 4, Hv = geo.Hv / 4, N = 2 * geo.length, K = geo.dk;
+  const auto be = g_factory(dtype);
+  std::uint64_t stream = 0;
+  const auto random = [&](Shape shape, double lo, double hi) {
+    const Rng rng(11, ++stream);
+    Tensor t(DType::F64, shape);
+    for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, rng.uniform(static_cast<std::uint64_t>(i), lo, hi));
+    return t;
+  };
+  const Buffer q = be->upload(random({N, Hk, K}, -1, 1), dtype), kk = be->upload(random({N, Hk, K}, -1, 1), dtype);
+  const Buffer v = be->upload(random({N, Hv, K}, -1, 1), dtype), d_o = be->upload(random({N, Hv, K}, -1, 1), dtype);
+  const Buffer g = be->upload(random({N, Hv}, -0.1, -0.01), DType::F32);
+  const Buffer beta = be->upload(random({N, Hv}, 0.1, 0.9), DType::F32);
+  const std::vector<std::int64_t> cu{0, geo.length, N};
+  const Varlen seqs{cu, upload_index(*be, cu)};
+  const GdrArgs args{q, kk, v, g, beta, seqs, Buffer{}, 1.0 / std::sqrt(static_cast<double>(K))};
+  (void)be->download(beta);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const GdrOut out = be->gdr(args);
+    const GdrGrads grads = be->gdr_backward(args, d_o, Buffer{});
+    (void)be->download(grads.dh0);
+    benchmark::DoNotOptimize(out.o.data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const std::int64_t lengths[] = {geo.length, geo.length};
+  const double flops =
+      gdr_cost({0, 0}, lengths, Hk, Hv, K, K).flops + gdr_backward_cost({0, 0}, lengths, Hk, Hv, K, K).flops;
+  state.counters["TFLOP_s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class Fn, class... Args>
+benchmark::internal::Benchmark* add(const std::string& name, Fn fn, Args... args) {
+  return benchmark::RegisterBenchmark(name.c_str(), fn, args...)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(2);
+}
+
+void register_benchmarks(const std::string& backend) {
+  if (backend != "cuda") {
+    for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+      for (int W : {4, 8}) {
+        const std::int64_t Hk = W == 8 ? 8 : 4;
+        add("BM_CpLayerFwdBwd/" + std::string(mode_name(mode)), BM_CpLayerFwdBwd, mode,
+            Geometry{512, Hk, 2 * Hk, 64, 4096}, DType::F32)
+            ->Arg(W);
+      }
+    return;
+  }
+  const Geometry issue11{2048, 16, 32, 128, 8192};
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const std::string suffix = dtype == DType::F32 ? "/fp32" : "/bf16";
+    for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+      add("BM_CpLayerFwdBwd/" + std::string(mode_name(mode)) + suffix, BM_CpLayerFwdBwd, mode, issue11, dtype)->Arg(4);
+    add("BM_ChunkedCore" + suffix, BM_ChunkedCore, issue11, dtype)->Iterations(5);
+  }
+}
+
+// --backend=NAME, removed from argv; exits 3 naming the fix for a bad name or a missing device.
+std::string take_backend_flag(int& argc, char** argv) {
+  std::string backend = "cpu";
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--backend=", 10) == 0) backend = argv[i] + 10;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  if (backend == "cpu") g_factory = make_cpu_backend;
+  else if (backend == "emu") g_factory = gpu::make_emulated_backend;
+  else if (backend == "cuda") g_factory = gpu::make_cuda_backend;
+  else {
+    std::cerr << "bench_cp: --backend=" << backend << " is not supported: use cpu, emu or cuda\n";
+    std::exit(3);
+  }
+  if (backend == "cuda")
+    if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty()) {
+      std::cerr << "bench_cp: --backend=cuda: no CUDA device: " << reason << "; run on a machine with an NVIDIA GPU\n";
+      std::exit(3);
+    }
+  return backend;
 }
 
 }  // namespace
@@ -88,7 +186,7 @@ void register_modes() {
 
 int main(int argc, char** argv) {
   gdnv::keep_freed_memory();
-  gdnv::cp::register_modes();
+  gdnv::cp::register_benchmarks(gdnv::cp::take_backend_flag(argc, argv));
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -8,6 +8,8 @@
 
 #include "cli/command.hpp"
 #include "cli/gate_steps.hpp"
+#include "cli/lists.hpp"
+#include "core/error.hpp"
 #include "core/file.hpp"
 #include "cp/faults.hpp"
 
@@ -83,9 +85,16 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
   options.add_options()("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE")(
       "quick", po::bool_switch(), "a smaller matrix (under a minute)")("list-faults", po::bool_switch(),
-                                                                        "list the planted faults and exit");
-  const auto vm = parse_options("gate", "[--quick] [--junit FILE] [--list-faults]", options, {}, args, out);
+                                                                        "list the planted faults and exit")(
+      "backend", po::value<std::string>()->default_value("cpu"),
+      "cpu: the CUDA step runs where a device is usable, else is skipped; cuda: the device is required");
+  const auto vm = parse_options("gate", "[--quick] [--junit FILE] [--list-faults] [--backend cpu|cuda]", options, {},
+                                args, out);
   if (!vm) return kPass;
+  if (const std::string backend = (*vm)["backend"].as<std::string>(); backend == "cuda")
+    (void)parse_backend_option(backend);  // no device: the one line naming the fix, exit 3
+  else if (backend != "cpu")
+    throw ConfigError("gate --backend '" + backend + "' is not supported: use cpu or cuda");
   if ((*vm)["list-faults"].as<bool>()) {
     list_faults(out);
     return kPass;

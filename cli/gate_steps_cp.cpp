@@ -321,7 +321,7 @@ StepResult probe_self_compare(bool quick) {
         spec.image = "gate";
         spec.case_name = "thd-short";
         run_world(mode == "cp1" ? 1 : 4, [&](Communicator& world) {
-          probes::dump_rank(spec, (root / image).string(), "inproc", world);
+          probes::dump_rank(spec, (root / image).string(), "inproc", world, cp::make_cpu_backend(spec.dtype));
         });
       }
     const auto same = probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));

@@ -3,6 +3,9 @@
 #include <charconv>
 
 #include "core/error.hpp"
+#include "cp/cpu_backend.hpp"
+#include "gpu/cuda_backend.hpp"
+#include "gpu/kernel_backend.hpp"
 
 namespace gdnv::cli {
 
@@ -29,6 +32,16 @@ DType parse_dtype_option(const std::string& name) {
   if (name == "fp32") return DType::F32;
   if (name == "bf16") return DType::BF16;
   throw ConfigError("--dtype '" + name + "' is not supported: use bf16, fp32 or fp64");
+}
+
+cp::BackendFactory parse_backend_option(const std::string& name) {
+  if (name == "cpu") return cp::make_cpu_backend;
+  if (name == "emu") return gpu::make_emulated_backend;
+  if (name != "cuda") throw ConfigError("--backend '" + name + "' is not supported: use cpu, emu or cuda");
+  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty())
+    throw ConfigError("--backend cuda: no CUDA device: " + reason +
+                      "; run on a machine with an NVIDIA GPU and driver (and a CUDA build), or use --backend cpu");
+  return gpu::make_cuda_backend;
 }
 
 ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm) {

@@ -1,5 +1,5 @@
 #pragma once
-// Option values shared by the commands: integer lists, the storage dtype, the layer geometry.
+// Option values shared by the commands: integer lists, the storage dtype, the backend, the layer geometry.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -8,6 +8,7 @@
 
 #include "core/dtype.hpp"
 #include "cp/cp_config.hpp"
+#include "cp/harness.hpp"
 #include "reference/layer_config.hpp"
 
 namespace gdnv::cli {
@@ -17,6 +18,10 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 
 // --dtype: "fp64" | "fp32" | "bf16"; ConfigError naming the choices otherwise.
 DType parse_dtype_option(const std::string& name);
+
+// --backend: "cpu" | "emu" (gpu/'s kernels on host streams) | "cuda". `cuda` without a usable device
+// is a ConfigError naming the fix, before any case is built.
+cp::BackendFactory parse_backend_option(const std::string& name);
 
 // The layer geometry from --hidden, --num-key-heads, --num-value-heads, --key-head-dim,
 // --value-head-dim and --conv-width (layernorm epsilon 1e-6, no conv bias).

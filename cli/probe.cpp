@@ -59,7 +59,9 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
       ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | sbhd")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters");
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
+      ("backend", po::value<std::string>()->default_value("cpu"),
+       "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)");
   const auto vm = parse_options("probe dump", "--mode M --image LABEL --out DIR [options]", o, {}, args, out);
   if (!vm) return kPass;
   probes::DumpSpec spec;
@@ -69,10 +71,18 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.dtype = parse_dtype_option((*vm)["dtype"].as<std::string>());
   spec.seed = (*vm)["seed"].as<std::uint64_t>();
   const std::string dir = (*vm)["out"].as<std::string>();
+  spec.backend = (*vm)["backend"].as<std::string>();
   const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);
-  (void)probes::dump_run_spec(spec, world.size);  // bad input fails here, before any rank starts
+  // Bad input fails here, before any rank starts.
+  (void)probes::dump_run_spec(spec, world.size);
+  const cp::BackendFactory factory = parse_backend_option(spec.backend);
+  if (world.mpi && spec.backend != "cpu")
+    throw ConfigError("--backend " + spec.backend + " needs --world inproc:W: the MPI world moves host memory; "
+                      "run without mpirun, or use --backend cpu");
+  cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   const auto body = [&](Communicator& comm) {
-    probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm);
+    probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm,
+                      world.mpi ? factory(spec.dtype) : std::move(ranks.backends[static_cast<std::size_t>(comm.rank())]));
     if (comm.rank() == 0)
       out << "probe dump: image '" << spec.image << "', " << spec.mode << " on " << world.size << " rank(s) ("
           << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype)
@@ -80,7 +90,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
           << (world.size == 1 ? "0" : "0.." + std::to_string(world.size - 1)) << ".safetensors, meta.json}\n";
   };
   if (world.mpi) run_mpi(body);
-  else run_world(world.size, body);
+  else run_world(world.size, body, ranks.options);
   return kPass;
 }
 

@@ -27,7 +27,7 @@ po::options_description run_options() {
       ("cp", po::value<int>()->default_value(2), "static CP size (in-process ranks per TP rank)")
       ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
-      ("backend", po::value<std::string>()->default_value("cpu"), "compute backend: cpu | cuda (fp32, bf16)")
+      ("backend", po::value<std::string>()->default_value("cpu"), "compute backend: cpu | emu (the CUDA kernels emulated on host streams) | cuda; emu and cuda store fp32 or bf16")
       ("format", po::value<std::string>()->default_value("thd"), "thd (packed, --lengths) | sbhd (--seq-len, --batch)")
       ("lengths", po::value<std::string>()->default_value("128,64"), "THD sequence lengths")
       ("seq-len", po::value<std::int64_t>()->default_value(64), "SBHD sequence length S")
@@ -69,17 +69,6 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
   s.seed = vm["seed"].as<std::uint64_t>();
   s.gates = cp::parse_gate_regime(vm["gates"].as<std::string>());
   return s;
-}
-
-// The factory of --backend; `cuda` without a usable device is a ConfigError naming the fix, before any
-// case is built.
-cp::BackendFactory backend_factory(const std::string& name) {
-  if (name == "cpu") return cp::make_cpu_backend;
-  if (name != "cuda") throw ConfigError("--backend '" + name + "' is not supported: use cpu or cuda");
-  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty())
-    throw ConfigError("--backend cuda: no CUDA device: " + reason +
-                      "; run on a machine with an NVIDIA GPU and driver (and a CUDA build), or use --backend cpu");
-  return gpu::make_cuda_backend;
 }
 
 struct Row {
@@ -131,7 +120,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   if (!vm) return kPass;
   const cp::RunSpec spec = spec_from(*vm);
   const std::string backend = (*vm)["backend"].as<std::string>();
-  const cp::BackendFactory factory = backend_factory(backend);
+  const cp::BackendFactory factory = parse_backend_option(backend);
   const cp::Case k = cp::make_case(spec);
   const cp::Answer oracle = cp::oracle_answer(k);
   const auto runs = cp::run_in_process(spec, k, factory);

@@ -45,10 +45,24 @@ struct World {
   std::chrono::milliseconds timeout;
 };
 
-// One member's part in a collective: its checked call, and its color and key when splitting.
+// One member's part in a collective: its checked call, its mover, and its color and key when splitting.
 struct Post {
   const Call* call;
+  DataMover* mover = nullptr;
   int color = 0, key = 0;
+};
+
+class HostMover final : public DataMover {
+ public:
+  Memory memory() const override { return Memory::Host; }
+  std::shared_ptr<void> scratch(std::size_t bytes) override {
+    return std::shared_ptr<void>(::operator new(std::max<std::size_t>(bytes, 1)),
+                                 [](void* p) { ::operator delete(p); });
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) override {
+    rank_sum(dtype, out, inputs, count);
+  }
 };
 
 // Rendezvous of one group. Each round is one collective: members post, wait until all have posted,
@@ -67,33 +81,45 @@ struct Group {
 
 class InProcessCommunicator final : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<Group> group, int rank, std::shared_ptr<Accounting> accounting)
-      : Communicator(rank, group->world_ranks, std::move(accounting)), group_(std::move(group)) {}
+  InProcessCommunicator(std::shared_ptr<Group> group, int rank, std::shared_ptr<Accounting> accounting,
+                        std::shared_ptr<DataMover> mover)
+      : Communicator(rank, group->world_ranks, std::move(accounting)),
+        group_(std::move(group)),
+        mover_(std::move(mover)) {}
 
-  Memory memory() const override { return Memory::Host; }
+  Memory memory() const override { return mover_->memory(); }
 
  protected:
   void execute(const Call& call) override {
     // An in-place all_reduce would overwrite the buffer peers are summing from: they read a copy.
-    std::vector<std::byte> staged;
+    std::shared_ptr<void> staged;
     Call staged_call;
     const Call* mine = &call;
     if (call.kind == Collective::AllReduce && call.send == call.recv && call.to[0] > 0) {
-      const auto* src = static_cast<const std::byte*>(call.send);
-      staged.assign(src, src + call.to[0] * static_cast<std::int64_t>(dtype_size(call.dtype)));
+      const auto bytes = static_cast<std::size_t>(call.to[0]) * dtype_size(call.dtype);
+      staged = mover_->scratch(bytes);
+      mover_->copy(staged.get(), call.send, bytes);
       staged_call = call;
-      staged_call.send = staged.data();
+      staged_call.send = staged.get();
       mine = &staged_call;
     }
-    const Post post{mine};
+    mover_->ready();
+    const Post post{mine, mover_.get()};
     const std::string error = arrive(post, call);
-    if (error.empty()) move_data(*mine);
+    std::vector<DataMover*> peers;
+    if (error.empty()) {
+      for (const Post* p : group_->posts) peers.push_back(p->mover);
+      mover_->after_ready(peers);
+      move_data(*mine);
+      mover_->reads_done();
+    }
     depart();
     if (!error.empty()) throw CommError(where(call) + ": " + error);
+    mover_->after_reads(peers);
   }
 
   std::unique_ptr<Communicator> execute_split(const Call& call, int color, int key) override {
-    const Post post{&call, color, key};
+    const Post post{&call, mover_.get(), color, key};
     const std::string error = arrive(post, call);
     std::unique_ptr<Communicator> child;
     if (error.empty() && color >= 0) child = join_child(color);
@@ -181,7 +207,9 @@ class InProcessCommunicator final : public Communicator {
     const auto es = static_cast<std::int64_t>(dtype_size(call.dtype));
     auto* out = static_cast<std::byte*>(call.recv);
     const auto copy = [&](std::int64_t out_offset, const void* src, std::int64_t src_offset, std::int64_t n) {
-      if (n > 0) std::memcpy(out + out_offset * es, static_cast<const std::byte*>(src) + src_offset * es, n * es);
+      if (n > 0)
+        mover_->copy(out + out_offset * es, static_cast<const std::byte*>(src) + src_offset * es,
+                     static_cast<std::size_t>(n * es));
     };
     std::vector<const void*> inputs;
     switch (call.kind) {
@@ -199,11 +227,11 @@ class InProcessCommunicator final : public Communicator {
           const Call& c = *posts[r]->call;
           inputs.push_back(static_cast<const std::byte*>(c.send) + c.send_offset(rank()) * es);
         }
-        rank_sum(call.dtype, call.recv, inputs, call.from[rank()]);
+        mover_->sum(call.dtype, call.recv, inputs, call.from[rank()]);
         break;
       case Collective::AllReduce:
         for (int r = 0; r < size(); ++r) inputs.push_back(posts[r]->call->send);
-        rank_sum(call.dtype, call.recv, inputs, call.to[0]);
+        mover_->sum(call.dtype, call.recv, inputs, call.to[0]);
         break;
       case Collective::Broadcast:
         if (rank() != call.root) copy(0, posts[call.root]->call->send, 0, call.from[call.root]);
@@ -232,19 +260,28 @@ class InProcessCommunicator final : public Communicator {
       if (!slot) slot = std::make_shared<Group>(g.world, world_ranks);
       child = slot;
     }
-    return std::make_unique<InProcessCommunicator>(std::move(child), new_rank, shared_accounting());
+    return std::make_unique<InProcessCommunicator>(std::move(child), new_rank, shared_accounting(), mover_);
   }
 
   std::shared_ptr<Group> group_;
+  std::shared_ptr<DataMover> mover_;
 };
 
 }  // namespace
+
+std::shared_ptr<DataMover> host_data_mover() { return std::make_shared<HostMover>(); }
 
 void run_world(int n, const std::function<void(Communicator&)>& fn, const WorldOptions& options) {
   if (n < 1) throw ConfigError("run_world: the world needs at least 1 rank, got " + std::to_string(n));
   if (options.timeout.count() <= 0)
     throw ConfigError("run_world: the collective timeout must be positive, got " +
                       std::to_string(options.timeout.count()) + " ms");
+  if (!options.movers.empty() && options.movers.size() != static_cast<std::size_t>(n))
+    throw ConfigError("run_world: data movers for " + std::to_string(options.movers.size()) + " of " +
+                      std::to_string(n) + " ranks: pass one per rank, or none for host memory");
+  for (const auto& m : options.movers)
+    if ((m ? m->memory() : Memory::Host) != (options.movers[0] ? options.movers[0]->memory() : Memory::Host))
+      throw ConfigError("run_world: the ranks' data movers mix host and device memory: give every rank the same kind");
   World world(n, options.timeout);
   std::vector<int> ranks(static_cast<std::size_t>(n));
   std::iota(ranks.begin(), ranks.end(), 0);
@@ -254,7 +291,8 @@ void run_world(int n, const std::function<void(Communicator&)>& fn, const WorldO
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
         try {
-          InProcessCommunicator comm(group, r, std::make_shared<Accounting>());
+          std::shared_ptr<DataMover> mover = options.movers.empty() ? nullptr : options.movers[static_cast<std::size_t>(r)];
+          InProcessCommunicator comm(group, r, std::make_shared<Accounting>(), mover ? mover : host_data_mover());
           fn(comm);
         } catch (...) {
           world.fail(r, std::current_exception());

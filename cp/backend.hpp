@@ -10,9 +10,11 @@
 //
 // Shapes: N = local tokens (sequences packed back to back, described by a Varlen), D = channels.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/inprocess.hpp"
 #include "cp/buffer.hpp"
 
 namespace gdnv::cp {
@@ -112,6 +114,12 @@ class Backend {
   virtual DType dtype() const = 0;
   virtual DType state_dtype() const = 0;
   virtual Memory memory() const = 0;
+  // How the in-process world moves this rank's collective data in order with the backend's work
+  // (comm/inprocess.hpp); nullptr: host memory, copied once the op that produced it has returned.
+  virtual std::shared_ptr<DataMover> data_mover() { return nullptr; }
+  // Counts each time the backend blocks the host on its device work (a download, a pageable upload)
+  // as a host sync of `accounting` (the rank's). A host backend never does.
+  virtual void count_host_syncs(std::shared_ptr<Accounting> /*accounting*/) {}
 
   // ---- buffers and data movement --------------------------------------------------------------
   virtual Buffer alloc(DType dtype, Shape shape) = 0;  // zero-filled

@@ -21,6 +21,10 @@ class CountingBackend final : public Backend {
   DType dtype() const override { return inner_->dtype(); }
   DType state_dtype() const override { return inner_->state_dtype(); }
   Memory memory() const override { return inner_->memory(); }
+  std::shared_ptr<DataMover> data_mover() override { return inner_->data_mover(); }
+  void count_host_syncs(std::shared_ptr<Accounting> accounting) override {
+    inner_->count_host_syncs(std::move(accounting));
+  }
 
   Buffer alloc(DType dtype, Shape shape) override;
   Buffer upload(const Tensor& t, DType as) override;

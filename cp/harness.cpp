@@ -168,11 +168,12 @@ RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
   return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
 }
 
-std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, const BackendFactory& factory,
+std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, std::unique_ptr<Backend> backend,
                                  Communicator& world) {
   const int tp = spec.cp.tp, cp = spec.cp.cp;
   const TpCpGrid grid = make_tp_cp_grid(world, tp);
-  CountingBackend be(factory(spec.dtype));
+  CountingBackend be(std::move(backend));
+  be.count_host_syncs(world.shared_accounting());
   const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
   std::vector<RankOutput> outputs;
   for (int c : spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches) {
@@ -203,19 +204,33 @@ std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, const Backe
     o.backward_flops = be.flops() - flops;
     o.out = be.download(out).to(DType::F64);
     o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
-    o.grads = std::move(back.grads);
+    o.grads = download_grads(be, back.grads);
     outputs.push_back(std::move(o));
   }
   return outputs;
+}
+
+RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType dtype) {
+  RankBackends out;
+  for (int r = 0; r < ranks; ++r) {
+    out.backends.push_back(factory(dtype));
+    out.options.movers.push_back(out.backends.back()->data_mover());
+  }
+  return out;
 }
 
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
   const int tp = spec.cp.tp, n = tp * spec.cp.cp;
   validate_static(spec.cp, k.config);
   std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n));
-  run_world(n, [&](Communicator& world) {
-    outputs[static_cast<std::size_t>(world.rank())] = run_rank(spec, k, factory, world);
-  });
+  RankBackends ranks = make_rank_backends(n, factory, spec.dtype);
+  run_world(
+      n,
+      [&](Communicator& world) {
+        const auto r = static_cast<std::size_t>(world.rank());
+        outputs[r] = run_rank(spec, k, std::move(ranks.backends[r]), world);
+      },
+      ranks.options);
 
   std::vector<MicroBatchRun> runs;
   for (std::size_t m = 0; m < outputs[0].size(); ++m) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/accounting.hpp"
+#include "comm/inprocess.hpp"
 #include "cp/backend.hpp"
 #include "cp/cost.hpp"
 #include "cp/cp_config.hpp"
@@ -84,9 +85,18 @@ std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, 
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
 
-// This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport): the
-// TP x CP grid, the layer, then fwd+bwd per micro-batch. Collective over `world`.
-std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, const BackendFactory& factory,
+// One backend per rank of an in-process world, and the world's options whose movers carry each rank's
+// collectives in order with its backend's work (device backends: on its stream).
+struct RankBackends {
+  std::vector<std::unique_ptr<Backend>> backends;  // by world rank
+  WorldOptions options;
+};
+RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType dtype);
+
+// This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport whose
+// Memory is the backend's): the TP x CP grid, the layer, then fwd+bwd per micro-batch, the backend's
+// host syncs counted in the rank's Accounting. Collective over `world`.
+std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, std::unique_ptr<Backend> backend,
                                  Communicator& world);
 
 // Natural rows (of hidden viewed as [rows, width], rows = tokens, or S for SBHD) of CP rank r of c.

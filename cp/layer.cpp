@@ -195,7 +195,7 @@ LayerBackward GdnCpLayer::backward(const Context& ctx, const Buffer& grad_output
   return {dh.reshaped(grad_output.shape()), reduce_grads(mb, g)};
 }
 
-ref::LayerParams GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) const {
+BufferGrads GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) const {
   const SizeParams& sp = size_params(mb.cp_size);
   const std::size_t slice = cp_.mode == CpMode::Headwise ? static_cast<std::size_t>(mb.cp_rank) : 0;
   const RankSlice& rs = sp.slices.at(slice);
@@ -209,7 +209,7 @@ ref::LayerParams GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads
     be_.scatter_rows(part.reshaped({part.numel() / width, width}), rows, rows_view);
     return out;
   };
-  std::map<std::string, Buffer> grads;
+  BufferGrads grads;
   grads[ref::kInProjNorm] = g.d_ln_w;
   grads[ref::kInProj] = placed(g.d_in_proj, sp.in_proj_rows, {L.in_proj_dim(), L.hidden()});
   grads[ref::kOutProj] = g.d_out_proj;
@@ -220,11 +220,16 @@ ref::LayerParams GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads
   grads[ref::kOutNorm] = g.mixer.d_out_norm;
   if (tp_ && tp_->size() > 1) tp_->all_reduce(grads[ref::kOutNorm].mut());  // replicated over TP, per-head partials
 
-  ref::LayerParams out;
   for (auto& [name, buf] : grads) {
     if (mb.cp_size > 1 && !fault_active(Fault::MissingGradReductionOverCp)) mb.cp->all_reduce(buf.mut());
-    out[name] = be_.download(buf).to(DType::F64).reshaped(ref::param_shape(L, name));
+    buf = buf.reshaped(ref::param_shape(L, name));
   }
+  return grads;
+}
+
+ref::LayerParams download_grads(Backend& backend, const BufferGrads& grads) {
+  ref::LayerParams out;
+  for (const auto& [name, buf] : grads) out[name] = backend.download(buf).to(DType::F64);
   return out;
 }
 

@@ -21,10 +21,17 @@
 
 namespace gdnv::cp {
 
+// Parameter gradients where the backend computes: this TP rank's shard in state_dtype(), shaped as the
+// parameter, summed over CP; replicated ones full.
+using BufferGrads = std::map<std::string, Buffer>;
+
 struct LayerBackward {
-  Buffer grad_hidden;      // like the forward's hidden
-  ref::LayerParams grads;  // this TP rank's shard (F64), summed over CP; replicated ones full
+  Buffer grad_hidden;  // like the forward's hidden
+  BufferGrads grads;
 };
+
+// The gradients on the host in F64 (one download each: outside the layer's step).
+ref::LayerParams download_grads(Backend& backend, const BufferGrads& grads);
 
 struct RankSlice;  // a CP rank's mixer slice (cp/layer.cpp)
 
@@ -60,7 +67,7 @@ class GdnCpLayer {
   RankSlice make_slice(const std::vector<std::int64_t>& channels, const std::vector<std::int64_t>& heads,
                        int cp_size) const;
   LayerParts parts(const MicroBatch& mb) const;
-  ref::LayerParams reduce_grads(const MicroBatch& mb, const LocalGrads& g) const;
+  BufferGrads reduce_grads(const MicroBatch& mb, const LocalGrads& g) const;
 
   ref::LayerConfig config_, local_config_;
   CpConfig cp_;

@@ -2,12 +2,18 @@
 # The one prepared GPU check (issue 11), for a session lent one NVIDIA GPU (H100/H200, sm_90): install
 # what is missing, configure with CUDA, build only the targets it runs, then
 #   1. the GPU tests (cuda_backend_test: every leaf op vs the fp64 oracle and vs the CPU backend, the
-#      three modes end to end; gpu_device_test; cuda_cli_test) and the host emulation (gpu_emulation_test),
+#      three modes end to end with zero host syncs in the layer; gpu_device_test; cuda_cli_test, which
+#      also runs `gate --quick --backend cuda`) and the device path's emulation (gpu_emulation_test,
+#      stream_test),
 #   2. gdn-verify run --backend cuda for every mode x W in {1,2,4} x fp32/bf16 x THD/SBHD (legal cells),
+#   3. compute-sanitizer --tool memcheck on a small chunkwise run,
+#   4. probe dump --backend cuda of every mode, then probe cross-mode and probe oracle on that image,
+#   5. bench_cp --backend=cuda (issue 11's geometry; JSON in $OUT/bench_cp_cuda.json),
 # writing each log, ctest's JUnit XML and summary.json (one entry per step: name, exit code, seconds)
 # to $OUT (default ./gpu-check-out). Exit code: 0 when every step passed, 1 otherwise; a machine
 # without a usable device fails the device query step rather than reporting a pass.
-# Budget: under 8 minutes on one H200 from a bare machine (build ~3 min on 16 cores, runs < 2 min).
+# Budget: under 8 minutes on one H200 from a bare machine (build ~3 min on 16 cores, runs ~2 min, the
+# bench capped at 150 s).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 
@@ -52,10 +58,10 @@ step install ./run deps || exit 1
 step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDNV_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
 step build cmake --build "$BUILD" -j "$JOBS" --target gdn-verify cuda_backend_test gpu_device_test \
-  gpu_emulation_test cuda_cli_test || exit 1
+  gpu_emulation_test stream_test cuda_cli_test bench_cp || exit 1
 
 step ctest_gpu ctest --test-dir "$BUILD" -j 4 --timeout 300 --output-on-failure \
-  --output-junit "$OUT/ctest_gpu.xml" -R '^(cuda\.|emu\.|CudaCli\.|GpuDevice)'
+  --output-junit "$OUT/ctest_gpu.xml" -R '^(cuda\.|emu\.|CudaCli\.|GpuDevice|HostStream|StreamMover|Collectives/StreamMover)'
 
 # Heads divisible by tp*cp for headwise at W=4; THD lengths and the SBHD length divisible by 2W.
 GEOMETRY=(--num-key-heads 4 --num-value-heads 8 --key-head-dim 16 --value-head-dim 16 --hidden 64
@@ -72,4 +78,22 @@ for mode in headwise chunkwise all_gather; do
     done
   done
 done
+SMALL=(--num-key-heads 2 --num-value-heads 4 --key-head-dim 16 --value-head-dim 16 --hidden 32 --lengths "96,40")
+SANITIZER=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+step memcheck "$SANITIZER" --tool memcheck --error-exitcode 1 --leak-check full "$BUILD/gdn-verify" run \
+  --backend cuda --mode chunkwise --cp 2 --dtype bf16 "${SMALL[@]}"
+
+IMAGE="$OUT/probe_cuda"
+rm -rf "$IMAGE"
+for mode in cp1 headwise chunkwise all_gather; do
+  W=4
+  [ "$mode" = cp1 ] && W=1
+  step "probe_dump_$mode" "$BUILD/gdn-verify" probe dump --backend cuda --mode "$mode" --image cuda --out "$IMAGE" \
+    --world "inproc:$W" --case thd-gva
+done
+step probe_cross_mode "$BUILD/gdn-verify" probe cross-mode --dir "$IMAGE"
+step probe_oracle "$BUILD/gdn-verify" probe oracle --dir "$IMAGE"
+
+step bench_cp timeout 150 "$BUILD/bench_cp" --backend=cuda --benchmark_out="$OUT/bench_cp_cuda.json" \
+  --benchmark_out_format=json
 exit "$FAILED"

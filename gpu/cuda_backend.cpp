@@ -1,5 +1,6 @@
-// The CUDA Backend: gpu/kernels.hpp on one device stream (kernels from gpu/cuda_kernels_*.cu, GEMMs
-// through cuBLAS), composed into a Backend by gpu/kernel_backend.cpp exactly as the host emulation is.
+// The CUDA Backend: gpu/kernels.hpp on one CudaStream (kernels from gpu/cuda_kernels_*.cu, GEMMs through
+// cuBLAS on the same stream), composed into a Backend by gpu/kernel_backend.cpp exactly as the host
+// emulation is.
 #include "gpu/cuda_backend.hpp"
 
 #include <cublas_v2.h>
@@ -7,15 +8,12 @@
 
 #include "core/error.hpp"
 #include "gpu/cuda_launch.hpp"
+#include "gpu/cuda_stream.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernel_backend.hpp"
 
 namespace gdnv::gpu {
 namespace {
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-}
 
 void check_cublas(cublasStatus_t s, const std::string& what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(what + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
@@ -23,49 +21,27 @@ void check_cublas(cublasStatus_t s, const std::string& what) {
 
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels() {
-    check_cuda(cudaStreamCreate(&stream_), "CUDA backend: cudaStreamCreate");
+  CudaKernels() : cuda_(std::make_shared<CudaStream>()), stream_(cuda_) {
     check_cublas(cublasCreate(&blas_), "CUDA backend: cublasCreate");
-    check_cublas(cublasSetStream(blas_, stream_), "CUDA backend: cublasSetStream");
+    check_cublas(cublasSetStream(blas_, cuda_->handle()), "CUDA backend: cublasSetStream");
+    // Our own workspace: otherwise cuBLAS may cudaMalloc (a device-wide sync) inside a layer.
+    workspace_ = cuda_->alloc(kWorkspaceBytes);
+    check_cublas(cublasSetWorkspace(blas_, workspace_.get(), kWorkspaceBytes), "CUDA backend: cublasSetWorkspace");
     // No TF32 or reduced-precision reductions: fp32 GEMMs must meet the fp32 gate (DESIGN.md §4).
     check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "CUDA backend: cublasSetMathMode");
   }
-  ~CudaKernels() override {
-    cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
-  }
+  ~CudaKernels() override { cublasDestroy(blas_); }
   CudaKernels(const CudaKernels&) = delete;
   CudaKernels& operator=(const CudaKernels&) = delete;
 
   std::string platform() const override { return "cuda"; }
-  Memory memory() const override { return Memory::Device; }
+  const std::shared_ptr<Stream>& stream() const override { return stream_; }
 
-  // Managed memory: kernels use it as device memory; the host-side communicators (in-process threads,
-  // MPI) can read and write it once the op that produced it has finished.
-  std::shared_ptr<void> alloc(std::size_t bytes) override {
-    void* p = nullptr;
-    check_cuda(cudaMallocManaged(&p, bytes == 0 ? 1 : bytes), "CUDA backend: cudaMallocManaged of " +
-                                                                   std::to_string(bytes) + " bytes");
-    std::shared_ptr<void> owned(p, [](void* q) { cudaFree(q); });
-    check_cuda(cudaMemsetAsync(p, 0, bytes, stream_), "CUDA backend: cudaMemsetAsync");
-    finish("alloc");  // a host-side communicator may write the buffer next (a collective's receive side)
-    return owned;
+#define GDNV_GPU_CUDA_OVERRIDE(name, Params, item)                \
+  void name(const Params& p, std::int64_t items) override {       \
+    launch_##name(p, items, cuda_->handle());                     \
+    CudaStream::check_launch(#name);                              \
   }
-  void copy_in(void* dst, const void* src, std::size_t bytes) override {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "CUDA backend: upload");
-    finish("upload");
-  }
-  void copy_out(void* dst, const void* src, std::size_t bytes) override {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "CUDA backend: download");
-    finish("download");
-  }
-  void finish(const char* op) override {
-    check_cuda(cudaGetLastError(), std::string(op) + ": kernel launch");
-    check_cuda(cudaStreamSynchronize(stream_), std::string(op) + ": kernel");
-  }
-
-#define GDNV_GPU_CUDA_OVERRIDE(name, Params, item) \
-  void name(const Params& p, std::int64_t items) override { launch_##name(p, items, stream_); }
   GDNV_GPU_KERNELS(GDNV_GPU_CUDA_OVERRIDE)
 #undef GDNV_GPU_CUDA_OVERRIDE
 
@@ -97,7 +73,11 @@ class CudaKernels final : public Kernels {
                  what);
   }
 
-  cudaStream_t stream_ = nullptr;
+  static constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLAS's recommendation for sm_90
+
+  std::shared_ptr<CudaStream> cuda_;
+  std::shared_ptr<Stream> stream_;
+  std::shared_ptr<void> workspace_;
   cublasHandle_t blas_ = nullptr;
 };
 

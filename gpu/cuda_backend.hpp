@@ -1,7 +1,8 @@
 #pragma once
 // The CUDA Backend: the kernels of gpu/kernels.hpp on the current device, one stream, GEMMs through
-// cuBLAS (fp32 compute). Buffers are CUDA managed memory so the host-side communicators (in-process
-// threads, MPI) can move them as well as NCCL; every op waits for its stream before returning.
+// cuBLAS (fp32 compute). Buffers are device memory from the stream-ordered allocator; ops only enqueue
+// work, so a layer's forward and backward never block the host. Its data_mover() carries the
+// in-process world's collectives on that stream (several ranks on one GPU).
 #include <memory>
 #include <string>
 

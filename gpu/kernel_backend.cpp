@@ -1,5 +1,7 @@
 // The Backend over gpu/kernels.hpp: checks like the CPU backend's (cp/cpu_backend.cpp), outputs
-// allocated where the kernels run, each op a fixed sequence of launches followed by finish().
+// allocated where the kernels run, each op a fixed sequence of launches on the kernels' stream. Only
+// download() waits for the stream; it and upload() (a pageable copy may wait too) each count one host
+// sync. A bad index found by a kernel is reported at the next download.
 #include "gpu/kernel_backend.hpp"
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 #include "cp/cpu_host.hpp"
 #include "cp/faults.hpp"
 #include "gpu/math_gdr.hpp"
+#include "gpu/stream_mover.hpp"
 
 namespace gdnv::gpu {
 namespace {
@@ -44,28 +47,43 @@ const T* ptr(const Buffer& b) {
 class KernelBackend final : public cp::Backend {
  public:
   KernelBackend(DType storage, std::unique_ptr<Kernels> kernels)
-      : dtype_(storage), k_(std::move(kernels)), error_(alloc(DType::I32, {1})) {}
+      : dtype_(storage), k_(std::move(kernels)), s_(*k_->stream()), error_(alloc(DType::I32, {1})) {}
 
   std::string name() const override { return k_->platform() + (bf16() ? "/bf16" : "/fp32"); }
   DType dtype() const override { return dtype_; }
   DType state_dtype() const override { return DType::F32; }
-  Memory memory() const override { return k_->memory(); }
+  Memory memory() const override { return s_.memory(); }
+  std::shared_ptr<DataMover> data_mover() override { return make_stream_mover(k_->stream()); }
+  void count_host_syncs(std::shared_ptr<Accounting> accounting) override { syncs_ = std::move(accounting); }
 
   Buffer alloc(DType dtype, Shape shape) override {
     const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-    return Buffer(dtype, std::move(shape), k_->alloc(bytes));
+    return Buffer(dtype, std::move(shape), s_.alloc(bytes));
   }
 
+  // A pageable host-to-device copy may wait for the stream: counted as a host sync.
   Buffer upload(const Tensor& t, DType as) override {
     const Tensor converted = t.to(as);
     Buffer b = alloc(as, converted.shape());
-    k_->copy_in(b.data(), converted.bytes(), converted.nbytes());
+    s_.upload(b.data(), converted.bytes(), converted.nbytes());
+    host_sync();
     return b;
   }
 
+  // One host sync: the bytes and, after indexed launches, the error flag.
   Tensor download(const Buffer& b) override {
+    int code = 0;
+    const std::vector<Indexed> launched = std::exchange(indexed_, {});
+    if (!launched.empty()) s_.fetch(&code, error_.data(), sizeof code);
     std::vector<std::uint8_t> bytes(b.nbytes());
-    k_->copy_out(bytes.data(), b.data(), bytes.size());
+    s_.fetch(bytes.data(), b.data(), bytes.size());
+    s_.synchronize("download");
+    host_sync();
+    if (code != 0) {
+      s_.zero(error_.data(), sizeof code);
+      const Indexed& bad = launched.at(static_cast<std::size_t>(code - 1));
+      throw Error(std::string(bad.op) + ": an index is outside [0, " + std::to_string(bad.limit) + ")");
+    }
     return Tensor(b.dtype(), b.shape(), std::move(bytes));
   }
 
@@ -108,7 +126,6 @@ class KernelBackend final : public cp::Backend {
     k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
                     y.numel()},
                    y.numel());
-    k_->finish("accumulate");
   }
 
   cp::RmsNormOut rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
@@ -117,7 +134,6 @@ class KernelBackend final : public cp::Backend {
     NormParams p = norm_params(x, nullptr, w, N, D, eps);
     p.y = out.y.data(), p.rstd = out.rstd.as<float>();
     k_->norm_forward(p, N);
-    k_->finish("rmsnorm");
     return out;
   }
 
@@ -130,7 +146,6 @@ class KernelBackend final : public cp::Backend {
     p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.dx.data(), p.dw = g.dw.as<float>();
     k_->norm_backward(p, N);
     k_->norm_weight_grad(p, D);
-    k_->finish("rmsnorm_backward");
     return g;
   }
 
@@ -138,7 +153,6 @@ class KernelBackend final : public cp::Backend {
     const auto [N, in, out] = linear_dims(x, w, "linear");
     Buffer y = alloc(dtype_, {N, out});
     k_->linear_forward({x.data(), w.data(), nullptr, y.data(), nullptr, N, in, out, bf16()});
-    k_->finish("linear");
     return y;
   }
 
@@ -147,7 +161,6 @@ class KernelBackend final : public cp::Backend {
     expect(dy, "linear_backward", "dy", dtype_, {N, out}, "[N, out]");
     cp::LinearGrads g{alloc(dtype_, x.shape()), alloc(DType::F32, w.shape())};
     k_->linear_backward({x.data(), w.data(), dy.data(), g.dx.data(), g.dw.as<float>(), N, in, out, bf16()});
-    k_->finish("linear_backward");
     return g;
   }
 
@@ -156,7 +169,6 @@ class KernelBackend final : public cp::Backend {
     Buffer y = alloc(dtype_, args.x.shape());
     p.y = y.data();
     k_->conv_forward(p, p.N * p.D);
-    k_->finish("conv1d");
     return y;
   }
 
@@ -174,7 +186,6 @@ class KernelBackend final : public cp::Backend {
     k_->conv_dx(p, p.N * p.D);
     if (p.dhalo) k_->conv_dhalo(p, (p.W - 1) * p.D);
     k_->conv_weight_grad(p, p.D * p.W);
-    k_->finish("conv1d_backward");
     return g;
   }
 
@@ -183,7 +194,6 @@ class KernelBackend final : public cp::Backend {
     cp::Gates out{alloc(DType::F32, a.shape()), alloc(DType::F32, a.shape())};
     p.g = out.g.as<float>(), p.beta = out.beta.as<float>();
     k_->gates_forward(p, p.N * p.Hv);
-    k_->finish("gates");
     return out;
   }
 
@@ -198,7 +208,6 @@ class KernelBackend final : public cp::Backend {
     p.dA_log = g.dA_log.as<float>(), p.ddt_bias = g.ddt_bias.as<float>();
     k_->gates_backward(p, p.N * p.Hv);
     k_->gates_param_grad(p, p.Hv);
-    k_->finish("gates_backward");
     return g;
   }
 
@@ -208,7 +217,6 @@ class KernelBackend final : public cp::Backend {
     x.p.o = out.o.data(), x.p.final_state = out.final_state.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
     k_->gdr_forward(x.p, x.p.n * x.p.Hk);
-    k_->finish("gdr");
     return out;
   }
 
@@ -230,7 +238,6 @@ class KernelBackend final : public cp::Backend {
     k_->l2norm(p, p.N * p.Hk);
     k_->gdr_backward(p, p.n * p.Hk);
     k_->l2norm_backward(p, p.N * p.Hk);
-    k_->finish("gdr_backward");
     return g;
   }
 
@@ -241,7 +248,6 @@ class KernelBackend final : public cp::Backend {
     x.p.maps = maps.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
     k_->gdr_last_map(x.p, x.p.Hv);
-    k_->finish("gdr_last_map");
     return maps;
   }
 
@@ -252,7 +258,6 @@ class KernelBackend final : public cp::Backend {
     x.p.d_o = d_o.data(), x.p.maps = maps.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
     k_->gdr_first_adjoint(x.p, x.p.Hv);
-    k_->finish("gdr_first_adjoint");
     return maps;
   }
 
@@ -266,7 +271,6 @@ class KernelBackend final : public cp::Backend {
     Buffer out = alloc(DType::F32, {Hv, K, V});
     const Buffer work = alloc(DType::F32, {Hv, K, V});
     k_->fold({maps.as<float>(), out.as<float>(), mut(work), Hv, K, V, begin, end, adjoint}, Hv);
-    k_->finish("fold_span_maps");
     return out;
   }
 
@@ -276,7 +280,6 @@ class KernelBackend final : public cp::Backend {
     NormParams p = norm_params(o, &z, w, N * Hv, o.dim(2), eps);
     p.y = out.y.data(), p.rstd = out.rstd.as<float>();
     k_->norm_forward(p, N * Hv);
-    k_->finish("gated_norm");
     return out;
   }
 
@@ -290,7 +293,6 @@ class KernelBackend final : public cp::Backend {
     p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.d_o.data(), p.dz = g.dz.data(), p.dw = g.dw.as<float>();
     k_->norm_backward(p, N * Hv);
     k_->norm_weight_grad(p, o.dim(2));
-    k_->finish("gated_norm_backward");
     return g;
   }
 
@@ -302,32 +304,27 @@ class KernelBackend final : public cp::Backend {
   // Index-driven copies; an index outside [0, limit) makes the kernel raise the error flag.
   void copy_rows(const Buffer& x, const Buffer& index, Buffer& out, bool gather, std::int64_t limit, const char* op) {
     const std::int64_t rows = index.numel(), units = rows == 0 ? 0 : (gather ? out : x).nbytes() / rows / 2;
-    reset_error();
     k_->copy_rows({static_cast<const std::uint16_t*>(x.data()), static_cast<std::uint16_t*>(out.data()),
-                   index.as<std::int64_t>(), rows, units, limit, gather, {error_.as<int>()}},
+                   index.as<std::int64_t>(), rows, units, limit, gather, error_flag(op, limit)},
                   rows * units);
-    check_error(op, limit);
   }
 
   void copy_columns(const Buffer& x, const Buffer& index, Buffer& out, bool gather, const char* op) {
     const std::int64_t units = static_cast<std::int64_t>(dtype_size(x.dtype())) / 2;
-    reset_error();
     k_->copy_columns({static_cast<const std::uint16_t*>(x.data()), static_cast<std::uint16_t*>(out.data()),
                       index.as<std::int64_t>(), out.dim(0), index.numel(), x.dim(1), out.dim(1), units, gather,
-                      {error_.as<int>()}},
+                      error_flag(op, gather ? x.dim(1) : out.dim(1))},
                      out.dim(0) * index.numel() * units);
-    check_error(op, gather ? x.dim(1) : out.dim(1));
   }
 
-  void reset_error() {
-    const int zero = 0;
-    k_->copy_in(error_.data(), &zero, sizeof zero);
+  // The flag for one indexed launch; its code finds (op, limit) again when the flag is read.
+  ErrorFlag error_flag(const char* op, std::int64_t limit) {
+    indexed_.push_back({op, limit});
+    return {error_.as<int>(), static_cast<int>(indexed_.size())};
   }
-  void check_error(const char* op, std::int64_t limit) {
-    k_->finish(op);
-    int flag = 0;
-    k_->copy_out(&flag, error_.data(), sizeof flag);
-    if (flag) throw Error(std::string(op) + ": an index is outside [0, " + std::to_string(limit) + ")");
+
+  void host_sync() {
+    if (syncs_) syncs_->host_sync();
   }
 
   std::pair<std::int64_t, std::int64_t> rows_and_width(const Buffer& x, const Buffer& w, const char* op) const {
@@ -440,9 +437,17 @@ class KernelBackend final : public cp::Backend {
     return {o.dim(0), o.dim(1)};
   }
 
+  struct Indexed {
+    const char* op;
+    std::int64_t limit;
+  };
+
   DType dtype_;
   std::unique_ptr<Kernels> k_;
-  Buffer error_;  // I32 [1]: the index kernels' error flag
+  Stream& s_;
+  Buffer error_;                           // I32 [1]: the index kernels' error flag
+  std::vector<Indexed> indexed_;           // indexed launches since the flag was last read
+  std::shared_ptr<Accounting> syncs_;      // where host syncs are counted, if anywhere
 };
 
 }  // namespace

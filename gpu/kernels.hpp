@@ -1,15 +1,16 @@
 #pragma once
 // Where the kernels of gpu/math_*.hpp run: one "launch" per kernel, each calling its item function for
-// every item in [0, items). The host emulation (make_host_kernels) loops on the CPU; the CUDA backend
-// (gpu/cuda_backend.cpp) launches one thread per item on a stream. The backend (gpu/kernel_backend.*)
+// every item in [0, items), enqueued on the kernels' Stream. The host emulation (make_host_kernels)
+// loops on the CPU on its stream's worker; the CUDA backend (gpu/cuda_backend.cpp) launches one thread
+// per item on a CUDA stream. The backend (gpu/kernel_backend.*)
 // composes ops from these launches once for both, so ctest checks on the CPU exactly the item
 // functions and the composition the GPU runs.
 #include <cstddef>
 #include <memory>
 #include <string>
 
-#include "comm/communicator.hpp"
 #include "gpu/params.hpp"
+#include "gpu/stream.hpp"
 
 namespace gdnv::gpu {
 
@@ -52,13 +53,8 @@ class Kernels {
   virtual ~Kernels() = default;
 
   virtual std::string platform() const = 0;  // "emu" | "cuda": the backend name's prefix
-  virtual Memory memory() const = 0;
-  // Zero-filled storage where the kernels run, freed with the last Buffer sharing it.
-  virtual std::shared_ptr<void> alloc(std::size_t bytes) = 0;
-  virtual void copy_in(void* dst, const void* host_src, std::size_t bytes) = 0;
-  virtual void copy_out(void* host_dst, const void* src, std::size_t bytes) = 0;
-  // Waits for the op's launches; throws Error "<op>: ..." for a failed launch or kernel.
-  virtual void finish(const char* op) = 0;
+  // Where every launch is enqueued, in order: storage, copies and synchronisation go through it too.
+  virtual const std::shared_ptr<Stream>& stream() const = 0;
 
 #define GDNV_GPU_DECLARE_LAUNCH(name, Params, item) virtual void name(const Params& p, std::int64_t items) = 0;
   GDNV_GPU_KERNELS(GDNV_GPU_DECLARE_LAUNCH)
@@ -69,7 +65,8 @@ class Kernels {
   virtual void linear_backward(const LinearParams& p) = 0;
 };
 
-// The host emulation: every launch loops over its items on the CPU (items in parallel, as on a GPU).
+// The host emulation: every launch loops over its items on the CPU (items in parallel, as on a GPU),
+// asynchronously on a HostStream.
 std::unique_ptr<Kernels> make_host_kernels();
 
 }  // namespace gdnv::gpu

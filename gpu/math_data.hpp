@@ -11,7 +11,7 @@ GDNV_HD void copy_row_unit(const RowCopyParams& p, i64 item) {
   const i64 i = item / p.row_units, u = item % p.row_units;
   const i64 r = p.index[i];
   if (r < 0 || r >= p.limit) {
-    *p.error.flag = 1;
+    *p.error.flag = p.error.code;
     return;
   }
   if (p.gather) p.out[i * p.row_units + u] = p.x[r * p.row_units + u];
@@ -23,7 +23,7 @@ GDNV_HD void copy_column_unit(const ColumnCopyParams& p, i64 item) {
   const i64 u = item % p.elem_units, j = (item / p.elem_units) % p.E, row = item / (p.elem_units * p.E);
   const i64 c = p.index[j];
   if (c < 0 || c >= (p.gather ? p.x_cols : p.out_cols)) {
-    *p.error.flag = 1;
+    *p.error.flag = p.error.code;
     return;
   }
   const i64 src = p.gather ? c : j, dst = p.gather ? j : c;

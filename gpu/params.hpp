@@ -6,9 +6,11 @@
 
 namespace gdnv::gpu {
 
-// Set by a kernel that meets an index outside its range; the backend checks it after the op.
+// Set to `code` (the launch's number, from 1) by a kernel that meets an index outside its range; the
+// backend reads it at its next host sync and names the op, as CUDA reports a kernel's fault late.
 struct ErrorFlag {
   int* flag;
+  int code;
 };
 
 // ---- data movement (element size in 16-bit units: every stored dtype is a multiple of 2 bytes) ----

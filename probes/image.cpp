@@ -4,7 +4,6 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
-#include "cp/cpu_backend.hpp"
 #include "layouts/apply.hpp"
 #include "probes/build_info.hpp"
 #include "reference/layer_io.hpp"
@@ -44,7 +43,11 @@ json read_meta(const std::string& dir) {
 
 // What makes two dumps the same image of the same case: a DIR holds only one.
 json identity(const DumpSpec& spec) {
-  return {{"image", spec.image}, {"case", spec.case_name}, {"dtype", dtype_name(spec.dtype)}, {"seed", spec.seed}};
+  return {{"image", spec.image},
+          {"case", spec.case_name},
+          {"dtype", dtype_name(spec.dtype)},
+          {"seed", spec.seed},
+          {"backend", spec.backend}};
 }
 
 void check_same_image(const json& meta, const DumpSpec& spec, const std::string& dir) {
@@ -127,11 +130,12 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   return s;
 }
 
-void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world) {
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
+               std::unique_ptr<cp::Backend> backend) {
   const cp::RunSpec rs = dump_run_spec(spec, world.size());
   check_same_image(read_meta(dir), spec, dir);
   const cp::Case k = cp::make_case(rs);
-  const cp::RankOutput o = cp::run_rank(rs, k, cp::make_cpu_backend, world).front();
+  const cp::RankOutput o = cp::run_rank(rs, k, std::move(backend), world).front();
   world.barrier();  // every rank has computed: nothing is written for a run that failed
   fs::create_directories(dir);
   const DType state = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
@@ -142,7 +146,7 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
   if (meta.empty()) {
     meta = identity(spec);
     meta["versions"] = build_info();
-    meta["backend"] = "cpu";
+    meta["backend"] = spec.backend;
     meta["geometry"] = geometry(rs);
     meta["modes"] = json::object();
   }

@@ -35,16 +35,19 @@ struct DumpSpec {
   std::string case_name = "thd-gva";
   DType dtype = DType::F32;
   std::uint64_t seed = 0;
+  std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json
 };
 
 // The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
 // than one rank, or an illegal combination (DESIGN.md §3.1, the messages of `gdn-verify run`).
 cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size);
 
-// This rank's part of the dump (collective over `world`): runs the layer fwd+bwd and writes
-// DIR/<mode>.rank<r>.safetensors; rank 0 also writes inputs.safetensors and meta.json. `transport`
-// ("inproc" | "mpi") is recorded in meta.json. Files are written only after every rank has computed.
-void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world);
+// This rank's part of the dump (collective over `world`, whose Memory is the backend's): runs the layer
+// fwd+bwd on `backend` and writes DIR/<mode>.rank<r>.safetensors; rank 0 also writes inputs.safetensors
+// and meta.json. `transport` ("inproc" | "mpi") is recorded in meta.json. Files are written only after
+// every rank has computed.
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
+               std::unique_ptr<cp::Backend> backend);
 
 // The modes dumped in DIR (those with a rank-0 file), in cp1, headwise, chunkwise, all_gather order.
 std::vector<std::string> modes_in(const std::string& dir);

@@ -63,14 +63,32 @@ TEST_F(SuiteData, GatherAndScatterRowsAndColumnsMoveExactBytes) {
   gdnv::testing::expect_columns_move_exact_bytes(*be);
 }
 
-TEST_F(SuiteData, AnIndexOutOfRangeIsAnErrorNamingTheRange) {
+// The counter the zero-sync check of SuiteModes reads: it moves exactly where the host waits.
+TEST_F(SuiteData, EachUploadAndDownloadIsOneHostSyncAndOpsAreNone) {
   const auto be = suite_backend(DType::F32);
+  const auto accounting = std::make_shared<Accounting>();
+  be->count_host_syncs(accounting);
+  const Buffer x = be->upload(Tensor(DType::F32, {4, 3}), DType::F32);
+  EXPECT_EQ(accounting->counters().host_syncs, 1u);
+  const Buffer y = be->gather_rows(be->linear(x, be->alloc(DType::F32, {2, 3})), index_buffer(*be, {3, 0}));
+  EXPECT_EQ(accounting->counters().host_syncs, 2u);  // index_buffer's upload; the ops none
+  (void)be->download(y);
+  EXPECT_EQ(accounting->counters().host_syncs, 3u);  // the bytes and the index flag together
+}
+
+// As a GPU reports a kernel's fault: at the next host sync, naming the op; later ops are clean again.
+TEST_F(SuiteData, AnIndexOutOfRangeIsAnErrorNamingTheRangeAtTheNextDownload) {
+  const auto be = suite_backend(DType::F32);
+  Buffer x = be->alloc(DType::F32, {5, 2});
+  be->scatter_columns(be->alloc(DType::F32, {5, 1}), index_buffer(*be, {1}), x);  // in range: [0, 2)
+  (void)be->gather_rows(x, index_buffer(*be, {0, 5}));
   try {
-    be->gather_rows(be->alloc(DType::F32, {5, 2}), index_buffer(*be, {0, 5}));
+    (void)be->download(x);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "gather_rows: an index is outside [0, 5)");
   }
+  EXPECT_EQ(be->download(be->gather_rows(x, index_buffer(*be, {4}))).numel(), 2);
 }
 
 TEST_F(SuiteData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
@@ -222,6 +240,11 @@ TEST_P(SuiteModes, LayerMatchesTheOracleUnderEveryGate) {
   check("out", oracle.out, runs[0].answer.out);
   check("grad_hidden", oracle.grad_hidden, runs[0].answer.grad_hidden);
   for (const auto& [name, t] : oracle.grads) check("grad::" + name, t, runs[0].answer.grads.at(name));
+  // Once the micro-batch is planned, the layer's forward and backward never block the host.
+  for (const RankOutput& rank : runs[0].ranks) {
+    EXPECT_EQ(rank.forward.host_syncs, 0u) << "forward of CP rank " << rank.cp_rank;
+    EXPECT_EQ(rank.backward.host_syncs, 0u) << "backward of CP rank " << rank.cp_rank;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SuiteModes,

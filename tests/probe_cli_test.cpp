@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <sys/wait.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -116,6 +117,10 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
       {"probe cross-mode --dir " + dir.string(), "holds no cp1 dump"},
       {"probe oracle --dir " + (dir / "nope").string(), "holds no inputs.safetensors"},
       {"probe compare --ref " + dir.string() + " --cand " + dir.string() + " --mode chunkwise", "has no chunkwise dump"},
+      {"probe dump --mode headwise --image one --backend emu" + out, "holds an image with backend \"cpu\", not \"emu\""},
+      {"probe dump --mode headwise --image x --backend tpu" + out, "--backend 'tpu' is not supported: use cpu, emu or cuda"},
+      {"probe dump --mode headwise --image x --backend emu --dtype fp64" + out,
+       "the emu backend stores F32 or BF16, not F64; choose --dtype fp32 or bf16"},
       {"probe teleport", "unknown probe subcommand 'teleport'"},
   };
   for (const auto& [args, message] : cases) {
@@ -125,6 +130,19 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
   EXPECT_FALSE(fs::exists(dir / "cp1.rank0.safetensors"));  // nothing half-written by the failed dumps
+  fs::remove_all(dir);
+}
+
+// The device code path (gpu/'s kernels on host streams, collectives through the stream mover) dumps an
+// image the cross-mode and oracle judgements pass, recorded as that backend's.
+TEST(ProbeCli, TheEmulatedDeviceBackendDumpsAnImageThatPassesCrossModeAndOracle) {
+  const auto dir = testing::temp_dir("probe_emu");
+  dump(dir, "emu", kAllModes, "--backend emu --case thd-short", 4);
+  for (const std::string sub : {"cross-mode", "oracle"}) {
+    const auto r = run_cli("probe " + sub + " --dir " + dir.string());
+    EXPECT_EQ(r.code, 0) << sub << "\n" << r.out << r.err;
+  }
+  EXPECT_EQ(nlohmann::json::parse(read_file_text((dir / "meta.json").string()))["backend"], "emu");
   fs::remove_all(dir);
 }
 
@@ -154,6 +172,23 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     EXPECT_EQ(meta["modes"]["chunkwise"]["world"], np);
     fs::remove_all(root);
   }
+}
+
+// The MPI world moves host memory: a device backend under mpirun is bad input, before any rank runs.
+TEST(ProbeCli, ADeviceBackendUnderMpirunIsBadInput) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  const auto root = testing::temp_dir("probe_mpi_emu");
+  const std::string err = (root / "err.txt").string();
+  const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np 2 " + GDNV_CLI +
+                          " probe dump --mode headwise --image x --backend emu --out " + (root / "img").string() +
+                          " >/dev/null 2>" + err;
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << cmd << " status " << status;
+  EXPECT_TRUE(contains(read_file_text(err), "--backend emu needs --world inproc:W: the MPI world moves host memory"))
+      << read_file_text(err);
+  EXPECT_FALSE(fs::exists(root / "img"));
+  fs::remove_all(root);
 }
 
 }  // namespace

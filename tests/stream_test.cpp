@@ -1,0 +1,247 @@
+// gpu/stream.hpp's host emulation and the in-process world's stream mover (gpu/stream_mover.hpp): the
+// ordering a GPU gives, checked on the CPU. Producers and readers are slowed on purpose, so a missing
+// event wait reads a buffer before it is written, or after it is overwritten, and the test fails.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "comm/inprocess.hpp"
+#include "core/error.hpp"
+#include "gpu/stream.hpp"
+#include "gpu/stream_mover.hpp"
+
+namespace gdnv::gpu {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(HostStream, EnqueueReturnsBeforeTheWorkRuns) {
+  HostStream s;
+  std::atomic<bool> open{false}, ran{false};
+  s.enqueue([&] {
+    while (!open) std::this_thread::yield();
+    ran = true;
+  });
+  EXPECT_FALSE(ran);  // the task cannot have run: it waits for the host, which is here
+  open = true;
+  s.synchronize("test");
+  EXPECT_TRUE(ran);
+}
+
+TEST(HostStream, AWaitHoldsLaterWorkUntilThePeersRecordedPoint) {
+  HostStream a, b;
+  std::atomic<bool> open{false};
+  std::atomic<int> a_done{0}, seen_by_b{-1};
+  a.enqueue([&] {
+    while (!open) std::this_thread::yield();
+    a_done = 1;
+  });
+  const auto e = a.make_event();
+  a.record(e);
+  b.wait(e);
+  b.enqueue([&] { seen_by_b = a_done.load(); });
+  std::this_thread::sleep_for(20ms);
+  open = true;
+  b.synchronize("test");
+  EXPECT_EQ(seen_by_b, 1);
+}
+
+// cudaStreamWaitEvent's rule: the wait takes the point recorded when it was enqueued.
+TEST(HostStream, ALaterRecordDoesNotMoveAnEnqueuedWait) {
+  HostStream a, b;
+  const auto e = a.make_event();
+  a.record(e);
+  b.wait(e);
+  std::atomic<bool> open{false};
+  a.enqueue([&] {
+    while (!open) std::this_thread::yield();
+  });
+  a.record(e);
+  b.synchronize("test");  // would never return if b waited for the second record
+  open = true;
+  a.synchronize("test");
+}
+
+TEST(HostStream, SynchronizeReportsAFailedTaskOnceNamingTheCaller) {
+  HostStream s;
+  s.enqueue([] { throw std::runtime_error("kernel fault"); });
+  try {
+    s.synchronize("download");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "download: kernel fault");
+  }
+  EXPECT_NO_THROW(s.synchronize("download"));
+}
+
+TEST(HostStream, AllocIsZeroedAndAFetchSeesEnqueuedWrites) {
+  auto s = std::make_shared<HostStream>();
+  const auto buf = s->alloc(4 * sizeof(float));
+  const float v[2] = {1.5f, -2.0f};
+  s->upload(static_cast<float*>(buf.get()) + 1, v, sizeof v);
+  float got[4] = {9, 9, 9, 9};
+  s->fetch(got, buf.get(), sizeof got);
+  s->synchronize("test");
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[1], 1.5f);
+  EXPECT_EQ(got[2], -2.0f);
+  EXPECT_EQ(got[3], 0.0f);
+}
+
+// ---- the stream mover ----
+
+constexpr int kRanks = 3;
+constexpr std::int64_t kBlock = 5;  // elements per peer block
+
+// One collective over send [kRanks * kBlock] into recv [kRanks * kBlock] (or in place).
+using Collective = void (*)(Communicator&, void* send, void* recv);
+
+float value(int rank, std::int64_t i) { return static_cast<float>(rank * 100 + i) + 0.25f; }
+
+struct Case {
+  const char* name;
+  Collective run;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+const Case kCases[] = {
+    {"all_to_all_v",
+     [](Communicator& c, void* s, void* r) {
+       const std::vector<std::int64_t> counts(kRanks, kBlock);
+       c.all_to_all_v(ConstBuf(s, kRanks * kBlock, DType::F32), counts, MutBuf(r, kRanks * kBlock, DType::F32), counts);
+     }},
+    {"all_gather",
+     [](Communicator& c, void* s, void* r) {
+       c.all_gather(ConstBuf(s, kBlock, DType::F32), MutBuf(r, kRanks * kBlock, DType::F32));
+     }},
+    {"reduce_scatter",
+     [](Communicator& c, void* s, void* r) {
+       c.reduce_scatter(ConstBuf(s, kRanks * kBlock, DType::F32), MutBuf(r, kBlock, DType::F32));
+     }},
+    {"all_reduce_in_place", [](Communicator& c, void* s, void*) { c.all_reduce(MutBuf(s, kRanks * kBlock, DType::F32)); }},
+    {"broadcast", [](Communicator& c, void* s, void*) { c.broadcast(MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
+};
+
+// What each rank holds after the collective (recv, then send) on host memory and the host mover.
+std::vector<std::vector<float>> on_host(const Case& c) {
+  std::vector<std::vector<float>> out(kRanks);
+  run_world(kRanks, [&](Communicator& comm) {
+    std::vector<float> send(kRanks * kBlock), recv(kRanks * kBlock);
+    for (std::int64_t i = 0; i < kRanks * kBlock; ++i) send[i] = value(comm.rank(), i);
+    c.run(comm, send.data(), recv.data());
+    recv.insert(recv.end(), send.begin(), send.end());
+    out[comm.rank()] = recv;
+  });
+  return out;
+}
+
+// The same on emulated streams: every rank's send buffer is written by a task rank 1 runs late, and
+// right after the collective each rank's stream overwrites its send buffer. Only the movers' event
+// waits keep reads after the writes they need and before the overwrite.
+std::vector<std::vector<float>> on_streams(const Case& c) {
+  std::vector<std::shared_ptr<HostStream>> streams;
+  WorldOptions options;
+  for (int r = 0; r < kRanks; ++r) {
+    streams.push_back(std::make_shared<HostStream>());
+    options.movers.push_back(make_stream_mover(streams.back()));
+  }
+  std::vector<std::vector<float>> out(kRanks);
+  run_world(
+      kRanks,
+      [&](Communicator& comm) {
+        HostStream& s = *streams[comm.rank()];
+        const std::size_t bytes = kRanks * kBlock * sizeof(float);
+        const auto send = s.alloc(bytes), recv = s.alloc(bytes);
+        const int rank = comm.rank();
+        s.enqueue([rank, p = static_cast<float*>(send.get())] {
+          if (rank == 1) std::this_thread::sleep_for(30ms);
+          for (std::int64_t i = 0; i < kRanks * kBlock; ++i) p[i] = value(rank, i);
+        });
+        c.run(comm, send.get(), recv.get());
+        std::vector<float> after(kRanks * kBlock);
+        s.fetch(after.data(), send.get(), bytes);  // the send side, before the overwrite
+        s.enqueue([p = static_cast<float*>(send.get())] { std::fill(p, p + kRanks * kBlock, -1.0f); });
+        std::vector<float> got(kRanks * kBlock);
+        s.fetch(got.data(), recv.get(), bytes);
+        s.synchronize("test");
+        got.insert(got.end(), after.begin(), after.end());
+        out[rank] = got;
+        comm.barrier();  // no rank frees its buffers while a slow peer may still read them
+      },
+      options);
+  return out;
+}
+
+class StreamMover : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StreamMover, MovesTheSameBitsAsTheHostMoverWhateverTheTiming) {
+  EXPECT_EQ(on_streams(GetParam()), on_host(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, StreamMover, ::testing::ValuesIn(kCases),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// A slow reader: rank 0 overwrites its send buffer right after the collective while rank 2 has not
+// read it yet; the mover's wait for rank 2's reads keeps the overwrite behind them.
+TEST(StreamMoverOrder, TheSenderWaitsForASlowReaderBeforeOverwriting) {
+  std::vector<std::shared_ptr<HostStream>> streams;
+  WorldOptions options;
+  for (int r = 0; r < kRanks; ++r) {
+    streams.push_back(std::make_shared<HostStream>());
+    options.movers.push_back(make_stream_mover(streams.back()));
+  }
+  std::vector<float> gathered(kRanks * kBlock);
+  run_world(
+      kRanks,
+      [&](Communicator& comm) {
+        HostStream& s = *streams[comm.rank()];
+        const int rank = comm.rank();
+        const auto send = s.alloc(kBlock * sizeof(float)), recv = s.alloc(kRanks * kBlock * sizeof(float));
+        s.enqueue([rank, p = static_cast<float*>(send.get())] {
+          for (std::int64_t i = 0; i < kBlock; ++i) p[i] = value(rank, i);
+        });
+        if (rank == 2) s.enqueue([] { std::this_thread::sleep_for(30ms); });  // its reads come late
+        comm.all_gather(ConstBuf(send.get(), kBlock, DType::F32), MutBuf(recv.get(), kRanks * kBlock, DType::F32));
+        s.enqueue([p = static_cast<float*>(send.get())] { std::fill(p, p + kBlock, -1.0f); });
+        if (rank == 2) s.fetch(gathered.data(), recv.get(), kRanks * kBlock * sizeof(float));
+        s.synchronize("test");
+        comm.barrier();
+      },
+      options);
+  for (int r = 0; r < kRanks; ++r)
+    for (std::int64_t i = 0; i < kBlock; ++i) EXPECT_EQ(gathered[r * kBlock + i], value(r, i)) << r << " " << i;
+}
+
+TEST(StreamMoverWorld, MixedHostAndDeviceMoversAreAConfigError) {
+  WorldOptions options;
+  options.movers = {make_stream_mover(std::make_shared<HostStream>()), host_data_mover()};
+  // An emulated stream is host memory: a device-memory mover stands in for the mismatch.
+  struct DeviceMover final : DataMover {
+    Memory memory() const override { return Memory::Device; }
+    std::shared_ptr<void> scratch(std::size_t) override { return nullptr; }
+    void copy(void*, const void*, std::size_t) override {}
+    void sum(DType, void*, std::span<const void* const>, std::int64_t) override {}
+  };
+  options.movers[1] = std::make_shared<DeviceMover>();
+  try {
+    run_world(2, [](Communicator&) {}, options);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "run_world: the ranks' data movers mix host and device memory: give every rank the same kind");
+  }
+  options.movers.pop_back();
+  try {
+    run_world(2, [](Communicator&) {}, options);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "run_world: data movers for 1 of 2 ranks: pass one per rank, or none for host memory");
+  }
+}
+
+}  // namespace
+}  // namespace gdnv::gpu
