@@ -11,6 +11,7 @@
 #include "comm/mpi.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "gpu/cuda_backend.hpp"
 #include "probes/checks.hpp"
 #include "probes/image.hpp"
 #include "probes/report.hpp"
@@ -76,13 +77,18 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   // Bad input fails here, before any rank starts.
   (void)probes::dump_run_spec(spec, world.size);
   const cp::BackendFactory factory = parse_backend_option(spec.backend);
-  if (world.mpi && spec.backend != "cpu")
-    throw ConfigError("--backend " + spec.backend + " needs --world inproc:W: the MPI world moves host memory; "
-                      "run without mpirun, or use --backend cpu");
+  if (world.mpi && spec.backend == "emu")
+    throw ConfigError("--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun, "
+                      "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
   cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   const auto body = [&](Communicator& comm) {
-    probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm,
-                      world.mpi ? factory(spec.dtype) : std::move(ranks.backends[static_cast<std::size_t>(comm.rank())]));
+    if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
+      gpu::NcclRank rank = gpu::make_nccl_rank(comm, spec.dtype);
+      probes::dump_rank(spec, dir, "nccl", *rank.comm, std::move(rank.backend));
+    } else {
+      probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm,
+                        world.mpi ? factory(spec.dtype) : std::move(ranks.backends[static_cast<std::size_t>(comm.rank())]));
+    }
     if (comm.rank() == 0)
       out << "probe dump: image '" << spec.image << "', " << spec.mode << " on " << world.size << " rank(s) ("
           << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype)

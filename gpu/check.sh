@@ -7,7 +7,8 @@
 #      stream_test),
 #   2. gdn-verify run --backend cuda for every mode x W in {1,2,4} x fp32/bf16 x THD/SBHD (legal cells),
 #   3. compute-sanitizer --tool memcheck on a small chunkwise run,
-#   4. probe dump --backend cuda of every mode, then probe cross-mode and probe oracle on that image,
+#   4. probe dump --backend cuda of every mode, then probe cross-mode and probe oracle on that image;
+#      cp1 again under mpirun (NCCL communicator, backend on its stream), bitwise equal to the first,
 #   5. bench_cp --backend=cuda (issue 11's geometry; JSON in $OUT/bench_cp_cuda.json),
 # writing each log, ctest's JUnit XML and summary.json (one entry per step: name, exit code, seconds)
 # to $OUT (default ./gpu-check-out). Exit code: 0 when every step passed, 1 otherwise; a machine
@@ -79,7 +80,7 @@ for mode in headwise chunkwise all_gather; do
   done
 done
 SMALL=(--num-key-heads 2 --num-value-heads 4 --key-head-dim 16 --value-head-dim 16 --hidden 32 --lengths "96,40")
-SANITIZER=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 step memcheck "$SANITIZER" --tool memcheck --error-exitcode 1 --leak-check full "$BUILD/gdn-verify" run \
   --backend cuda --mode chunkwise --cp 2 --dtype bf16 "${SMALL[@]}"
 
@@ -93,6 +94,11 @@ for mode in cp1 headwise chunkwise all_gather; do
 done
 step probe_cross_mode "$BUILD/gdn-verify" probe cross-mode --dir "$IMAGE"
 step probe_oracle "$BUILD/gdn-verify" probe oracle --dir "$IMAGE"
+# The NCCL path under mpirun (one process on the one GPU): the same kernels, so the same bits.
+step probe_nccl_cp1 mpirun -np 1 "$BUILD/gdn-verify" probe dump --backend cuda --mode cp1 --image cuda \
+  --out "$OUT/probe_nccl" --case thd-gva
+step probe_nccl_vs_inproc "$BUILD/gdn-verify" probe compare --policy bitwise --mode cp1 --ref "$IMAGE" \
+  --cand "$OUT/probe_nccl"
 
 step bench_cp timeout 150 "$BUILD/bench_cp" --backend=cuda --benchmark_out="$OUT/bench_cp_cuda.json" \
   --benchmark_out_format=json

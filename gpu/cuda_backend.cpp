@@ -3,6 +3,8 @@
 // emulation is.
 #include "gpu/cuda_backend.hpp"
 
+#include <cstdlib>
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -11,6 +13,7 @@
 #include "gpu/cuda_stream.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernel_backend.hpp"
+#include "gpu/nccl_comm.hpp"
 
 namespace gdnv::gpu {
 namespace {
@@ -21,7 +24,7 @@ void check_cublas(cublasStatus_t s, const std::string& what) {
 
 class CudaKernels final : public Kernels {
  public:
-  CudaKernels() : cuda_(std::make_shared<CudaStream>()), stream_(cuda_) {
+  explicit CudaKernels(std::shared_ptr<CudaStream> stream) : cuda_(std::move(stream)), stream_(cuda_) {
     check_cublas(cublasCreate(&blas_), "CUDA backend: cublasCreate");
     check_cublas(cublasSetStream(blas_, cuda_->handle()), "CUDA backend: cublasSetStream");
     // Our own workspace: otherwise cuBLAS may cudaMalloc (a device-wide sync) inside a layer.
@@ -88,7 +91,19 @@ std::string cuda_backend_unavailable_reason() { return cuda_unavailable_reason()
 std::unique_ptr<cp::Backend> make_cuda_backend(DType storage) {
   if (const std::string reason = cuda_backend_unavailable_reason(); !reason.empty())
     throw Error("no CUDA device: " + reason);
-  return make_kernel_backend(storage, std::make_unique<CudaKernels>());
+  return make_kernel_backend(storage, std::make_unique<CudaKernels>(std::make_shared<CudaStream>()));
+}
+
+NcclRank make_nccl_rank(Communicator& mpi, DType storage) {
+  if (const std::string reason = cuda_backend_unavailable_reason(); !reason.empty())
+    throw Error("no CUDA device: " + reason);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const int device = (local ? std::atoi(local) : mpi.rank()) % cuda_device_count();
+  auto nccl = NcclCommunicator::create(static_cast<MpiCommunicator&>(mpi), device);
+  const cudaStream_t stream = nccl->stream();
+  NcclRank rank{std::move(nccl), nullptr};
+  rank.backend = make_kernel_backend(storage, std::make_unique<CudaKernels>(std::make_shared<CudaStream>(stream)));
+  return rank;
 }
 
 }  // namespace gdnv::gpu

@@ -17,4 +17,14 @@ std::unique_ptr<cp::Backend> make_cuda_backend(DType storage);
 // Why make_cuda_backend cannot work here ("" when it can): no CUDA in this build, or no device.
 std::string cuda_backend_unavailable_reason();
 
+// This process's rank of an mpirun world on its own GPU (the node-local rank modulo the device count):
+// the NCCL communicator over `mpi`'s ranks, and a CUDA backend enqueuing on that communicator's stream,
+// so kernels and collectives are ordered without host syncs. `backend` must go before `comm`.
+// Collective over `mpi` (an MpiCommunicator); Error/ConfigError as make_cuda_backend.
+struct NcclRank {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<cp::Backend> backend;
+};
+NcclRank make_nccl_rank(Communicator& mpi, DType storage);
+
 }  // namespace gdnv::gpu

@@ -25,8 +25,14 @@ struct CudaEvent final : Stream::Event {
 
 CudaStream::CudaStream() {
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "CUDA stream: cudaStreamCreate");
-  // Keep freed blocks in the pool: returning them to the driver at each synchronize costs time, and
-  // a later cudaMallocAsync would take them back.
+  keep_freed_blocks();
+}
+
+CudaStream::CudaStream(cudaStream_t external) : stream_(external), owned_(false) { keep_freed_blocks(); }
+
+// Freed blocks stay in the device's pool: returning them to the driver at each synchronize costs time,
+// and a later cudaMallocAsync would take them back.
+void CudaStream::keep_freed_blocks() {
   int device = 0;
   cudaMemPool_t pool = nullptr;
   check_cuda(cudaGetDevice(&device), "CUDA stream: cudaGetDevice");
@@ -35,7 +41,9 @@ CudaStream::CudaStream() {
   check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "CUDA stream: cudaMemPoolSetAttribute");
 }
 
-CudaStream::~CudaStream() { cudaStreamDestroy(stream_); }
+CudaStream::~CudaStream() {
+  if (owned_) cudaStreamDestroy(stream_);
+}
 
 void CudaStream::check_launch(const char* what) { check_cuda(cudaGetLastError(), std::string(what) + ": kernel launch"); }
 

@@ -13,8 +13,10 @@ namespace gdnv::gpu {
 // Owned through a shared_ptr: every buffer keeps its stream alive to free in stream order.
 class CudaStream final : public Stream, public std::enable_shared_from_this<CudaStream> {
  public:
-  // On the current device; throws Error naming the failed call.
+  // A new stream on the current device; throws Error naming the failed call.
   CudaStream();
+  // Work enqueued on `external`, which stays its owner's (e.g. the NCCL communicator's stream).
+  explicit CudaStream(cudaStream_t external);
   ~CudaStream() override;
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
@@ -36,7 +38,10 @@ class CudaStream final : public Stream, public std::enable_shared_from_this<Cuda
   void synchronize(const char* what) override;
 
  private:
+  void keep_freed_blocks();
+
   cudaStream_t stream_ = nullptr;
+  bool owned_ = true;
 };
 
 }  // namespace gdnv::gpu

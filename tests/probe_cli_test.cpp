@@ -174,8 +174,9 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
   }
 }
 
-// The MPI world moves host memory: a device backend under mpirun is bad input, before any rank runs.
-TEST(ProbeCli, ADeviceBackendUnderMpirunIsBadInput) {
+// The MPI world moves host memory: the emulated device backend under mpirun is bad input, before any
+// rank runs (cuda runs there over NCCL).
+TEST(ProbeCli, TheEmulatedBackendUnderMpirunIsBadInput) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   const auto root = testing::temp_dir("probe_mpi_emu");
@@ -185,7 +186,7 @@ TEST(ProbeCli, ADeviceBackendUnderMpirunIsBadInput) {
                           " >/dev/null 2>" + err;
   const int status = std::system(cmd.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << cmd << " status " << status;
-  EXPECT_TRUE(contains(read_file_text(err), "--backend emu needs --world inproc:W: the MPI world moves host memory"))
+  EXPECT_TRUE(contains(read_file_text(err), "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun"))
       << read_file_text(err);
   EXPECT_FALSE(fs::exists(root / "img"));
   fs::remove_all(root);
