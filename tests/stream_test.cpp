@@ -127,6 +127,17 @@ const Case kCases[] = {
     {"broadcast", [](Communicator& c, void* s, void*) { c.broadcast(MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
 };
 
+// kRanks emulated streams and the world options that carry the ranks' collectives on them.
+std::pair<std::vector<std::shared_ptr<HostStream>>, WorldOptions> stream_world() {
+  std::vector<std::shared_ptr<HostStream>> streams;
+  WorldOptions options;
+  for (int r = 0; r < kRanks; ++r) {
+    streams.push_back(std::make_shared<HostStream>());
+    options.movers.push_back(make_stream_mover(streams.back()));
+  }
+  return {streams, options};
+}
+
 // What each rank holds after the collective (recv, then send) on host memory and the host mover.
 std::vector<std::vector<float>> on_host(const Case& c) {
   std::vector<std::vector<float>> out(kRanks);
@@ -144,12 +155,7 @@ std::vector<std::vector<float>> on_host(const Case& c) {
 // right after the collective each rank's stream overwrites its send buffer. Only the movers' event
 // waits keep reads after the writes they need and before the overwrite.
 std::vector<std::vector<float>> on_streams(const Case& c) {
-  std::vector<std::shared_ptr<HostStream>> streams;
-  WorldOptions options;
-  for (int r = 0; r < kRanks; ++r) {
-    streams.push_back(std::make_shared<HostStream>());
-    options.movers.push_back(make_stream_mover(streams.back()));
-  }
+  auto [streams, options] = stream_world();
   std::vector<std::vector<float>> out(kRanks);
   run_world(
       kRanks,
@@ -189,12 +195,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, StreamMover, ::testing::ValuesIn(kCases),
 // A slow reader: rank 0 overwrites its send buffer right after the collective while rank 2 has not
 // read it yet; the mover's wait for rank 2's reads keeps the overwrite behind them.
 TEST(StreamMoverOrder, TheSenderWaitsForASlowReaderBeforeOverwriting) {
-  std::vector<std::shared_ptr<HostStream>> streams;
-  WorldOptions options;
-  for (int r = 0; r < kRanks; ++r) {
-    streams.push_back(std::make_shared<HostStream>());
-    options.movers.push_back(make_stream_mover(streams.back()));
-  }
+  auto [streams, options] = stream_world();
   std::vector<float> gathered(kRanks * kBlock);
   run_world(
       kRanks,
