@@ -109,8 +109,9 @@ LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::
       continue;
     }
     Tensor s(DType::F64, shard_shape(full.shape(), cut, tp_size));
+    const double* from = full.data<double>();  // clang before 16 cannot capture a structured binding
     for_rank_runs(cut, tp_size, tp_rank, full.shape(), [&](std::int64_t fo, std::int64_t so, std::int64_t n) {
-      std::copy_n(full.data<double>() + fo, n, s.data<double>() + so);
+      std::copy_n(from + fo, n, s.data<double>() + so);
     });
     shard[name] = std::move(s);
   }

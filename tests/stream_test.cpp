@@ -1,5 +1,5 @@
 // gpu/stream.hpp's host emulation and the in-process world's stream mover (gpu/stream_mover.hpp): the
-// ordering a GPU gives, checked on the CPU. Producers and readers are slowed on purpose, so a missing
+// ordering a GPU gives, checked on the CPU. A producer and a reader are slowed on purpose, so a missing
 // event wait reads a buffer before it is written, or after it is overwritten, and the test fails.
 #include <atomic>
 #include <chrono>
@@ -127,15 +127,53 @@ const Case kCases[] = {
     {"broadcast", [](Communicator& c, void* s, void*) { c.broadcast(MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
 };
 
-// kRanks emulated streams and the world options that carry the ranks' collectives on them.
-std::pair<std::vector<std::shared_ptr<HostStream>>, WorldOptions> stream_world() {
+// A stream mover whose reads start `delay` after its peers are ready: a reader slower than the ranks
+// it reads from, so a sender that overwrote its buffer without waiting for it would be caught. Every
+// rank of a test world has one (the stream mover expects stream-mover peers: they are unwrapped).
+class SlowReader final : public DataMover {
+ public:
+  SlowReader(std::shared_ptr<HostStream> stream, std::chrono::milliseconds delay)
+      : stream_(stream), inner_(make_stream_mover(stream)), delay_(delay) {}
+
+  Memory memory() const override { return inner_->memory(); }
+  std::shared_ptr<void> scratch(std::size_t bytes) override { return inner_->scratch(bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { inner_->copy(dst, src, bytes); }
+  void sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) override {
+    inner_->sum(dtype, out, inputs, count);
+  }
+  void ready() override { inner_->ready(); }
+  void after_ready(std::span<DataMover* const> peers) override {
+    inner_->after_ready(unwrap(peers));
+    if (delay_.count()) stream_->enqueue([d = delay_] { std::this_thread::sleep_for(d); });
+  }
+  void reads_done() override { inner_->reads_done(); }
+  void after_reads(std::span<DataMover* const> peers) override { inner_->after_reads(unwrap(peers)); }
+
+ private:
+  static std::vector<DataMover*> unwrap(std::span<DataMover* const> peers) {
+    std::vector<DataMover*> inner;
+    for (DataMover* p : peers) inner.push_back(static_cast<SlowReader*>(p)->inner_.get());
+    return inner;
+  }
+
+  std::shared_ptr<HostStream> stream_;
+  std::shared_ptr<DataMover> inner_;
+  std::chrono::milliseconds delay_;
+};
+
+// kRanks emulated streams and the world options that carry the ranks' collectives on them; rank 2
+// reads 30 ms late.
+struct StreamWorld {
   std::vector<std::shared_ptr<HostStream>> streams;
   WorldOptions options;
+};
+StreamWorld stream_world() {
+  StreamWorld w;
   for (int r = 0; r < kRanks; ++r) {
-    streams.push_back(std::make_shared<HostStream>());
-    options.movers.push_back(make_stream_mover(streams.back()));
+    w.streams.push_back(std::make_shared<HostStream>());
+    w.options.movers.push_back(std::make_shared<SlowReader>(w.streams.back(), r == 2 ? 30ms : 0ms));
   }
-  return {streams, options};
+  return w;
 }
 
 // What each rank holds after the collective (recv, then send) on host memory and the host mover.
@@ -151,16 +189,16 @@ std::vector<std::vector<float>> on_host(const Case& c) {
   return out;
 }
 
-// The same on emulated streams: every rank's send buffer is written by a task rank 1 runs late, and
-// right after the collective each rank's stream overwrites its send buffer. Only the movers' event
-// waits keep reads after the writes they need and before the overwrite.
+// The same on emulated streams: rank 1 writes its send buffer late, rank 2 reads late, and right after
+// the collective each rank's stream overwrites its send buffer. Only the movers' event waits keep every
+// read after the write it needs and before the overwrite.
 std::vector<std::vector<float>> on_streams(const Case& c) {
-  auto [streams, options] = stream_world();
+  const StreamWorld w = stream_world();
   std::vector<std::vector<float>> out(kRanks);
   run_world(
       kRanks,
       [&](Communicator& comm) {
-        HostStream& s = *streams[comm.rank()];
+        HostStream& s = *w.streams[comm.rank()];
         const std::size_t bytes = kRanks * kBlock * sizeof(float);
         const auto send = s.alloc(bytes), recv = s.alloc(bytes);
         const int rank = comm.rank();
@@ -177,9 +215,9 @@ std::vector<std::vector<float>> on_streams(const Case& c) {
         s.synchronize("test");
         got.insert(got.end(), after.begin(), after.end());
         out[rank] = got;
-        comm.barrier();  // no rank frees its buffers while a slow peer may still read them
+        comm.barrier();  // a broken ordering then reads a wrong value rather than freed memory
       },
-      options);
+      w.options);
   return out;
 }
 
@@ -191,32 +229,6 @@ TEST_P(StreamMover, MovesTheSameBitsAsTheHostMoverWhateverTheTiming) {
 
 INSTANTIATE_TEST_SUITE_P(Collectives, StreamMover, ::testing::ValuesIn(kCases),
                          [](const auto& p) { return std::string(p.param.name); });
-
-// A slow reader: rank 0 overwrites its send buffer right after the collective while rank 2 has not
-// read it yet; the mover's wait for rank 2's reads keeps the overwrite behind them.
-TEST(StreamMoverOrder, TheSenderWaitsForASlowReaderBeforeOverwriting) {
-  auto [streams, options] = stream_world();
-  std::vector<float> gathered(kRanks * kBlock);
-  run_world(
-      kRanks,
-      [&](Communicator& comm) {
-        HostStream& s = *streams[comm.rank()];
-        const int rank = comm.rank();
-        const auto send = s.alloc(kBlock * sizeof(float)), recv = s.alloc(kRanks * kBlock * sizeof(float));
-        s.enqueue([rank, p = static_cast<float*>(send.get())] {
-          for (std::int64_t i = 0; i < kBlock; ++i) p[i] = value(rank, i);
-        });
-        if (rank == 2) s.enqueue([] { std::this_thread::sleep_for(30ms); });  // its reads come late
-        comm.all_gather(ConstBuf(send.get(), kBlock, DType::F32), MutBuf(recv.get(), kRanks * kBlock, DType::F32));
-        s.enqueue([p = static_cast<float*>(send.get())] { std::fill(p, p + kBlock, -1.0f); });
-        if (rank == 2) s.fetch(gathered.data(), recv.get(), kRanks * kBlock * sizeof(float));
-        s.synchronize("test");
-        comm.barrier();
-      },
-      options);
-  for (int r = 0; r < kRanks; ++r)
-    for (std::int64_t i = 0; i < kBlock; ++i) EXPECT_EQ(gathered[r * kBlock + i], value(r, i)) << r << " " << i;
-}
 
 TEST(StreamMoverWorld, MixedHostAndDeviceMoversAreAConfigError) {
   WorldOptions options;
