@@ -111,9 +111,10 @@ void kernel_finite_differences(StepResult& r) {
                                            {"k", &ref::GdrInputs::k, &g.dk}, {"v", &ref::GdrInputs::v, &g.dv},
                                            {"g", &ref::GdrInputs::g, &g.dg}, {"beta", &ref::GdrInputs::beta, &g.dbeta}}) {
     const Tensor d = ref::seeded_normal(4, name, (in.*member).shape());
+    const Member field = member;  // clang before 16 cannot capture a structured binding
     directional(r, std::string("kernel d") + name, [&](double e) {
       ref::GdrInputs x = in;
-      x.*member = stepped(in.*member, d, e);
+      x.*field = stepped(in.*field, d, e);
       return loss(x);
     }, dot(*grad, d));
   }
