@@ -34,8 +34,11 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
   for (const json& c : cases) by_batch[{c["cu_seqlens"].get<Ints>(), c["cp_size"].get<int>()}][c["cp_rank"]] = c;
   const ref::LayerParams params = ref::init_params(kLayer, 3);
   int planned = 0, rejected = 0;
-  for (const auto& [key, ranks] : by_batch) {
-    const auto& [cu, W] = key;
+  for (const auto& batch : by_batch) {
+    // Named, not bound: clang before 16 cannot capture a structured binding.
+    const auto& ranks = batch.second;
+    const auto& cu = batch.first.first;
+    const int W = batch.first.second;
     bool legal = true;
     for (std::size_t i = 1; i < cu.size(); ++i) legal = legal && (cu[i] - cu[i - 1]) % (2 * W) == 0;
     (legal ? planned : rejected) += static_cast<int>(ranks.size());

@@ -159,7 +159,9 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
   const std::pair<CpMode, ref::LayerConfig> bad[] = {{CpMode::Headwise, layer(2, 4)},
                                                      {CpMode::Chunkwise, layer(3, 6)},
                                                      {CpMode::AllGather, layer(1, 2)}};
-  for (const auto& [mode, l] : bad) {
+  for (const auto& entry : bad) {
+    const CpMode mode = entry.first;  // named, not bound: clang before 16 cannot capture a binding
+    const ref::LayerConfig& l = entry.second;
     const ref::LayerParams params = ref::init_params(l, 1);
     run_world(4, [&](Communicator& world) {
       const TpCpGrid grid = make_tp_cp_grid(world, 2);
