@@ -32,13 +32,15 @@ namespace {
 
 using Ints = std::vector<std::int64_t>;
 
-nlohmann::json vectors(const char* name) {
-  return nlohmann::json::parse(read_file_text(std::string(GDNV_TEST_DATA "/vectors/") + name));
+// The "cases" of a reference vector file (a value: a range-for over a member of a temporary would
+// read freed memory).
+nlohmann::json vector_cases(const char* name) {
+  return nlohmann::json::parse(read_file_text(std::string(GDNV_TEST_DATA "/vectors/") + name)).at("cases");
 }
 
 // Megatron-Core's THD rank indices, zigzag and contiguous, exactly.
 void megatron_indices(StepResult& r) {
-  for (const auto& c : vectors("layouts_megatron.json").at("cases")) {
+  for (const auto& c : vector_cases("layouts_megatron.json")) {
     const auto cu = c.at("cu_seqlens").get<Ints>();
     const int W = c.at("cp_size").get<int>(), rank = c.at("cp_rank").get<int>();
     for (auto [layout, key] : {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}})
@@ -50,7 +52,7 @@ void megatron_indices(StepResult& r) {
 
 // FLA's chunkwise contexts (get_cp_cu_seqlens), exactly.
 void fla_contexts(StepResult& r) {
-  for (const auto& c : vectors("fla_cp_context.json").at("cases")) {
+  for (const auto& c : vector_cases("fla_cp_context.json")) {
     const auto ctx = layouts::chunkwise_context(c.at("cu_seqlens").get<Ints>(), c.at("cp_size").get<int>(),
                                                 c.at("cp_rank").get<int>(), 4);
     r.check(ctx.local_cu_seqlens == c.at("local_cu_seqlens").get<Ints>() &&

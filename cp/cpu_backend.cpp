@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   Buffer upload(const Tensor& t, DType as) override {
     const Tensor converted = t.to(as);
     Buffer b = cpu::host_buffer(as, converted.shape());
-    std::memcpy(b.data(), converted.bytes(), converted.nbytes());
+    if (converted.nbytes()) std::memcpy(b.data(), converted.bytes(), converted.nbytes());  // empty: bytes() is null
     return b;
   }
 

@@ -130,7 +130,7 @@ std::vector<Tensor> all_to_all_v(const std::vector<Tensor>& send, const std::vec
       const std::size_t rb = row_bytes(send[src]);
       const std::size_t from = static_cast<std::size_t>(displacements(counts[src])[dst]) * rb;
       const std::size_t n = static_cast<std::size_t>(counts[src][dst]) * rb;
-      std::memcpy(out.bytes() + at, send[src].bytes() + from, n);
+      if (n) std::memcpy(out.bytes() + at, send[src].bytes() + from, n);  // an empty tensor's bytes() is null
       at += n;
     }
     recv.push_back(std::move(out));

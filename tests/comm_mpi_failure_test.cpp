@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/file.hpp"
+#include "tests/mpirun_env.hpp"
 
 namespace gdnv {
 namespace {
@@ -23,8 +24,7 @@ struct MpiRun {
 };
 
 MpiRun mpirun(const std::string& scenario, int timeout_ms) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  testing::prepare_mpirun_env();
   const auto log = std::filesystem::temp_directory_path() /
                    ("gdnv_mpi_" + std::to_string(::getpid()) + "_" + scenario + ".log");
   const std::string command = std::string(GDNV_MPIEXEC) + " --oversubscribe -np 4 " + GDNV_MPI_SCENARIO + " " +

@@ -11,6 +11,7 @@
 
 #include "cli_harness.hpp"
 #include "core/safetensors.hpp"
+#include "tests/mpirun_env.hpp"
 
 namespace gdnv {
 namespace {
@@ -149,8 +150,7 @@ TEST(ProbeCli, TheEmulatedDeviceBackendDumpsAnImageThatPassesCrossModeAndOracle)
 // Under mpirun each rank is a process; the sums are rank-ordered on every transport, so the dumps
 // equal the in-process world's bit for bit.
 TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  testing::prepare_mpirun_env();
   for (int np : {2, 4}) {
     const auto root = testing::temp_dir("probe_mpi");
     const std::vector<std::string> modes = {"headwise", "chunkwise", "all_gather"};
@@ -177,8 +177,7 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
 // The MPI world moves host memory: the emulated device backend under mpirun is bad input, before any
 // rank runs (cuda runs there over NCCL).
 TEST(ProbeCli, TheEmulatedBackendUnderMpirunIsBadInput) {
-  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  testing::prepare_mpirun_env();
   const auto root = testing::temp_dir("probe_mpi_emu");
   const std::string err = (root / "err.txt").string();
   const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np 2 " + GDNV_CLI +
