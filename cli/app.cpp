@@ -4,6 +4,7 @@
 #include "cli/command.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "core/text.hpp"
 
 namespace gdnv::cli {
 
@@ -71,11 +72,12 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
       if (c.runs_layers) keep_freed_memory();
       return c.run(args, out);
     } catch (const Error& e) {
-      err << "error: " << e.what() << "\n";
+      // Messages quote names and metadata from untrusted files: never raw bytes on the terminal.
+      err << "error: " << printable(e.what()) << "\n";
       return kBadInput;
     }
   }
-  err << "error: unknown command '" << name << "'; run 'gdn-verify --help' for the list of commands\n";
+  err << "error: unknown command '" << printable(name) << "'; run 'gdn-verify --help' for the list of commands\n";
   return kBadInput;
 }
 

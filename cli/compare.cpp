@@ -13,7 +13,7 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out) {
       ("ref", po::value<std::string>()->required(), "reference: a safetensors file or a directory of them")
       ("cand", po::value<std::string>()->required(), "candidate: the same kind as REF, matched by file name")
       ("policy", po::value<std::string>()->default_value("cp1-vs-old"),
-       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | a JSON file");
+       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | upstream-probe | a JSON file");
   add_report_options(o);
   po::positional_options_description pos;
   pos.add("ref", 1).add("cand", 1);

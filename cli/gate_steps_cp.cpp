@@ -294,13 +294,14 @@ StepResult illegal_combinations(bool) {
 }
 
 // The committed regression fixtures (fixtures/data): the manifest holds, the oracle still gives the
-// stored answers, and every CP run each case allows reproduces them.
+// stored answers, and every CP run each case allows reproduces them. Counted in one unit: the
+// directory, each case and each CP run is one case of the step.
 StepResult fixture_verification(bool) {
   std::ostringstream log;
   const fixtures::Verification v = fixtures::verify_fixtures(fixtures::committed_fixtures_dir(), false, log);
   StepResult r;
-  r.cases = v.cases + v.cp_runs;
-  r.failed = static_cast<int>(v.problems.size() + v.failures.size());
+  r.cases = 1 + v.cases + v.cp_runs;
+  r.failed = v.directory_problem + v.failed_cases + v.failed_cp_runs;
   if (!v.problems.empty()) r.detail = v.problems.front();
   else if (!v.failures.empty()) r.detail = v.failures.front();
   return r;

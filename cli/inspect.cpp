@@ -6,6 +6,7 @@
 
 #include "cli/command.hpp"
 #include "core/safetensors.hpp"
+#include "core/text.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -35,17 +36,17 @@ Stats stats_of(const Tensor& t) {
 
 void print_file(const std::string& path, std::ostream& out) {
   const TensorFile file = read_safetensors(path);
-  out << path << ": " << file.tensors.size() << " tensors\n";
+  out << printable(path) << ": " << file.tensors.size() << " tensors\n";
   if (!file.metadata.empty()) {
     out << "  metadata:\n";
-    for (const auto& [k, v] : file.metadata) out << "    " << k << " = " << v << "\n";
+    for (const auto& [k, v] : file.metadata) out << "    " << printable(k) << " = " << printable(v) << "\n";
   }
   out << "  " << std::left << std::setw(34) << "name" << std::setw(6) << "dtype" << std::setw(18) << "shape"
       << std::right << std::setw(13) << "min" << std::setw(13) << "max" << std::setw(13) << "mean" << std::setw(6)
       << "nan" << std::setw(6) << "inf" << "\n";
   for (const auto& [name, t] : file.tensors) {
     const Stats s = stats_of(t);
-    out << "  " << std::left << std::setw(34) << name << std::setw(6) << dtype_name(t.dtype()) << std::setw(18)
+    out << "  " << std::left << std::setw(34) << printable(name) << std::setw(6) << dtype_name(t.dtype()) << std::setw(18)
         << shape_str(t.shape()) << std::right << std::setprecision(5) << std::setw(13);
     if (s.finite) out << s.min << std::setw(13) << s.max << std::setw(13) << s.mean;
     else out << "-" << std::setw(13) << "-" << std::setw(13) << "-";

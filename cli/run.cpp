@@ -23,7 +23,8 @@ using cp::Format;
 po::options_description run_options() {
   po::options_description o("run options");
   o.add_options()
-      ("mode", po::value<std::string>()->required(), "linear_cp_mode: headwise | chunkwise | all_gather")
+      ("mode", po::value<std::string>()->default_value("headwise"),
+       "linear_cp_mode: headwise (the upstream default) | chunkwise | all_gather")
       ("cp", po::value<int>()->default_value(2), "static CP size (in-process ranks per TP rank)")
       ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
@@ -101,6 +102,14 @@ void print_rows(const std::vector<Row>& rows, std::ostream& out) {
   out << std::defaultfloat;
 }
 
+// The active configuration in the upstream layer's own words, printed once when CP is in use.
+std::string upstream_config_line(const cp::RunSpec& spec) {
+  const ref::LayerConfig layer(spec.layer);
+  return "[GDN CP] linear_cp_mode=" + std::string(cp::mode_name(spec.cp.mode)) + " TP=" + std::to_string(spec.cp.tp) +
+         " max_CP=" + std::to_string(spec.cp.cp) + " key_heads=" + std::to_string(layer.Hk()) +
+         " value_heads=" + std::to_string(layer.Hv()) + "\n";
+}
+
 std::string indented(const std::string& lines) {
   std::string out;
   std::size_t begin = 0;
@@ -116,11 +125,13 @@ std::string indented(const std::string& lines) {
 }  // namespace
 
 int run_main(const std::vector<std::string>& args, std::ostream& out) {
-  const auto vm = parse_options("run", "--mode MODE [options]", run_options(), {}, args, out);
+  const auto vm = parse_options("run", "[--mode MODE] [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
   const cp::RunSpec spec = spec_from(*vm);
   const std::string backend = (*vm)["backend"].as<std::string>();
   const cp::BackendFactory factory = parse_backend_option(backend);
+  cp::validate_run(spec);
+  if (spec.cp.cp > 1 || !spec.cp.dynamic_cp.empty()) out << upstream_config_line(spec) << std::flush;
   const cp::Case k = cp::make_case(spec);
   const cp::Answer oracle = cp::oracle_answer(k);
   const auto runs = cp::run_in_process(spec, k, factory);

@@ -14,6 +14,7 @@
 #include "comm/rank_sum.hpp"
 #include "comm/transport.hpp"
 #include "core/rng.hpp"
+#include "core/text.hpp"
 
 namespace gdnv {
 namespace {
@@ -200,7 +201,7 @@ class MpiProcess {
   [[noreturn]] void fail_job(const std::exception_ptr& error) {
     const std::string message = message_of(error);
     // One write, so lines from several ranks do not interleave.
-    const std::string line = "error: rank " + std::to_string(world_rank_) + ": " + message + "\n";
+    const std::string line = "error: rank " + std::to_string(world_rank_) + ": " + printable(message) + "\n";
     std::fwrite(line.data(), 1, line.size(), stderr);
     std::fflush(stderr);
     serve();

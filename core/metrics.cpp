@@ -22,6 +22,7 @@ Metrics compare(const Tensor& ref, const Tensor& cand) {
     m.inf_cand += std::isinf(c);
     if (!std::isfinite(r) || !std::isfinite(c)) continue;
     ++finite;
+    m.ref_max_abs = std::max(m.ref_max_abs, std::abs(r));
     const double d = std::abs(c - r);
     if (m.max_abs_index < 0 || d > m.max_abs) {
       m.max_abs = d;

@@ -19,6 +19,7 @@ struct Metrics {
   std::int64_t nan_ref = 0, inf_ref = 0, nan_cand = 0, inf_cand = 0;
   bool bitwise = false;      // same dtype, shape and raw bytes
   double ref_rms = 0;        // rms(ref): a metric on an all-zero reference proves little
+  double ref_max_abs = 0;    // max |ref| over finite elements: the scale of a norm-wise tolerance
 };
 
 // `ref` and `cand` must have the same shape (any float dtypes). Non-finite elements are counted and

@@ -31,7 +31,8 @@ std::string verdict(const TensorResult& t, const Tensor& ref, const Tensor& cand
   if (r.atol || r.rtol) {
     const double frac = t.m.numel ? static_cast<double>(t.mismatched) / static_cast<double>(t.m.numel) : 0.0;
     if (frac > r.max_mismatch_frac.value_or(0.0))
-      return std::to_string(t.mismatched) + " elements outside atol + rtol |ref|";
+      return std::to_string(t.mismatched) + " elements outside atol + rtol " +
+             (r.normwise.value_or(false) ? "max|ref|" : "|ref|");
   }
   if (r.min_cos && 1.0 - t.m.one_minus_cos < *r.min_cos) return "cosine below min_cos";
   if (r.max_rel_rms && t.m.rel_rms > *r.max_rel_rms) return "rel_rms above max_rel_rms";
@@ -106,7 +107,12 @@ TensorResult compare_tensor(const std::string& name, const Tensor& ref, const Te
   t.rule = rule;
   if (is_float(ref.dtype())) {
     t.m = compare(ref, cand);
-    if (rule.atol || rule.rtol) t.mismatched = mismatches(ref, cand, rule.atol.value_or(0.0), rule.rtol.value_or(0.0));
+    if (rule.atol || rule.rtol) {
+      const double atol = rule.atol.value_or(0.0), rtol = rule.rtol.value_or(0.0);
+      // Norm-wise: one bound for every element, scaled by the tensor's largest reference value.
+      t.mismatched = rule.normwise.value_or(false) ? mismatches(ref, cand, atol + rtol * t.m.ref_max_abs, 0.0)
+                                                   : mismatches(ref, cand, atol, rtol);
+    }
   } else {
     t.m.numel = ref.numel();
     t.m.bitwise = ref.bitwise_equal(cand);

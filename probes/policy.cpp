@@ -21,14 +21,26 @@ Rule elementwise(double atol, double rtol, double min_cos) {
   return r;
 }
 
+Rule normwise(double atol, double rtol, double min_cos) {
+  Rule r = elementwise(atol, rtol, min_cos);
+  r.normwise = true;
+  return r;
+}
+
+std::string builtin_names() {
+  std::string names;
+  for (const Policy& p : builtin_policies()) names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
 Rule parse_rule(const json& j, const std::string& where) {
   if (!j.is_object()) throw ConfigError(where + " must be an object of tolerance keys");
   Rule r;
   for (const auto& [key, value] : j.items()) {
     const std::string at = where + "." + key;
-    if (key == "exact") {
+    if (key == "exact" || key == "normwise") {
       if (!value.is_boolean()) throw ConfigError(at + " must be true or false");
-      r.exact = value.get<bool>();
+      (key == "exact" ? r.exact : r.normwise) = value.get<bool>();
       continue;
     }
     std::optional<double>* slot = key == "atol"                ? &r.atol
@@ -38,7 +50,8 @@ Rule parse_rule(const json& j, const std::string& where) {
                                   : key == "max_mismatch_frac" ? &r.max_mismatch_frac
                                                                : nullptr;
     if (!slot)
-      throw ConfigError(at + " is not a tolerance key: use atol, rtol, min_cos, max_rel_rms, max_mismatch_frac or exact");
+      throw ConfigError(at +
+                        " is not a tolerance key: use atol, rtol, normwise, min_cos, max_rel_rms, max_mismatch_frac or exact");
     if (!value.is_number() || value.get<double>() < 0)
       throw ConfigError(at + " must be a non-negative number, got " + value.dump());
     *slot = value.get<double>();
@@ -73,6 +86,7 @@ Rule Rule::over(const Rule& base) const {
   if (max_rel_rms) r.max_rel_rms = max_rel_rms;
   if (max_mismatch_frac) r.max_mismatch_frac = max_mismatch_frac;
   if (exact) r.exact = exact;
+  if (normwise) r.normwise = normwise;
   return r;
 }
 
@@ -90,7 +104,8 @@ const std::vector<Policy>& builtin_policies() {
     bitwise.exact = true;
     return std::vector<Policy>{{"cp1-vs-old", elementwise(2e-4, 2e-3, 0.99999), {}},
                                {"cp-vs-cp1", elementwise(2e-3, 1e-2, 0.9999), {}},
-                               {"bitwise", bitwise, {}}};
+                               {"bitwise", bitwise, {}},
+                               {"upstream-probe", normwise(2e-4, 2e-3, 0.99999), {}}};
   }();
   return table;
 }
@@ -100,7 +115,7 @@ Policy load_policy(const std::string& name_or_path) {
     if (p.name == name_or_path) return p;
   if (!std::filesystem::exists(name_or_path))
     throw ConfigError("--policy '" + name_or_path +
-                      "' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise) nor a file");
+                      "' is neither a built-in policy (" + builtin_names() + ") nor a file");
   json j;
   try {
     j = json::parse(read_file_text(name_or_path));

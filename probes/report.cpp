@@ -5,6 +5,8 @@
 #include <ostream>
 #include <sstream>
 
+#include "core/text.hpp"
+
 namespace gdnv::probes {
 namespace {
 
@@ -19,7 +21,8 @@ std::string located(double v, const Shape& shape, std::int64_t index) {
   return v > 0 ? sci(v) + " at " + index_str(shape, index) : sci(v);
 }
 
-std::string label(const TensorResult& t) { return t.file.empty() ? t.name : t.file + ":" + t.name; }
+// Names come from the files compared: printable, never raw control bytes.
+std::string label(const TensorResult& t) { return printable(t.file.empty() ? t.name : t.file + ":" + t.name); }
 
 std::string mismatched_str(const TensorResult& t) {
   if (!t.rule.atol && !t.rule.rtol) return "n/a (no atol/rtol)";

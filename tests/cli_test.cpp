@@ -1,7 +1,9 @@
 // The real CLI: dispatch, --help for every command, exit codes and one-line errors.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -74,6 +76,45 @@ TEST(Cli, InspectOfCorruptFileIsOneLineNamingFileAndTensor) {
   std::filesystem::remove_all(dir);
 }
 
+// Writes a safetensors file whose header is `header` verbatim, followed by `data`.
+std::string write_raw_safetensors(const std::filesystem::path& dir, const std::string& header, const std::string& data) {
+  const std::string path = (dir / "raw.safetensors").string();
+  std::string len(8, '\0');
+  len[0] = static_cast<char>(header.size());
+  std::ofstream(path, std::ios::binary) << len << header << data;
+  return path;
+}
+
+bool all_printable_ascii(const std::string& line) {
+  return std::all_of(line.begin(), line.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+TEST(Cli, ErrorQuotingACorruptHeaderEscapesItsBytes) {
+  const auto dir = testing::temp_dir("corrupt_bytes");
+  const std::string path =
+      write_raw_safetensors(dir, "{\"w\":{\"dtype\":\"F\xb9\x01\",\"shape\":[1],\"data_offsets\":[0,4]}}", "abcd");
+  const auto r = run_cli("inspect " + path);
+  EXPECT_EQ(r.code, 3);
+  ASSERT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_TRUE(all_printable_ascii(r.err.substr(0, r.err.size() - 1))) << r.err;
+  EXPECT_NE(r.err.find("\\xb9"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, InspectEscapesControlBytesInNamesAndMetadata) {
+  const auto dir = testing::temp_dir("control_bytes");
+  const std::string path = write_raw_safetensors(
+      dir, R"({"__metadata__":{"source":"a\u001b[31mb"},"w\u0007":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+      std::string(4, '\0'));
+  const auto r = run_cli("inspect " + path);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("source = a\\x1b[31mb"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  w\\x07 "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -102,6 +143,19 @@ TEST(Cli, GateListsEveryPlantedFault) {
                            "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
                            "dynamic_cp_uses_static_group", "conv_halo_one_rank"})
     EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
+}
+
+// "N of M failed" counts one unit on both sides: in the fixture step a case or CP run fails once,
+// however many of its tensors are outside their gates (a fault moves several tensors per run).
+TEST(Cli, GateFixtureStepCountsFailedRunsNotTensors) {
+  setenv("GDNV_FAULT", "zigzag_swap_halves", 1);
+  const auto r = run_cli("gate --quick");
+  unsetenv("GDNV_FAULT");
+  const std::regex failed_line(R"(\[\d+/\d+\] fixture verification \.\.\. FAIL\n    (\d+) of (\d+) failed)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, failed_line)) << r.out;
+  EXPECT_GT(std::stoi(m[1]), 0);
+  EXPECT_LE(std::stoi(m[1]), std::stoi(m[2])) << m[0];
 }
 
 // Each planted fault makes `gate --quick` fail, and the CP mode matrix is the step that names it.

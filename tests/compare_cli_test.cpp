@@ -141,6 +141,32 @@ TEST(CompareCli, PolicyFileRulesByExactNameThenGlobOverTheDefault) {
   EXPECT_TRUE(contains(bitwise.out, "FAIL (not bitwise identical (policy: exact))")) << bitwise.out;
 }
 
+// out[16] = -0.06 is the smallest element of a tensor whose largest is |out[23]| = 1.915. A change of
+// 1e-3 there is outside the element-wise bound 2e-4 + 2e-3 * 0.06 = 3.2e-4 of cp1-vs-old, but inside
+// the upstream probe's norm-wise bound 2e-4 + 2e-3 * 1.915 = 4.0e-3 (1 - cos is ~3e-8 for both).
+TEST(CompareCli, UpstreamProbePolicyBoundsMaxAbsByTheLargestReference) {
+  TensorFile c = sample();
+  c.tensors["out"].set(16, c.tensors["out"].get(16) + 1e-3);
+  const Dirs d(sample(), c);
+  const auto elementwise = run_cli(d.args() + " --policy cp1-vs-old");
+  EXPECT_EQ(elementwise.code, 1) << elementwise.out;
+  EXPECT_TRUE(contains(elementwise.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol |ref|)"))
+      << elementwise.out;
+  const auto normwise = run_cli(d.args() + " --policy upstream-probe");
+  EXPECT_EQ(normwise.code, 0) << normwise.out;
+  EXPECT_TRUE(contains(normwise.out, "policy: upstream-probe")) << normwise.out;
+  EXPECT_TRUE(contains(normwise.out, "mismatched 0 / 24 (0%)")) << normwise.out;
+
+  c.tensors["out"].set(16, c.tensors["out"].get(16) + 4e-3);  // 5e-3 in all: past 4.0e-3
+  const Dirs far(sample(), c);
+  const auto r = run_cli(far.args() + " --policy upstream-probe");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol max|ref|)")) << r.out;
+  const std::string policy = (far.root / "normwise.json").string();
+  write_file_atomic(policy, std::string(R"({"default": {"atol": 2e-4, "rtol": 3e-3, "normwise": true}})"));
+  EXPECT_EQ(run_cli(far.args() + " --policy " + policy).code, 0) << "2e-4 + 3e-3 * 1.915 = 5.9e-3 > 5e-3";
+}
+
 TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
   const Dirs d(sample(), sample());
   const std::string policy = (d.root / "policy.json").string();
@@ -149,6 +175,7 @@ TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
       {R"({"defaults": {}})", "unknown key 'defaults'"},
       {R"({"tensors": {"out": {"rtol": "big"}}})", "tensors.out.rtol must be a non-negative number"},
       {R"({"default": {"exact": 1}})", "default.exact must be true or false"},
+      {R"({"default": {"normwise": "yes"}})", "default.normwise must be true or false"},
       {R"({"default": )", "not valid JSON"}};
   for (const auto& [text, message] : cases) {
     write_file_atomic(policy, text);
@@ -158,7 +185,7 @@ TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
   }
   const auto unknown = run_cli(d.args() + " --policy strictest");
   EXPECT_EQ(unknown.code, 3);
-  EXPECT_TRUE(contains(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise) nor a file"))
+  EXPECT_TRUE(contains(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise, upstream-probe) nor a file"))
       << unknown.err;
 }
 

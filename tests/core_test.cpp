@@ -8,6 +8,7 @@
 #include "core/rng.hpp"
 #include "core/sha256.hpp"
 #include "core/tensor.hpp"
+#include "core/text.hpp"
 
 namespace gdnv {
 namespace {
@@ -157,6 +158,21 @@ TEST(Sha256, PaddingBoundaries) {
     for (std::size_t i = 0; i < n; ++i) bytes[i] = static_cast<std::uint8_t>((i * 7 + 3) % 256);
     EXPECT_EQ(sha256_hex(bytes), digest) << n << " bytes";
   }
+}
+
+TEST(Printable, KeepsPrintableTextAndValidUtf8) {
+  EXPECT_EQ(printable("grad::A_log [3, 4] = 1e-06"), "grad::A_log [3, 4] = 1e-06");
+  EXPECT_EQ(printable("\u03c0-\u4e2d-\U0001f600"), "\u03c0-\u4e2d-\U0001f600");  // 2, 3 and 4 bytes
+}
+
+TEST(Printable, EscapesControlAndInvalidBytes) {
+  EXPECT_EQ(printable(std::string("a\xb9" "b")), "a\\xb9b");              // stray continuation byte
+  EXPECT_EQ(printable(std::string("line\nnext\x1b[31m")), "line\\x0anext\\x1b[31m");
+  EXPECT_EQ(printable(std::string("\xc3")), "\\xc3");                     // truncated 2-byte sequence
+  EXPECT_EQ(printable(std::string("\xc0\xaf")), "\\xc0\\xaf");          // overlong '/'
+  EXPECT_EQ(printable(std::string("\xed\xa0\x80")), "\\xed\\xa0\\x80");  // UTF-16 surrogate
+  EXPECT_EQ(printable(std::string("\x7f", 1) + std::string(1, '\0')), "\\x7f\\x00");
+  EXPECT_EQ(printable("back\\slash"), "back\\\\slash");  // unambiguous: a real backslash doubles
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -66,7 +67,7 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "[1/9] kernel-thd-varlen-gva")) << r.out;
   EXPECT_TRUE(contains(r.out, "[9/9] layer-thd-wide-conv-bias")) << r.out;
-  EXPECT_TRUE(contains(r.out, "9 cases, 76 CP runs, 0 numeric failures, 0 manifest/structure problems")) << r.out;
+  EXPECT_TRUE(contains(r.out, "9 cases (0 failed), 76 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
@@ -145,7 +146,7 @@ TEST(FixturesCli, MovedKernelValueNamesCaseAndTensor) {
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL kernel-strong: oracle tensor 'dk' moved: rel_rms ")) << r.out;
-  EXPECT_TRUE(contains(r.out, "1 numeric failures")) << r.out;
+  EXPECT_TRUE(contains(r.out, "2 cases (1 failed), 0 CP runs (0 failed), 1 tensor failures")) << r.out;
   fs::remove_all(dir);
 }
 
@@ -158,6 +159,10 @@ TEST(FixturesCli, MovedLayerValueFailsOracleAndCpRuns) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: oracle tensor 'grad::A_log' moved")) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: chunkwise tp=1 cp=4: tensor 'grad::A_log' rel_rms")) << r.out;
+  const std::regex counts(R"(1 cases \(1 failed\), (\d+) CP runs \((\d+) failed\))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, counts)) << r.out;
+  EXPECT_EQ(m[1], m[2]) << "every CP run is judged against the moved answer: " << m[0];
   fs::remove_all(dir);
 }
 

@@ -33,6 +33,21 @@ TEST(RunCli, ChunkwiseRunsWithTpAndDynamicCp) {
   EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
 }
 
+// As upstream: headwise when no mode is named, and the active configuration once, first, when CP is in use.
+TEST(RunCli, DefaultsToHeadwiseAndPrintsTheUpstreamConfigLine) {
+  const auto r = run_cli("run --cp 2 --tp 2 --dtype fp64 --lengths 16,8 --hidden 24 --num-key-heads 4 "
+                         "--num-value-heads 8 --key-head-dim 6 --value-head-dim 10");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("[GDN CP] linear_cp_mode=headwise TP=2 max_CP=2 key_heads=4 value_heads=8\n"
+                        "gdn-verify run: mode=headwise cp=2 tp=2 ", 0), 0u) << r.out;
+  const auto dynamic = run_cli("run --mode chunkwise --cp 2 --dynamic-cp 1,2 --dtype fp64" + kSmall);
+  EXPECT_EQ(dynamic.code, 0) << dynamic.out << dynamic.err;
+  EXPECT_EQ(dynamic.out.rfind("[GDN CP] linear_cp_mode=chunkwise TP=1 max_CP=2 ", 0), 0u) << dynamic.out;
+  const auto cp1 = run_cli("run --cp 1 --dtype fp64" + kSmall);
+  EXPECT_EQ(cp1.code, 0) << cp1.out << cp1.err;
+  EXPECT_EQ(cp1.out.find("[GDN CP]"), std::string::npos) << "no CP in use: " << cp1.out;
+}
+
 TEST(RunCli, PlantedFaultIsANumericFailure) {
   const auto r = run_cli("run --mode all_gather --cp 2 --dtype fp64" + kSmall);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -71,6 +86,7 @@ TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
     EXPECT_EQ(r.code, 3) << c.args << "\n" << r.out << r.err;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "rejected before any output: " << r.out;
   }
 }
 

@@ -1,0 +1,13 @@
+#pragma once
+// Text from untrusted files (tensor names, metadata, paths) on its way to a terminal.
+#include <string>
+#include <string_view>
+
+namespace gdnv {
+
+// `s` with every byte that is not part of printable text written as `\xNN`: ASCII control bytes
+// (newline included, so a message stays one line), DEL, and bytes that do not form valid UTF-8.
+// A backslash becomes `\\`, so the escaped form is unambiguous. Valid UTF-8 letters pass as they are.
+std::string printable(std::string_view s);
+
+}  // namespace gdnv
