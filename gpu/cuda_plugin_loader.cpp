@@ -40,7 +40,8 @@ CudaPlugin load() {
   using Entry = const CudaPluginApi* (*)();
   const auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaPluginEntry));
   const CudaPluginApi* api = entry ? entry() : nullptr;
-  if (!api || api->abi != kCudaPluginAbi) return {nullptr, what + ": it comes from another build of gdn-verify", rebuild};
+  if (!api || api->abi != kCudaPluginAbi)
+    return {nullptr, what + ": it comes from another build of gdn-verify", rebuild};
   return {api, "", ""};
 #endif
 }
