@@ -20,7 +20,7 @@
 #include "cp/cpu_backend.hpp"
 #include "cp/harness.hpp"
 #include "fixtures/fixtures.hpp"
-#include "gpu/cuda_backend.hpp"
+#include "gpu/cuda_plugin.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -341,15 +341,15 @@ StepResult probe_self_compare(bool quick) {
 }
 
 // The mode matrix on the CUDA backend (fp32, bf16: the storage it supports); skipped, never passed,
-// without a usable device.
+// without the CUDA plugin or a usable device.
 StepResult gpu_mode_matrix(bool quick) {
   StepResult r;
-  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty()) {
-    r.skip_reason = "no CUDA device: " + reason;
+  if (const std::string reason = gpu::cuda_plugin_unavailable_reason(); !reason.empty()) {
+    r.skip_reason = reason;
     return r;
   }
   mode_matrix(r, quick ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
-              gpu::make_cuda_backend);
+              gpu::cuda_plugin().api->make_backend);
   return r;
 }
 

@@ -4,7 +4,7 @@
 
 #include "core/error.hpp"
 #include "cp/cpu_backend.hpp"
-#include "gpu/cuda_backend.hpp"
+#include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
 
 namespace gdnv::cli {
@@ -38,10 +38,12 @@ cp::BackendFactory parse_backend_option(const std::string& name) {
   if (name == "cpu") return cp::make_cpu_backend;
   if (name == "emu") return gpu::make_emulated_backend;
   if (name != "cuda") throw ConfigError("--backend '" + name + "' is not supported: use cpu, emu or cuda");
-  if (const std::string reason = gpu::cuda_backend_unavailable_reason(); !reason.empty())
+  const gpu::CudaPlugin& cuda = gpu::cuda_plugin();
+  if (!cuda.api) throw ConfigError("--backend cuda: " + cuda.problem + "; " + cuda.fix + ", or use --backend cpu");
+  if (const std::string reason = cuda.api->unavailable_reason(); !reason.empty())
     throw ConfigError("--backend cuda: no CUDA device: " + reason +
                       "; run on a machine with an NVIDIA GPU and driver (and a CUDA build), or use --backend cpu");
-  return gpu::make_cuda_backend;
+  return cuda.api->make_backend;
 }
 
 ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm) {

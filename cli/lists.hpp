@@ -19,8 +19,9 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 // --dtype: "fp64" | "fp32" | "bf16"; ConfigError naming the choices otherwise.
 DType parse_dtype_option(const std::string& name);
 
-// --backend: "cpu" | "emu" (gpu/'s kernels on host streams) | "cuda". `cuda` without a usable device
-// is a ConfigError naming the fix, before any case is built.
+// --backend: "cpu" | "emu" (gpu/'s kernels on host streams) | "cuda" (loads the CUDA plugin,
+// gpu/cuda_plugin.hpp). `cuda` without the plugin or a usable device is a ConfigError naming the fix,
+// before any case is built.
 cp::BackendFactory parse_backend_option(const std::string& name);
 
 // The layer geometry from --hidden, --num-key-heads, --num-value-heads, --key-head-dim,

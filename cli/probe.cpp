@@ -11,7 +11,7 @@
 #include "comm/mpi.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
-#include "gpu/cuda_backend.hpp"
+#include "gpu/cuda_plugin.hpp"
 #include "probes/checks.hpp"
 #include "probes/image.hpp"
 #include "probes/report.hpp"
@@ -83,7 +83,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   const auto body = [&](Communicator& comm) {
     if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
-      gpu::NcclRank rank = gpu::make_nccl_rank(comm, spec.dtype);
+      gpu::NcclRank rank = gpu::cuda_plugin().api->make_nccl_rank(comm, spec.dtype);
       probes::dump_rank(spec, dir, "nccl", *rank.comm, std::move(rank.backend));
     } else {
       probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm,

@@ -58,7 +58,8 @@ step device_query nvidia-smi --query-gpu=name,memory.total,driver_version --form
 step install ./run deps || exit 1
 step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGDNV_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 || exit 1
-step build cmake --build "$BUILD" -j "$JOBS" --target gdn-verify cuda_backend_test gpu_device_test \
+# gdn-verify reaches the device through the plugin beside it (libgdnv_cuda.so, gpu/cuda_plugin.hpp).
+step build cmake --build "$BUILD" -j "$JOBS" --target gdn-verify gdnv_cuda_plugin cuda_backend_test gpu_device_test \
   gpu_emulation_test stream_test cuda_cli_test bench_cp || exit 1
 
 step ctest_gpu ctest --test-dir "$BUILD" -j 4 --timeout 300 --output-on-failure \

@@ -27,4 +27,8 @@ struct NcclRank {
 };
 NcclRank make_nccl_rank(Communicator& mpi, DType storage);
 
+// The reason a build without CUDA gives.
+inline constexpr const char* kBuiltWithoutCuda =
+    "this gdn-verify was built without CUDA (GDNV_CUDA=OFF or no nvcc at configure time)";
+
 }  // namespace gdnv::gpu

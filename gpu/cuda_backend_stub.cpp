@@ -4,9 +4,7 @@
 
 namespace gdnv::gpu {
 
-std::string cuda_backend_unavailable_reason() {
-  return "this gdn-verify was built without CUDA (GDNV_CUDA=OFF or no nvcc at configure time)";
-}
+std::string cuda_backend_unavailable_reason() { return kBuiltWithoutCuda; }
 
 std::unique_ptr<cp::Backend> make_cuda_backend(DType /*storage*/) {
   throw ConfigError("no CUDA device: " + cuda_backend_unavailable_reason());
