@@ -113,6 +113,18 @@ TEST(PlanCli, Cp1AcceptsAnyLength) {
   EXPECT_NE(cp2.err.find("sequence lengths 5,9 are not divisible by cp = 2"), std::string::npos) << cp2.err;
 }
 
+// One --lengths per --dynamic-cp entry: each micro-batch planned on its own packing at its own CP size,
+// as run runs it.
+TEST(PlanCli, DynamicCpTakesOneLengthsListPerMicroBatch) {
+  const auto r = run_cli("plan" + kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8,40,16 --lengths 4,12 "
+                         "--lengths 5 --mode chunkwise");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* line : {"micro-batch 1/3: cp=4, 64 tokens (3 packed sequences, THD)",
+                           "micro-batch 2/3: cp=2, 16 tokens (2 packed sequences, THD)",
+                           "micro-batch 3/3: cp=1, 5 tokens (1 sequence, THD)"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+}
+
 TEST(PlanCli, BadInputExitsThreeNamingTheFix) {
   const auto dir = testing::temp_dir("plan");
   const auto bad_line = write_temp(dir, "bad.txt", "64\nabc\n");
@@ -148,6 +160,11 @@ TEST(PlanCli, BadInputExitsThreeNamingTheFix) {
       {geo + " --lengths 16 --layers 0", "--layers 0 is invalid: give at least 1 layer"},
       {geo + " --lengths 16 --dtype fp16", "--dtype 'fp16' is not supported: use bf16, fp32 or fp64"},
       {kSmall + " --tp 4 --cp 1 --lengths 16", "no linear_cp_mode is legal for this geometry"},
+      {kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8 --lengths 4",
+       "--lengths given 2 times for 3 micro-batch(es) (--dynamic-cp 4,2,1): give one --lengths for every "
+       "micro-batch, or one per --dynamic-cp entry in its order"},
+      {kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2 --lengths 8 --lengths 4 --sweep seq=4k..8k",
+       "--sweep seq=4k..8k gives every micro-batch one sequence: drop it, or give one --lengths"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli("plan" + c.args);
