@@ -99,35 +99,40 @@ Ints seeded_cu(int W, std::uint64_t seed) {
   return cu;
 }
 
-// One matrix cell: the case, the oracle's answer and the gates (per dtype / format / W, shared by
-// every mode and TP size).
+// One matrix cell: the cases (one per micro-batch when each has its own packing, else one for all),
+// the oracle's answer on each and its gates (per dtype / format / W, shared by every mode and TP size).
 struct Judged {
-  cp::Case k;
-  cp::Answer oracle;
-  std::map<std::string, double> gates;
+  std::vector<cp::Case> cases;
+  std::vector<cp::Answer> oracles;
+  std::vector<std::map<std::string, double>> gates;
 };
 
 Judged judged(const cp::RunSpec& spec) {
-  cp::Case k = cp::make_case(spec);
-  cp::Answer oracle = cp::oracle_answer(k);
-  auto gates = cp::oracle_gates(k, oracle, spec.dtype);
-  return {std::move(k), std::move(oracle), std::move(gates)};
+  Judged j{cp::make_cases(spec), {}, {}};
+  for (const cp::Case& k : j.cases) {
+    j.oracles.push_back(cp::oracle_answer(k));
+    j.gates.push_back(cp::oracle_gates(k, j.oracles.back(), spec.dtype));
+  }
+  return j;
 }
 
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
                 const cp::BackendFactory& factory = cp::make_cpu_backend) {
   try {
-    for (const auto& run : cp::run_in_process(spec, j.k, factory)) {
+    const auto runs = cp::run_in_process(spec, j.cases, factory);
+    for (std::size_t m = 0; m < runs.size(); ++m) {
+      const cp::MicroBatchRun& run = runs[m];
+      const std::size_t k = j.cases.size() == 1 ? 0 : m;
       const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
       auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
         const double e = compare(ref, got).rel_rms;
         char buf[96];
-        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, j.gates.at(name));
-        r.check(e < j.gates.at(name), at + name + buf);
+        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, j.gates[k].at(name));
+        r.check(e < j.gates[k].at(name), at + name + buf);
       };
-      check("out", j.oracle.out, run.answer.out);
-      check("grad_hidden", j.oracle.grad_hidden, run.answer.grad_hidden);
-      for (const auto& [name, t] : j.oracle.grads) check("grad::" + name, t, run.answer.grads.at(name));
+      check("out", j.oracles[k].out, run.answer.out);
+      check("grad_hidden", j.oracles[k].grad_hidden, run.answer.grad_hidden);
+      for (const auto& [name, t] : j.oracles[k].grads) check("grad::" + name, t, run.answer.grads.at(name));
     }
   } catch (const Error& e) {
     r.check(false, tag + ": " + e.what());
@@ -162,21 +167,23 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
-// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `factory`'s backend.
+// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `factory`'s backend, and CP=1
+// again with odd lengths (9, 5, 3; S = 7), which nothing splits.
 void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::BackendFactory& factory) {
-  for (int W : {1, 2, 4})
+  for (const auto& [W, odd] : {std::pair{1, false}, {1, true}, {2, false}, {4, false}})
     for (DType dtype : dtypes)
       for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
         std::map<std::int64_t, Judged> by_batch;  // the case depends on the batch, not on mode or TP
         for (cp::CpMode mode : kModes)
           for (int tp : {1, 2}) {
-            const cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            if (odd) spec.lengths = {9, 5, 3}, spec.seq_len = 7;
             if (!legal(spec)) continue;
             auto it = by_batch.find(spec.batch);
             if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
-            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " tp=" + std::to_string(tp) +
-                              " " + std::string(dtype_name(dtype)) + " " + format_name(format), it->second, spec,
-                       factory);
+            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
+                              " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
+                              format_name(format), it->second, spec, factory);
           }
       }
 }
@@ -192,9 +199,10 @@ StepResult layout_properties(bool quick) {
   return r;
 }
 
-// Every legal (mode, W, dtype, format, TP) on a small GVA geometry with weak gates, plus dynamic CP
-// (micro-batches of CP 4, 2, 1 in a static group of 4) and chunkwise spans shorter than the conv
-// halo, in-process, every tensor against the oracle.
+// Every legal (mode, W, dtype, format, TP) on a small GVA geometry with weak gates (CP=1 also with odd
+// lengths), plus dynamic CP (micro-batches of CP 4, 2, 1 in a static group of 4, on one packing and
+// each on its own, padded for its own CP size only) and chunkwise spans shorter than the conv halo,
+// in-process, every tensor against the oracle.
 StepResult cp_mode_matrix(bool quick) {
   StepResult r;
   const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
@@ -204,9 +212,12 @@ StepResult cp_mode_matrix(bool quick) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.cp.dynamic_cp = {1, 2};
     dynamic.micro_batches = {4, 2, 1};
+    cp::RunSpec own = dynamic;
+    own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {5}};  // 4, 12 and 5 are not multiples of 2*4 = 8
     cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
-    for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic}, {"spans of 2 tokens", short_spans}})
+    for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic}, {"dynamic CP 4,2,1 own packings", own},
+                                    {"spans of 2 tokens", short_spans}})
       judge_runs(r, std::string(cp::mode_name(mode)) + " " + tag, judged(spec), spec);
   }
   return r;

@@ -40,7 +40,9 @@ po::options_description plan_options() {
       ("tp", po::value<int>()->required(), "tensor-parallel size")
       ("cp", po::value<int>()->required(), "static CP size")
       ("format", po::value<std::string>()->default_value("thd"), "thd (packed sequences) | sbhd (--seq-len, --batch)")
-      ("lengths", po::value<std::string>(), "THD sequence lengths of a micro-batch, e.g. 32768 or 8192,8192,16384")
+      ("lengths", po::value<std::vector<std::string>>(),
+       "THD sequence lengths of a micro-batch, e.g. 32768 or 8192,8192,16384; with --dynamic-cp once for every "
+       "micro-batch, or once per micro-batch in its order, each padded for its own CP size")
       ("length-dist", po::value<std::string>(), "THD: a file of 'LENGTH [COUNT]' lines, the micro-batch's sequences")
       ("seq-len", po::value<std::int64_t>(), "SBHD sequence length S")
       ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
@@ -134,6 +136,27 @@ Grid parse_grid(const po::variables_map& vm) {
   return grid;
 }
 
+// --lengths once (every micro-batch's packing) or once per --dynamic-cp entry (each micro-batch's own).
+void read_lengths(const po::variables_map& vm, cp::RunSpec& s) {
+  const auto& lists = vm["lengths"].as<std::vector<std::string>>();
+  const std::size_t micro_batches = vm.count("dynamic-cp") ? parse_int_list(vm["dynamic-cp"].as<std::string>(),
+                                                                            "--dynamic-cp", "1,2,4").size() : 1;
+  if (lists.size() > 1 && lists.size() != micro_batches)
+    throw ConfigError("--lengths given " + std::to_string(lists.size()) + " times for " +
+                      std::to_string(micro_batches) + " micro-batch(es)" +
+                      (vm.count("dynamic-cp") ? " (--dynamic-cp " + vm["dynamic-cp"].as<std::string>() + ")" : "") +
+                      ": give one --lengths for every micro-batch, or one per --dynamic-cp entry in its order");
+  if (lists.size() > 1 && vm.count("sweep"))
+    for (const std::string& axis : vm["sweep"].as<std::vector<std::string>>())
+      if (axis.rfind("seq=", 0) == 0)
+        throw ConfigError("--sweep " + axis + " gives every micro-batch one sequence: drop it, or give one --lengths");
+  for (const auto& list : lists) {
+    auto lengths = parse_int_list(list, "--lengths", "32768");
+    if (lists.size() == 1) s.lengths = std::move(lengths);
+    else s.micro_batch_lengths.push_back(std::move(lengths));
+  }
+}
+
 cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   cp::RunSpec s;
   s.layer = layer_values(vm);
@@ -144,7 +167,7 @@ cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   if (vm.count("lengths") && vm.count("length-dist"))
     throw ConfigError("both --lengths and --length-dist given: use one of them");
   if (s.format == Format::Thd) {
-    if (vm.count("lengths")) s.lengths = parse_int_list(vm["lengths"].as<std::string>(), "--lengths", "32768");
+    if (vm.count("lengths")) read_lengths(vm, s);
     else if (vm.count("length-dist")) s.lengths = read_length_dist(vm["length-dist"].as<std::string>());
     else if (!seq_sweep)
       throw ConfigError("no sequence lengths: give --lengths 32768, --length-dist FILE, or --sweep seq=4k..128k");
@@ -178,7 +201,7 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cp::HardwareProfile& 
   std::vector<cp::CostGeometry> geometries;
   Row base{spec.cp.cp, spec.cp.cp, 0, 0, spec.cp.mode, "", 0, {}, {}, {}};
   base.tokens = spec.format == Format::Thd ? 0 : spec.seq_len * spec.batch;
-  for (auto L : spec.lengths) base.tokens += L;
+  for (auto L : cp::lengths_of(spec, 0)) base.tokens += L;
   try {
     geometries = cp::planned_micro_batches(spec);
   } catch (const ConfigError& e) {
@@ -189,6 +212,7 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cp::HardwareProfile& 
     Row best = base;
     best.micro_batch = static_cast<int>(m);
     best.mb_cp = geometries[m].cp_size;
+    best.tokens = geometries[m].cu.back();
     bool first = true;
     for (int w = 0; w < spec.cp.tp * spec.cp.cp; ++w) {
       Row r = best;
@@ -383,10 +407,14 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
       for (const Row& r : rows)
         if (r.micro_batch == m || !r.illegal.empty()) of_mb.push_back(r);
       const Row& any = of_mb.front();
+      const std::vector<std::int64_t>& lengths = cp::lengths_of(base, static_cast<std::size_t>(m));
+      std::int64_t tokens = base.format == Format::Thd ? 0 : base.seq_len * base.batch;
+      for (auto length : lengths) tokens += length;
       out << "micro-batch " << m + 1 << "/" << n << ": cp=" << (base.micro_batches.empty() ? any.cp : base.micro_batches[m])
-          << ", " << any.tokens << " tokens ("
-          << (base.format == Format::Thd ? std::to_string(base.lengths.size()) + (base.lengths.size() == 1 ? " sequence" : " packed sequences") + ", THD"
-                                         : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
+          << ", " << tokens << " tokens ("
+          << (base.format == Format::Thd
+                  ? std::to_string(lengths.size()) + (lengths.size() == 1 ? " sequence" : " packed sequences") + ", THD"
+                  : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
           << ")\n";
       print_table(of_mb, layers, out);
     }

@@ -59,7 +59,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("out", po::value<std::string>()->required(), "directory to write (one image of one case per directory)")
       ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
-      ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | sbhd")
+      ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd")
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
       ("backend", po::value<std::string>()->default_value("cpu"),
        "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)");

@@ -1,5 +1,6 @@
 // gdn-verify run: the layer fwd+bwd under one CP mode on an in-process world, every tensor judged
 // against the fp64 oracle, plus the collectives each direction performed.
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <ostream>
@@ -8,6 +9,7 @@
 
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
+#include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "cp/cpu_backend.hpp"
@@ -30,7 +32,9 @@ po::options_description run_options() {
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
       ("backend", po::value<std::string>()->default_value("cpu"), "compute backend: cpu | emu (the CUDA kernels emulated on host streams) | cuda; emu and cuda store fp32 or bf16")
       ("format", po::value<std::string>()->default_value("thd"), "thd (packed, --lengths) | sbhd (--seq-len, --batch)")
-      ("lengths", po::value<std::string>()->default_value("128,64"), "THD sequence lengths")
+      ("lengths", po::value<std::vector<std::string>>()->default_value({"128,64"}, "128,64"),
+       "THD sequence lengths; with --dynamic-cp once for every micro-batch, or once per micro-batch in its "
+       "order, each padded for its own CP size (--lengths 8,40,16 --lengths 4,12 --lengths 5)")
       ("seq-len", po::value<std::int64_t>()->default_value(64), "SBHD sequence length S")
       ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
       ("hidden", po::value<std::int64_t>()->default_value(64), "hidden_size")
@@ -58,13 +62,26 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
   s.cp.cp = vm["cp"].as<int>();
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
   s.format = cp::parse_format(vm["format"].as<std::string>());
-  if (s.format == Format::Thd) s.lengths = parse_int_list(vm["lengths"].as<std::string>(), "--lengths", "256,128");
   s.seq_len = vm["seq-len"].as<std::int64_t>();
   s.batch = vm["batch"].as<std::int64_t>();
   if (vm.count("dynamic-cp")) {
     for (auto c : parse_int_list(vm["dynamic-cp"].as<std::string>(), "--dynamic-cp", "1,2,4")) {
       s.cp.dynamic_cp.push_back(static_cast<int>(c));
       s.micro_batches.push_back(static_cast<int>(c));
+    }
+  }
+  if (s.format == Format::Thd) {
+    const auto& lists = vm["lengths"].as<std::vector<std::string>>();
+    const std::size_t micro_batches = std::max<std::size_t>(1, s.micro_batches.size());
+    if (lists.size() > 1 && lists.size() != micro_batches)
+      throw ConfigError("--lengths given " + std::to_string(lists.size()) + " times for " +
+                        std::to_string(micro_batches) + " micro-batch(es)" +
+                        (vm.count("dynamic-cp") ? " (--dynamic-cp " + vm["dynamic-cp"].as<std::string>() + ")" : "") +
+                        ": give one --lengths for every micro-batch, or one per --dynamic-cp entry in its order");
+    for (const auto& list : lists) {
+      auto lengths = parse_int_list(list, "--lengths", "256,128");
+      if (lists.size() == 1) s.lengths = std::move(lengths);
+      else s.micro_batch_lengths.push_back(std::move(lengths));
     }
   }
   s.seed = vm["seed"].as<std::uint64_t>();
@@ -110,6 +127,12 @@ std::string upstream_config_line(const cp::RunSpec& spec) {
          " value_heads=" + std::to_string(layer.Hv()) + "\n";
 }
 
+std::string joined(const std::vector<std::int64_t>& values) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
 std::string indented(const std::string& lines) {
   std::string out;
   std::size_t begin = 0;
@@ -128,14 +151,17 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("run", "[--mode MODE] [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
   const cp::RunSpec spec = spec_from(*vm);
+  cp::validate_run(spec);
   const std::string backend = (*vm)["backend"].as<std::string>();
   const cp::BackendFactory factory = parse_backend_option(backend);
-  cp::validate_run(spec);
   if (spec.cp.cp > 1 || !spec.cp.dynamic_cp.empty()) out << upstream_config_line(spec) << std::flush;
-  const cp::Case k = cp::make_case(spec);
-  const cp::Answer oracle = cp::oracle_answer(k);
-  const auto runs = cp::run_in_process(spec, k, factory);
-  const auto gates = cp::oracle_gates(k, oracle, spec.dtype);
+  // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
+  const std::vector<cp::Case> cases = cp::make_cases(spec);
+  std::vector<cp::Answer> oracles;
+  for (const cp::Case& k : cases) oracles.push_back(cp::oracle_answer(k));
+  const auto runs = cp::run_in_process(spec, cases, factory);
+  std::vector<std::map<std::string, double>> gates;
+  for (std::size_t m = 0; m < cases.size(); ++m) gates.push_back(cp::oracle_gates(cases[m], oracles[m], spec.dtype));
 
   out << "gdn-verify run: mode=" << cp::mode_name(spec.cp.mode) << " cp=" << spec.cp.cp << " tp=" << spec.cp.tp
       << " dtype=" << (*vm)["dtype"].as<std::string>() << " format=" << (*vm)["format"].as<std::string>()
@@ -143,8 +169,10 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   bool all_pass = true;
   nlohmann::json report = nlohmann::json::array();
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    const auto rows = judge(oracle, runs[i].answer, gates);
-    out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")\n";
+    const std::size_t k = cases.size() == 1 ? 0 : i;
+    const auto rows = judge(oracles[k], runs[i].answer, gates[k]);
+    out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")"
+        << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + joined(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
     out << "  collectives of rank 0, forward:\n" << indented(format_counters(runs[i].forward))
         << "  collectives of rank 0, backward:\n" << indented(format_counters(runs[i].backward));
@@ -156,6 +184,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     }
     report.push_back({{"cp", runs[i].cp_size}, {"tensors", tensors}, {"forward", probes::counters_json(runs[i].forward)},
                       {"backward", probes::counters_json(runs[i].backward)}});
+    if (spec.format == Format::Thd) report.back()["lengths"] = cp::lengths_of(spec, i);
   }
   if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), report.dump(2) + "\n");
   out << (all_pass ? "PASS" : "FAIL") << "\n";

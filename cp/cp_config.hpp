@@ -41,8 +41,8 @@ struct MicroBatchShape {
   int group_size = 0;                      // size of the per-micro-batch group when given
 };
 
-// Rules for one micro-batch; returns the CP size it runs with (the per-micro-batch group's, else
-// the static one).
+// Rules for one micro-batch, at the CP size it runs with (the per-micro-batch group's, else the
+// static one), which it returns; lengths divisible by 2*cp only when that size is > 1.
 int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, const MicroBatchShape& mb);
 
 }  // namespace gdnv::cp

@@ -31,15 +31,59 @@ Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double h
   return t;
 }
 
+std::string joined(const std::vector<std::int64_t>& values) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
+std::vector<std::int64_t> lengths_in(const Case& k) {
+  std::vector<std::int64_t> lengths;
+  if (!k.cu_seqlens) return lengths;
+  const std::vector<std::int64_t>& cu = *k.cu_seqlens;
+  for (std::size_t i = 1; i < cu.size(); ++i) lengths.push_back(cu[i] - cu[i - 1]);
+  return lengths;
+}
+
+void check_lengths_per_micro_batch(const RunSpec& s) {
+  const std::size_t n = micro_batch_sizes(s).size();
+  if (s.micro_batch_lengths.empty() || s.micro_batch_lengths.size() == n) return;
+  throw ConfigError(std::to_string(s.micro_batch_lengths.size()) + " lists of sequence lengths for " +
+                    std::to_string(n) + " micro-batch(es): give one list per micro-batch, in micro-batch order");
+}
+
+// DESIGN.md §3.1 for micro-batch m of CP size c with these THD lengths, as GdnCpLayer::prepare checks it:
+// run_rank passes a per-micro-batch group exactly when c is not the static size. Several micro-batches:
+// the message says which one.
+int validate_micro_batch_of(const RunSpec& s, const ref::LayerConfig& config, const std::vector<std::int64_t>& lengths,
+                            std::size_t m) {
+  const std::vector<int> sizes = micro_batch_sizes(s);
+  const int c = sizes[m];
+  const bool dynamic = c != s.cp.cp;
+  const MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch,
+                              s.format == Format::Thd ? lengths : std::vector<std::int64_t>{s.seq_len}, dynamic,
+                              dynamic ? c : 0, dynamic ? c : 0};
+  try {
+    return validate_micro_batch(s.cp, config, shape);
+  } catch (const ConfigError& e) {
+    if (sizes.size() == 1) throw;
+    throw ConfigError("micro-batch " + std::to_string(m + 1) + "/" + std::to_string(sizes.size()) + " (cp=" +
+                      std::to_string(c) + (s.format == Format::Thd ? ", lengths " + joined(lengths) : "") +
+                      "): " + e.what());
+  }
+}
+
 }  // namespace
 
-void validate_run(const RunSpec& s) {
-  const ref::LayerConfig config(s.layer);
-  validate_static(s.cp, config);
-  MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch, s.lengths, false, 0, 0};
-  if (s.format == Format::Sbhd) shape.lengths = {s.seq_len};
-  (void)validate_micro_batch(s.cp, config, shape);
+std::vector<int> micro_batch_sizes(const RunSpec& spec) {
+  return spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
 }
+
+const std::vector<std::int64_t>& lengths_of(const RunSpec& spec, std::size_t micro_batch) {
+  return spec.micro_batch_lengths.empty() ? spec.lengths : spec.micro_batch_lengths.at(micro_batch);
+}
+
+void validate_run(const RunSpec& s) { (void)planned_micro_batches(s); }
 
 GateRegime parse_gate_regime(std::string_view name) {
   if (name == "default") return GateRegime::Default;
@@ -48,7 +92,7 @@ GateRegime parse_gate_regime(std::string_view name) {
   throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak or strong");
 }
 
-Case make_case(const RunSpec& spec) {
+Case make_case(const RunSpec& spec, std::size_t micro_batch) {
   const ref::LayerConfig config(spec.layer);
   Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};
   if (spec.gates == GateRegime::Weak) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 1e-3, 1e-2);
@@ -57,15 +101,23 @@ Case make_case(const RunSpec& spec) {
   Shape shape;
   if (spec.format == Format::Thd) {
     std::vector<std::int64_t> cu{0};
-    for (auto L : spec.lengths) cu.push_back(cu.back() + L);
+    for (auto L : lengths_of(spec, micro_batch)) cu.push_back(cu.back() + L);
     shape = {cu.back(), 1, config.hidden()};
     k.cu_seqlens = cu;
   } else {
     shape = {spec.seq_len, spec.batch, config.hidden()};
   }
-  k.hidden = rounded(ref::seeded_normal(spec.seed, "hidden_states", shape), spec.dtype);
-  k.grad_output = rounded(ref::seeded_normal(spec.seed, "grad_output", shape), spec.dtype);
+  // Each micro-batch its own tokens; micro-batch 0 keeps the streams of a one-micro-batch run.
+  const std::string stream = micro_batch ? "/micro-batch " + std::to_string(micro_batch) : "";
+  k.hidden = rounded(ref::seeded_normal(spec.seed, "hidden_states" + stream, shape), spec.dtype);
+  k.grad_output = rounded(ref::seeded_normal(spec.seed, "grad_output" + stream, shape), spec.dtype);
   return k;
+}
+
+std::vector<Case> make_cases(const RunSpec& spec) {
+  std::vector<Case> cases{make_case(spec)};
+  for (std::size_t m = 1; m < spec.micro_batch_lengths.size(); ++m) cases.push_back(make_case(spec, m));
+  return cases;
 }
 
 Answer oracle_answer(const Case& k) {
@@ -145,21 +197,18 @@ std::vector<std::int64_t> zigzag_rows(const Case& k, int c, int r) {
 std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec) {
   const ref::LayerConfig config(spec.layer);
   validate_static(spec.cp, config);
-  std::vector<std::int64_t> cu{0};
-  if (spec.format == Format::Thd) {
-    for (auto L : spec.lengths) cu.push_back(cu.back() + L);
-    cu = layouts::checked_cu_seqlens(cu);
-  } else {
-    for (std::int64_t b = 1; b <= spec.batch; ++b) cu.push_back(b * spec.seq_len);
-  }
-  const std::vector<int> sizes = spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
+  check_lengths_per_micro_batch(spec);
   std::vector<CostGeometry> out;
-  for (int c : sizes) {
-    const bool dynamic = c != spec.cp.cp;  // run_rank passes a per-micro-batch group exactly then
-    MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch,
-                          spec.format == Format::Thd ? spec.lengths : std::vector<std::int64_t>{spec.seq_len},
-                          dynamic, dynamic ? c : 0, dynamic ? c : 0};
-    out.push_back({config, spec.cp, spec.dtype, spec.format, cu, validate_micro_batch(spec.cp, config, shape)});
+  for (std::size_t m = 0; m < micro_batch_sizes(spec).size(); ++m) {
+    std::vector<std::int64_t> cu{0};
+    if (spec.format == Format::Thd) {
+      for (auto L : lengths_of(spec, m)) cu.push_back(cu.back() + L);
+      cu = layouts::checked_cu_seqlens(cu);
+    } else {
+      for (std::int64_t b = 1; b <= spec.batch; ++b) cu.push_back(b * spec.seq_len);
+    }
+    const int c = validate_micro_batch_of(spec, config, lengths_of(spec, m), m);
+    out.push_back({config, spec.cp, spec.dtype, spec.format, std::move(cu), c});
   }
   return out;
 }
@@ -168,15 +217,18 @@ RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
   return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
 }
 
-std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& k, std::unique_ptr<Backend> backend,
+std::vector<RankOutput> run_rank(const RunSpec& spec, std::span<const Case> cases, std::unique_ptr<Backend> backend,
                                  Communicator& world) {
   const int tp = spec.cp.tp, cp = spec.cp.cp;
   const TpCpGrid grid = make_tp_cp_grid(world, tp);
   CountingBackend be(std::move(backend));
   be.count_host_syncs(world.shared_accounting());
-  const GdnCpLayer layer(k.config, spec.cp, k.params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
+  const GdnCpLayer layer(cases[0].config, spec.cp, cases[0].params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
   std::vector<RankOutput> outputs;
-  for (int c : spec.micro_batches.empty() ? std::vector<int>{cp} : spec.micro_batches) {
+  const std::vector<int> sizes = micro_batch_sizes(spec);
+  for (std::size_t m = 0; m < sizes.size(); ++m) {
+    const int c = sizes[m];
+    const Case& k = cases[cases.size() == 1 ? 0 : m];
     Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
     const MicroBatchSpec mbs{spec.format, k.cu_seqlens.value_or(std::vector<std::int64_t>{}), spec.seq_len, spec.batch};
     auto mb = layer.prepare(mbs, group, group ? c : 0);
@@ -219,21 +271,29 @@ RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType 
   return out;
 }
 
-std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& k, const BackendFactory& factory) {
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const Case> cases,
+                                          const BackendFactory& factory) {
   const int tp = spec.cp.tp, n = tp * spec.cp.cp;
-  validate_static(spec.cp, k.config);
+  const std::size_t micro_batches = micro_batch_sizes(spec).size();
+  if (cases.empty() || (cases.size() != 1 && cases.size() != micro_batches))
+    throw ConfigError(std::to_string(cases.size()) + " cases for " + std::to_string(micro_batches) +
+                      " micro-batch(es): give one per micro-batch (make_cases), or one for all");
+  validate_static(spec.cp, cases[0].config);
+  for (std::size_t m = 0; m < micro_batches; ++m)
+    (void)validate_micro_batch_of(spec, cases[0].config, lengths_in(cases[cases.size() == 1 ? 0 : m]), m);
   std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n));
   RankBackends ranks = make_rank_backends(n, factory, spec.dtype);
   run_world(
       n,
       [&](Communicator& world) {
         const auto r = static_cast<std::size_t>(world.rank());
-        outputs[r] = run_rank(spec, k, std::move(ranks.backends[r]), world);
+        outputs[r] = run_rank(spec, cases, std::move(ranks.backends[r]), world);
       },
       ranks.options);
 
   std::vector<MicroBatchRun> runs;
   for (std::size_t m = 0; m < outputs[0].size(); ++m) {
+    const Case& k = cases[cases.size() == 1 ? 0 : m];
     const int c = outputs[0][m].cp_size;
     MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
                       outputs[0][m].forward, outputs[0][m].backward, {}};

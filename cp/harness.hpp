@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -32,19 +33,27 @@ struct RunSpec {
   CpConfig cp;
   DType dtype = DType::F32;
   Format format = Format::Thd;
-  std::vector<std::int64_t> lengths;    // THD sequence lengths
+  std::vector<std::int64_t> lengths;    // THD sequence lengths of every micro-batch (unless micro_batch_lengths)
   std::int64_t seq_len = 0, batch = 1;  // SBHD
   std::vector<int> micro_batches;       // CP size of each micro-batch; empty: one at cp.cp
+  // THD: each micro-batch's own sequence lengths, one list per micro-batch, each padded for its own CP
+  // size only (a dynamic-CP job packs every micro-batch for the size it runs at); empty: `lengths`.
+  std::vector<std::vector<std::int64_t>> micro_batch_lengths;
   GateRegime gates = GateRegime::Default;
   std::uint64_t seed = 0;
 };
 
-// DESIGN.md §3.1 for the whole run (configuration and the micro-batch at the static CP size):
-// ConfigError naming the fix, before any case is built.
+// The CP size of each micro-batch of `spec`, and micro-batch m's THD sequence lengths.
+std::vector<int> micro_batch_sizes(const RunSpec& spec);
+const std::vector<std::int64_t>& lengths_of(const RunSpec& spec, std::size_t micro_batch);
+
+// DESIGN.md §3.1 for the whole run: the configuration, one lengths list per micro-batch when they have
+// their own, then each micro-batch at its own CP size (with several micro-batches the message names
+// which): ConfigError naming the fix, before any case is built.
 void validate_run(const RunSpec& spec);
 
 // Inputs rounded to the storage dtype (so the oracle sees exactly what the implementation sees), and
-// the fp64 oracle's answer on them.
+// the fp64 oracle's answer on them. A Case is one micro-batch's: its packing is the one that runs.
 struct Case {
   ref::LayerConfig config;
   ref::LayerParams params;  // F64
@@ -52,7 +61,12 @@ struct Case {
   Tensor grad_output;       // same shape
   ref::CuSeqlens cu_seqlens;
 };
-Case make_case(const RunSpec& spec);
+// Micro-batch m's inputs: the parameters every micro-batch shares, hidden_states and grad_output of
+// its own packing (micro-batch 0's are those of a single-micro-batch run of the same spec).
+Case make_case(const RunSpec& spec, std::size_t micro_batch = 0);
+// The inputs of a run, as run_in_process takes them: one Case per micro-batch when each has its own
+// lengths (micro_batch_lengths), else the one Case every micro-batch runs on.
+std::vector<Case> make_cases(const RunSpec& spec);
 
 struct Answer {
   Tensor out, grad_hidden;  // natural order, F64
@@ -95,9 +109,14 @@ RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType 
 
 // This rank's part of every micro-batch of `spec` on `world` (tp * cp ranks, any transport whose
 // Memory is the backend's): the TP x CP grid, the layer, then fwd+bwd per micro-batch, the backend's
-// host syncs counted in the rank's Accounting. Collective over `world`.
-std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, std::unique_ptr<Backend> backend,
+// host syncs counted in the rank's Accounting. Micro-batch m runs on cases[m], or every one on the
+// only case given. Collective over `world`.
+std::vector<RankOutput> run_rank(const RunSpec& spec, std::span<const Case> cases, std::unique_ptr<Backend> backend,
                                  Communicator& world);
+inline std::vector<RankOutput> run_rank(const RunSpec& spec, const Case& c, std::unique_ptr<Backend> backend,
+                                        Communicator& world) {
+  return run_rank(spec, std::span<const Case>(&c, 1), std::move(backend), world);
+}
 
 // Natural rows (of hidden viewed as [rows, width], rows = tokens, or S for SBHD) of CP rank r of c.
 std::vector<std::int64_t> zigzag_rows(const Case& c, int cp_size, int cp_rank);
@@ -110,7 +129,13 @@ std::vector<CostGeometry> planned_micro_batches(const RunSpec& spec);
 RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size);
 
 // Runs every micro-batch of `spec` fwd+bwd on tp*cp in-process ranks (world rank = cp_rank * tp +
-// tp_rank). Validation errors (ConfigError) are thrown before any collective.
-std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory);
+// tp_rank), micro-batch m on cases[m] (make_cases), or every one on the only case given; each answer
+// is in its case's natural order. Validation errors (ConfigError: the configuration, each case's
+// packing at its micro-batch's CP size) are thrown before any collective.
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const Case> cases,
+                                          const BackendFactory& factory);
+inline std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, const Case& c, const BackendFactory& factory) {
+  return run_in_process(spec, std::span<const Case>(&c, 1), factory);
+}
 
 }  // namespace gdnv::cp

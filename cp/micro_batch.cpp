@@ -50,9 +50,10 @@ std::vector<std::int64_t> zigzag_positions(const std::vector<std::int64_t>& cu, 
   auto at = positions.begin();
   for (std::size_t i = 1; i < cu.size(); ++i) {
     const std::int64_t chunk = (cu[i] - cu[i - 1]) / (2 * cp_size);
-    swapped.insert(swapped.end(), at + chunk, at + 2 * chunk);
+    const std::int64_t held = cp_size == 1 ? cu[i] - cu[i - 1] : 2 * chunk;  // CP=1: the whole sequence, any length
+    swapped.insert(swapped.end(), at + chunk, at + held);
     swapped.insert(swapped.end(), at, at + chunk);
-    at += 2 * chunk;
+    at += held;
   }
   return swapped;
 }

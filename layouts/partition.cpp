@@ -44,6 +44,7 @@ Run contiguous_span(std::int64_t total_tokens, int cp_size, int cp_rank) {
 }
 
 std::pair<Run, Run> zigzag_chunks(Run seq, int cp_size, int cp_rank) {
+  if (cp_size == 1) return {seq, Run{seq.end(), 0}};  // nothing is split: any length, odd ones too
   const std::int64_t cl = seq.length / (2 * std::int64_t{cp_size});
   return {Run{seq.begin + cp_rank * cl, cl}, Run{seq.begin + (2 * std::int64_t{cp_size} - 1 - cp_rank) * cl, cl}};
 }

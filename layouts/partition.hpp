@@ -2,7 +2,8 @@
 // Which global token positions each CP rank holds (DESIGN.md §2). W = cp_size, r = cp_rank, T = total tokens.
 //   THD zigzag:     per sequence i of length L_i (L_i % 2W == 0), chunk cl = L_i/2W; rank r holds chunk r
 //                   then chunk 2W-1-r of every sequence, sequences in order (TransformerEngine
-//                   thd_get_partitioned_indices).
+//                   thd_get_partitioned_indices). At W = 1 nothing is split: the one rank holds every
+//                   sequence whole, of any length (Megatron leaves a CP=1 batch as it is).
 //   THD contiguous: the flattened packed buffer cut into W equal spans [r*T/W, (r+1)*T/W); a sequence may
 //                   straddle several ranks (FLA build_cp_context).
 //   SBHD:           the THD layouts of a single sequence of length S (zigzag: chunks r and 2W-1-r of 2W;
@@ -43,7 +44,7 @@ void check_local_length(const Partition& partition, std::int64_t local_tokens);
 
 // Unchecked building blocks, for callers that validated already (cu_seqlens as checked_cu_seqlens returns).
 Run contiguous_span(std::int64_t total_tokens, int cp_size, int cp_rank);
-// Chunks r and 2W-1-r of the sequence [seq.begin, seq.end()).
+// Chunks r and 2W-1-r of the sequence [seq.begin, seq.end()); at W = 1 the whole sequence and an empty run.
 std::pair<Run, Run> zigzag_chunks(Run seq, int cp_size, int cp_rank);
 std::vector<Run> zigzag_runs(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank);
 // Sequences [first, last) that overlap `span` (first == last when none does).

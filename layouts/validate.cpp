@@ -66,6 +66,7 @@ std::vector<std::int64_t> checked_cu_seqlens(std::span<const std::int64_t> cu_se
 }
 
 void check_zigzag_lengths(std::span<const std::int64_t> cu_seqlens, int cp_size) {
+  if (cp_size == 1) return;  // one rank holds every sequence whole
   const std::int64_t multiple = 2 * std::int64_t{cp_size};
   const std::string bad = offending_lengths(cu_seqlens, multiple);
   if (!bad.empty())
@@ -82,7 +83,7 @@ void check_contiguous_total(std::int64_t total_tokens, int cp_size) {
 
 void check_sbhd_seq_len(Layout layout, std::int64_t seq_len, int cp_size) {
   if (seq_len < 0) throw ConfigError("seq_len must be >= 0, got " + std::to_string(seq_len));
-  const std::int64_t multiple = layout == Layout::zigzag ? 2 * std::int64_t{cp_size} : cp_size;
+  const std::int64_t multiple = layout == Layout::zigzag && cp_size > 1 ? 2 * std::int64_t{cp_size} : cp_size;
   if (seq_len % multiple != 0)
     throw ConfigError("SBHD " + std::string(layout_name(layout)) + " layout needs seq_len divisible by " +
                       (layout == Layout::zigzag ? "2*cp_size = " : "cp_size = ") + std::to_string(multiple) + ", got " +

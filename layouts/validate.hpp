@@ -17,7 +17,8 @@ void check_cp(int cp_size, int cp_rank);
 // cu_seqlens with zero-length segments dropped ([0,16,40,40,40] -> [0,16,40]); rejects an empty list, a
 // first entry other than 0 and a decrease.
 std::vector<std::int64_t> checked_cu_seqlens(std::span<const std::int64_t> cu_seqlens);
-// Zigzag cuts every sequence into 2*cp_size equal chunks; the message lists every offending length.
+// Zigzag cuts every sequence into 2*cp_size equal chunks when cp_size > 1 (at 1 any length is whole);
+// the message lists every offending length.
 void check_zigzag_lengths(std::span<const std::int64_t> cu_seqlens, int cp_size);
 // Contiguous cuts the flattened buffer into cp_size equal spans.
 void check_contiguous_total(std::int64_t total_tokens, int cp_size);

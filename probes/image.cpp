@@ -100,6 +100,8 @@ const std::vector<ProbeCase>& probe_cases() {
          base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {128, 64, 32})},
         {"thd-short", "THD, one 16-token sequence (spans of 2 at W=8), Hk = Hv = 8, dk = dv = 8, weak gates",
          base_spec({32, 8, 8, 8, 8, 4, 1e-6, false}, {16}, cp::GateRegime::Weak)},
+        {"thd-odd", "THD, 3 sequences of odd lengths (9, 5, 3): CP=1 only, where nothing is split, hidden 64, Hk 4, "
+         "Hv 8, dk = dv = 16", base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {9, 5, 3})},
         {"sbhd", "SBHD, S = 128, B = 1, hidden 64, Hk 4, Hv 8, dk = dv = 16",
          base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {})}};
     t.back().spec.format = cp::Format::Sbhd;
@@ -113,7 +115,7 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   const ProbeCase* found = nullptr;
   for (const auto& c : probe_cases())
     if (c.name == spec.case_name) found = &c;
-  if (!found) throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short or sbhd");
+  if (!found) throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short, thd-odd or sbhd");
   cp::RunSpec s = found->spec;
   s.dtype = spec.dtype;
   s.seed = spec.seed;

@@ -272,12 +272,14 @@ RC_GTEST_PROP(LayoutsProperties, SendCountMatrixIsTransposeOfReceiveCountMatrix,
   }
 }
 
+// Nothing is split at W = 1: any lengths, odd ones too, are legal and held whole, in natural order.
 RC_GTEST_PROP(LayoutsProperties, RouteAtW1IsIdentityWithNothingMoved, ()) {
   Packing p = zigzag_packing();
   const int n = static_cast<int>(p.cu.size()) - 1;
   p.W = 1;
   p.cu = {0};
-  for (int i = 0; i < n; ++i) p.cu.push_back(p.cu.back() + 2 * *rc::gen::inRange(0, 6));
+  for (int i = 0; i < n; ++i) p.cu.push_back(p.cu.back() + *rc::gen::inRange(0, 12));
+  RC_ASSERT(partition_positions(p, Layout::zigzag, 0) == iota(0, p.total()));
   const Route route = route_of(p, 0);
   RC_ASSERT(route.is_identity());
   RC_ASSERT(route.index == iota(0, p.total()));

@@ -73,6 +73,11 @@ std::vector<Scenario> scenarios() {
     dyn.cp.dynamic_cp = dyn.micro_batches = {1, 2, 4};
     dyn.lengths = {16, 40};
     out.push_back({m + "_dynamic", dyn});
+    // Dynamic CP with each micro-batch on its own packing, padded for its own size only (5, 9 at CP 1;
+    // 4, 12 at CP 2: neither a CP 4 packing).
+    RunSpec own = dyn;
+    own.micro_batch_lengths = {{5, 9}, {4, 12}, {8, 24, 16}};
+    out.push_back({m + "_dynamic_own_packings", own});
     // SBHD (all_gather takes SBHD only at CP=1; chunkwise only with batch 1).
     RunSpec sbhd = base(mode, mode == CpMode::AllGather ? 1 : 4, 2);
     sbhd.format = Format::Sbhd;
@@ -88,7 +93,7 @@ class CostModel : public ::testing::TestWithParam<Scenario> {};
 TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
   const RunSpec& spec = GetParam().spec;
   const auto geometries = planned_micro_batches(spec);
-  const auto runs = run_in_process(spec, make_case(spec), make_cpu_backend);
+  const auto runs = run_in_process(spec, make_cases(spec), make_cpu_backend);
   ASSERT_EQ(runs.size(), geometries.size());
   for (std::size_t m = 0; m < runs.size(); ++m) {
     const int c = runs[m].cp_size;

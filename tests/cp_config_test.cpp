@@ -124,6 +124,26 @@ TEST(CpConfig, LengthsMustDivideByCpThenTwoCp) {
   EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {8, 6}}), "sequence lengths 6 are not divisible by 2*cp = 4");
 }
 
+// CP=1 splits nothing: any length, odd ones too, in every mode, THD and SBHD, whether CP=1 is the
+// static size or a dynamic micro-batch's in a larger static group.
+TEST(CpConfig, Cp1AcceptsAnyLength) {
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather}) {
+    const std::string_view name = mode_name(mode);
+    EXPECT_EQ(micro_batch_error(config(mode, 1), {Format::Thd, 1, {5, 9, 1}}), "(accepted)") << name;
+    EXPECT_EQ(micro_batch_error(config(mode, 1), {Format::Sbhd, 2, {7}}), "(accepted)") << name;
+    EXPECT_EQ(micro_batch_error(config(mode, 2), {Format::Thd, 1, {5, 9}, true, 1, 1}), "(accepted)") << name;
+  }
+}
+
+// A dynamic micro-batch is padded for its own CP size only: 4, 12 at CP 2 inside a static 4.
+TEST(CpConfig, DynamicMicroBatchIsValidatedAtItsOwnCpSize) {
+  const CpConfig c = config(CpMode::Headwise, 4);
+  EXPECT_EQ(micro_batch_error(c, {Format::Thd, 1, {4, 12}, true, 2, 2}), "(accepted)");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {4, 12}}), "sequence lengths 4,12 are not divisible by 2*cp = 8");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {4, 6}, true, 2, 2}),
+             "sequence lengths 6 are not divisible by 2*cp = 4");
+}
+
 TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
   const CpConfig c = config(CpMode::Headwise, 4);
   EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 0, 2}), "only one of cp_group and local_cp_size");

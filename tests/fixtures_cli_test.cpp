@@ -65,9 +65,10 @@ const std::vector<std::string> kKernelCases = {"kernel-thd-varlen-gva", "kernel-
 TEST(FixturesCli, CommittedCatalogVerifies) {
   const CliResult r = run_cli("fixtures verify --dir " + committed());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "[1/9] kernel-thd-varlen-gva")) << r.out;
-  EXPECT_TRUE(contains(r.out, "[9/9] layer-thd-wide-conv-bias")) << r.out;
-  EXPECT_TRUE(contains(r.out, "9 cases (0 failed), 76 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[ 1/10] kernel-thd-varlen-gva")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[ 9/10] layer-thd-wide-conv-bias")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[10/10] layer-thd-odd-lengths-cp1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "10 cases (0 failed), 82 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
@@ -89,14 +90,14 @@ TEST(FixturesCli, GenerateTwiceIsByteIdentical) {
   const CliResult rb = run_cli("fixtures generate --dir " + b.string() + " --catalog default");
   ASSERT_EQ(ra.code, 0) << ra.err;
   ASSERT_EQ(rb.code, 0) << rb.err;
-  EXPECT_TRUE(contains(ra.out, "wrote 9 fixtures")) << ra.out;
+  EXPECT_TRUE(contains(ra.out, "wrote 10 fixtures")) << ra.out;
   int files = 0;
   for (const auto& entry : fs::directory_iterator(a)) {
     ++files;
     const std::string name = entry.path().filename().string();
     EXPECT_EQ(read_file_bytes(entry.path().string()), read_file_bytes((b / name).string())) << name;
   }
-  EXPECT_EQ(files, 10);
+  EXPECT_EQ(files, 11);  // 10 cases and the manifest
   fs::remove_all(a);
   fs::remove_all(b);
 }

@@ -88,6 +88,14 @@ TEST(FixturesCpRuns, FollowTheIllegalCombinationMatrix) {
   EXPECT_EQ(thd.size(), 3u + (6u + 2u) + (6u + 2u));
 }
 
+// Odd lengths (9, 5, 3) split nowhere at CP=1: every mode runs there, at both TP sizes.
+TEST(FixturesCpRuns, OddLengthsRunEveryModeAtCp1) {
+  const auto runs = allowed_runs(fixture_of(named("layer-thd-odd-lengths-cp1")));
+  EXPECT_EQ(labels(runs), (std::vector<std::string>{"headwise tp=1 cp=1", "headwise tp=2 cp=1", "chunkwise tp=1 cp=1",
+                                                    "chunkwise tp=2 cp=1", "all_gather tp=1 cp=1",
+                                                    "all_gather tp=2 cp=1"}));
+}
+
 TEST(FixturesFile, InputsAreDeterministicAndOutputsSeparable) {
   const FixtureCase c = named("kernel-thd-varlen-gva");
   const auto a = serialize_safetensors(case_inputs(c)), b = serialize_safetensors(case_inputs(c));

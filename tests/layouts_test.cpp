@@ -89,6 +89,17 @@ TEST(LayoutsFixed, RouteAtW1IsIdentity) {
   EXPECT_EQ(route.send_counts, Ints{10});
 }
 
+// Nothing is split at W = 1: every length is legal, odd ones too, in both formats, and the route is
+// the identity; W = 2 still needs multiples of 4.
+TEST(LayoutsFixed, ZigzagAtW1HoldsEverySequenceWholeWhateverItsLength) {
+  EXPECT_EQ(thd_partition(Layout::zigzag, Ints{0, 5, 14, 17}, 1, 0).positions(), range(0, 17));
+  EXPECT_EQ(sbhd_partition(Layout::zigzag, 7, 1, 0).positions(), range(0, 7));
+  EXPECT_TRUE(zigzag_contiguous_route(Ints{0, 5, 14}, 1, 0).is_identity());
+  EXPECT_TRUE(sbhd_zigzag_contiguous_route(7, 1, 0).is_identity());
+  EXPECT_NE(config_error_of([] { thd_partition(Layout::zigzag, Ints{0, 5, 14}, 2, 0); }), "");
+  EXPECT_NE(config_error_of([] { sbhd_partition(Layout::zigzag, 7, 2, 0); }), "");
+}
+
 TEST(LayoutsFixed, DisplacementsArePrefixSums) { EXPECT_EQ(displacements(Ints{4, 0, 3, 2}), (Ints{0, 4, 4, 7})); }
 
 TEST(LayoutsFixed, RouteAppliesToTensorRowsOfEveryWidth) {

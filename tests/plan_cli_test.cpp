@@ -79,6 +79,7 @@ TEST(PlanCli, IllegalGeometriesGiveRunsMessages) {
       kSmall + " --mode headwise --cp 2 --tp 1 --lengths 10,8",
       kSmall + " --mode headwise --cp 2 --tp 1 --lengths 9,8",
       odd_heads + " --mode headwise --cp 2 --tp 1 --lengths 16,8",
+      kSmall + " --mode chunkwise --cp 4 --tp 1 --dynamic-cp 2,4 --lengths 4,12",
   };
   for (const std::string& args : cases) {
     const auto run = run_cli("run" + args);
@@ -94,6 +95,34 @@ TEST(PlanCli, IllegalGeometriesGiveRunsMessages) {
   const std::string message = run.err.substr(std::string("error: ").size(), run.err.size() - 8);
   EXPECT_NE(plan.out.find("headwise    illegal: " + message + "\n"), std::string::npos) << message << "\n" << plan.out;
   EXPECT_NE(plan.out.find("chunkwise   fwd"), std::string::npos) << plan.out;
+}
+
+// CP=1 splits nothing: odd lengths plan in every mode, THD and SBHD, also as a dynamic micro-batch;
+// the same lengths at CP 2 are run's error.
+TEST(PlanCli, Cp1AcceptsAnyLength) {
+  for (const char* input : {" --lengths 5,9", " --format sbhd --seq-len 7 --batch 2"}) {
+    const auto r = run_cli("plan" + kSmall + " --tp 1 --cp 1" + input);
+    EXPECT_EQ(r.code, 0) << input << "\n" << r.out << r.err;
+    EXPECT_EQ(r.out.find("illegal"), std::string::npos) << r.out;
+  }
+  const auto dynamic = run_cli("plan" + kSmall + " --tp 1 --cp 2 --dynamic-cp 1 --lengths 5,9 --mode chunkwise");
+  EXPECT_EQ(dynamic.code, 0) << dynamic.out << dynamic.err;
+  EXPECT_NE(dynamic.out.find("micro-batch 1/1: cp=1, 14 tokens"), std::string::npos) << dynamic.out;
+  const auto cp2 = run_cli("plan" + kSmall + " --tp 1 --cp 2 --lengths 5,9 --mode chunkwise");
+  EXPECT_EQ(cp2.code, 3) << cp2.out << cp2.err;
+  EXPECT_NE(cp2.err.find("sequence lengths 5,9 are not divisible by cp = 2"), std::string::npos) << cp2.err;
+}
+
+// One --lengths per --dynamic-cp entry: each micro-batch planned on its own packing at its own CP size,
+// as run runs it.
+TEST(PlanCli, DynamicCpTakesOneLengthsListPerMicroBatch) {
+  const auto r = run_cli("plan" + kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8,40,16 --lengths 4,12 "
+                         "--lengths 5 --mode chunkwise");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* line : {"micro-batch 1/3: cp=4, 64 tokens (3 packed sequences, THD)",
+                           "micro-batch 2/3: cp=2, 16 tokens (2 packed sequences, THD)",
+                           "micro-batch 3/3: cp=1, 5 tokens (1 sequence, THD)"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
 }
 
 TEST(PlanCli, BadInputExitsThreeNamingTheFix) {
@@ -131,6 +160,11 @@ TEST(PlanCli, BadInputExitsThreeNamingTheFix) {
       {geo + " --lengths 16 --layers 0", "--layers 0 is invalid: give at least 1 layer"},
       {geo + " --lengths 16 --dtype fp16", "--dtype 'fp16' is not supported: use bf16, fp32 or fp64"},
       {kSmall + " --tp 4 --cp 1 --lengths 16", "no linear_cp_mode is legal for this geometry"},
+      {kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8 --lengths 4",
+       "--lengths given 2 times for 3 micro-batch(es) (--dynamic-cp 4,2,1): give one --lengths for every "
+       "micro-batch, or one per --dynamic-cp entry in its order"},
+      {kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2 --lengths 8 --lengths 4 --sweep seq=4k..8k",
+       "--sweep seq=4k..8k gives every micro-batch one sequence: drop it, or give one --lengths"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli("plan" + c.args);

@@ -70,6 +70,23 @@ TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
   fs::remove_all(dir);
 }
 
+// Odd lengths split nowhere at CP=1: every mode dumps on one rank, and the image passes cross-mode and
+// the oracle; on two ranks the same case is run's error.
+TEST(ProbeCli, Cp1DumpsAcceptAnyLength) {
+  const auto dir = testing::temp_dir("probe_odd");
+  dump(dir, "odd", kAllModes, "--dtype fp64 --case thd-odd", 1);
+  const auto cross = run_cli("probe cross-mode --dir " + dir.string());
+  EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
+  const auto oracle = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
+  const auto two = run_cli("probe dump --mode chunkwise --image odd --dtype fp64 --case thd-odd --world inproc:2 --out " +
+                           dir.string());
+  EXPECT_EQ(two.code, 3) << two.out << two.err;
+  EXPECT_TRUE(contains(two.err, "sequence lengths 9,5,3 are not divisible by cp = 2")) << two.err;
+  EXPECT_FALSE(fs::exists(dir / "chunkwise.rank1.safetensors"));
+  fs::remove_all(dir);
+}
+
 TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
   const auto root = testing::temp_dir("probe");
   dump(root / "old", "old", {"headwise", "all_gather"});

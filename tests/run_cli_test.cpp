@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
 
@@ -48,6 +49,38 @@ TEST(RunCli, DefaultsToHeadwiseAndPrintsTheUpstreamConfigLine) {
   EXPECT_EQ(cp1.out.find("[GDN CP]"), std::string::npos) << "no CP in use: " << cp1.out;
 }
 
+// Nothing is split at CP=1: odd lengths pass in every mode, THD and SBHD, at the static size and as a
+// dynamic CP=1 micro-batch inside a static 2.
+TEST(RunCli, Cp1AcceptsAnyLength) {
+  const std::string geometry = " --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 --value-head-dim 10";
+  for (const char* mode : {"headwise", "chunkwise", "all_gather"})
+    for (const std::string input : {" --format thd --lengths 5,9", " --format sbhd --seq-len 7 --batch 2"}) {
+      const auto r = run_cli(std::string("run --mode ") + mode + " --cp 1 --dtype fp64" + input + geometry);
+      EXPECT_EQ(r.code, 0) << mode << input << "\n" << r.out << r.err;
+      EXPECT_NE(r.out.find("PASS"), std::string::npos) << r.out;
+    }
+  const auto dynamic = run_cli("run --mode headwise --cp 2 --dynamic-cp 1 --dtype fp64 --lengths 5,9" + geometry);
+  EXPECT_EQ(dynamic.code, 0) << dynamic.out << dynamic.err;
+  EXPECT_NE(dynamic.out.find("micro-batch 1/1 (cp=1)"), std::string::npos) << dynamic.out;
+}
+
+// The upstream dynamic-CP job: each micro-batch its own packing, padded for its own CP size only (4, 12
+// are not multiples of 2*4; 5 not of 2*2), its own inputs and its own oracle.
+TEST(RunCli, DynamicCpTakesOneLengthsListPerMicroBatch) {
+  const auto dir = testing::temp_dir("run_lengths");
+  const std::string json = (dir / "run.json").string();
+  const auto r = run_cli("run --mode chunkwise --cp 4 --dynamic-cp 4,2,1 --gates weak --dtype fp64 --lengths 8,40,16 "
+                         "--lengths 4,12 --lengths 5 --hidden 24 --num-key-heads 2 --num-value-heads 4 --json " + json);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* line : {"micro-batch 1/3 (cp=4), lengths 8,40,16", "micro-batch 2/3 (cp=2), lengths 4,12",
+                           "micro-batch 3/3 (cp=1), lengths 5", "PASS"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  const auto report = nlohmann::json::parse(read_file_text(json));
+  ASSERT_EQ(report.size(), 3u);
+  EXPECT_EQ(report[1]["lengths"], (std::vector<std::int64_t>{4, 12}));
+}
+
 TEST(RunCli, PlantedFaultIsANumericFailure) {
   const auto r = run_cli("run --mode all_gather --cp 2 --dtype fp64" + kSmall);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
@@ -80,6 +113,13 @@ TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
       {"--mode headwise --cp 2 --dynamic-cp 3", "dynamic CP size 3 does not divide"},
       {"--mode headwise --cp 2 --dtype fp16", "--dtype 'fp16' is not supported"},
       {"--mode headwise --cp 2 --lengths 16,x", "--lengths: 'x' is not an integer"},
+      {"--mode chunkwise --cp 4 --dynamic-cp 4,2,1 --lengths 8 --lengths 4",
+       "--lengths given 2 times for 3 micro-batch(es) (--dynamic-cp 4,2,1): give one --lengths for every "
+       "micro-batch, or one per --dynamic-cp entry in its order"},
+      {"--mode chunkwise --cp 2 --lengths 8 --lengths 4", "--lengths given 2 times for 1 micro-batch(es): give one"},
+      {"--mode chunkwise --cp 4 --dynamic-cp 2,4 --lengths 4,12 --lengths 4,12",
+       "micro-batch 2/2 (cp=4, lengths 4,12): sequence lengths 4,12 are not divisible by 2*cp = 8"},
+      {"--mode chunkwise --cp 2 --format sbhd --seq-len 7", "not divisible by cp = 2"},
   };
   for (const auto& c : cases) {
     const auto r = run_cli("run " + c.args + " --hidden 24 --num-key-heads 2 --num-value-heads 4");
