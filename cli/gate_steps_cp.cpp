@@ -124,11 +124,16 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
       const cp::MicroBatchRun& run = runs[m];
       const std::size_t k = j.cases.size() == 1 ? 0 : m;
       const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
+      // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
       auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
-        const double e = compare(ref, got).rel_rms;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", e, j.gates[k].at(name));
-        r.check(e < j.gates[k].at(name), at + name + buf);
+        const Metrics m = compare(ref, got);
+        char buf[128];
+        if (m.nan_cand || m.inf_cand)
+          std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
+                        static_cast<long long>(m.inf_cand));
+        else
+          std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
+        r.check(m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0, at + name + buf);
       };
       check("out", j.oracles[k].out, run.answer.out);
       check("grad_hidden", j.oracles[k].grad_hidden, run.answer.grad_hidden);
@@ -188,6 +193,21 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::Back
       }
 }
 
+// Each mode on the extreme inputs of cp/harness.hpp (GateRegime::Extreme) in bf16 and fp32, at CP=2 with
+// lengths divisible by 2*cp; every tensor within its oracle gate (a NaN or Inf fails it).
+void extreme_inputs(StepResult& r, const cp::BackendFactory& factory) {
+  for (DType dtype : {DType::BF16, DType::F32}) {
+    cp::RunSpec spec = matrix_spec(cp::CpMode::Headwise, 2, 1, dtype, cp::Format::Thd);
+    spec.gates = cp::GateRegime::Extreme;
+    const Judged j = judged(spec);
+    for (cp::CpMode mode : kModes) {
+      spec.cp.mode = mode;
+      judge_runs(r, std::string(cp::mode_name(mode)) + " extreme inputs " + std::string(dtype_name(dtype)), j, spec,
+                 factory);
+    }
+  }
+}
+
 }  // namespace
 
 StepResult layout_properties(bool quick) {
@@ -201,13 +221,14 @@ StepResult layout_properties(bool quick) {
 
 // Every legal (mode, W, dtype, format, TP) on a small GVA geometry with weak gates (CP=1 also with odd
 // lengths), plus dynamic CP (micro-batches of CP 4, 2, 1 in a static group of 4, on one packing and
-// each on its own, padded for its own CP size only) and chunkwise spans shorter than the conv halo,
-// in-process, every tensor against the oracle.
+// each on its own, padded for its own CP size only), chunkwise spans shorter than the conv halo and the
+// extreme inputs, in-process, every tensor against the oracle.
 StepResult cp_mode_matrix(bool quick) {
   StepResult r;
   const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
                                           : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
   mode_matrix(r, dtypes, cp::make_cpu_backend);
+  extreme_inputs(r, cp::make_cpu_backend);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.cp.dynamic_cp = {1, 2};
@@ -361,6 +382,7 @@ StepResult gpu_mode_matrix(bool quick) {
   }
   mode_matrix(r, quick ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
               gpu::cuda_plugin().api->make_backend);
+  extreme_inputs(r, gpu::cuda_plugin().api->make_backend);
   return r;
 }
 

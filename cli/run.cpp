@@ -45,7 +45,9 @@ po::options_description run_options() {
       ("conv-width", po::value<std::int64_t>()->default_value(4), "linear_conv_kernel_dim (W)")
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of parameters and inputs")
       ("gates", po::value<std::string>()->default_value("default"),
-       "decay regime of the gates: default (A in [1,16]) | weak (g ~ 0) | strong (A in [8,32])")
+       "decay regime of the gates: default (A in [1,16]) | weak (g ~ 0) | strong (A in [8,32]) | extreme (every "
+       "op at the edge of its range: a + dt_bias +-1e3, A 1e3, beta logits +-50, zero and 1e-30 q/k rows, hidden "
+       "rows of 0 and 1e4)")
       ("deterministic", po::bool_switch(), "request deterministic mode (validation matrix)")
       ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
       ("inference", po::bool_switch(), "request inference (validation matrix)")

@@ -20,6 +20,7 @@ enum class Fault {
   ZigzagSwapHalves,             // the zigzag shard's two chunks of each sequence taken in swapped order
   GateSoftplusMissingDtBias,    // g = -exp(A_log) softplus(a), dt_bias dropped
   L2normEpsDropped,             // the core's q/k L2 norm without its 1e-6 epsilon
+  SoftplusOverflows,            // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
 };
 
 struct FaultInfo {

@@ -1,6 +1,7 @@
 #include "cp/harness.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
@@ -89,7 +90,8 @@ GateRegime parse_gate_regime(std::string_view name) {
   if (name == "default") return GateRegime::Default;
   if (name == "weak") return GateRegime::Weak;
   if (name == "strong") return GateRegime::Strong;
-  throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak or strong");
+  if (name == "extreme") return GateRegime::Extreme;
+  throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak, strong or extreme");
 }
 
 Case make_case(const RunSpec& spec, std::size_t micro_batch) {
@@ -97,6 +99,7 @@ Case make_case(const RunSpec& spec, std::size_t micro_batch) {
   Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};
   if (spec.gates == GateRegime::Weak) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 1e-3, 1e-2);
   if (spec.gates == GateRegime::Strong) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 8.0, 32.0);
+  if (spec.gates == GateRegime::Extreme) shape_extreme_params(config, k.params);
   for (auto& [name, t] : k.params) t = rounded(t, spec.dtype);
   Shape shape;
   if (spec.format == Format::Thd) {
@@ -111,6 +114,7 @@ Case make_case(const RunSpec& spec, std::size_t micro_batch) {
   const std::string stream = micro_batch ? "/micro-batch " + std::to_string(micro_batch) : "";
   k.hidden = rounded(ref::seeded_normal(spec.seed, "hidden_states" + stream, shape), spec.dtype);
   k.grad_output = rounded(ref::seeded_normal(spec.seed, "grad_output" + stream, shape), spec.dtype);
+  if (spec.gates == GateRegime::Extreme) k.hidden = rounded(extreme_rows(k.hidden, k.cu_seqlens), spec.dtype);
   return k;
 }
 
@@ -118,6 +122,54 @@ std::vector<Case> make_cases(const RunSpec& spec) {
   std::vector<Case> cases{make_case(spec)};
   for (std::size_t m = 1; m < spec.micro_batch_lengths.size(); ++m) cases.push_back(make_case(spec, m));
   return cases;
+}
+
+void shape_extreme_params(const ref::LayerConfig& config, ref::LayerParams& params) {
+  const std::int64_t Hv = config.Hv(), dk = config.dk(), qk = config.qk_dim(), hidden = config.hidden();
+  const std::int64_t beta_row = config.conv_dim() + config.v_dim(), alpha_row = beta_row + Hv;
+  const double root = std::sqrt(static_cast<double>(hidden));  // x_0 of a spike row
+  Tensor& A_log = params[ref::kALog];
+  Tensor& dt_bias = params[ref::kDtBias];
+  Tensor& W = params[ref::kInProj];  // [in_proj_dim, hidden]
+  for (std::int64_t h = 0; h < Hv; ++h) {
+    const bool even = h % 2 == 0;
+    if (even) {
+      A_log.set(h, det_log(1e3));
+      dt_bias.set(h, -10.0);
+    }
+    W.set((alpha_row + h) * hidden, ((even ? 1e3 : -1e3) - dt_bias.get(h)) / root);
+    W.set((beta_row + h) * hidden, (even ? 50.0 : -50.0) / root);
+  }
+  const std::int64_t tiny_k = (2 * qk - dk) * hidden;  // first element of the k rows of key head Hk-1
+  for (std::int64_t j = 0; j < dk * hidden; ++j) {
+    W.set(j, 0.0);  // q rows of key head 0
+    W.set(tiny_k + j, 1e-29 * W.get(tiny_k + j));
+  }
+}
+
+Tensor extreme_rows(const Tensor& hidden, const ref::CuSeqlens& cu_seqlens) {
+  Tensor out = hidden;
+  const std::int64_t width = hidden.dim(-1), batch = hidden.dim(1);
+  // Row r of token t of sequence i (THD: cu_seqlens; SBHD [S, B, hidden]: sequence i is batch column i).
+  std::vector<std::int64_t> starts, lengths;
+  if (cu_seqlens) {
+    for (std::size_t i = 1; i < cu_seqlens->size(); ++i)
+      starts.push_back((*cu_seqlens)[i - 1]), lengths.push_back((*cu_seqlens)[i] - (*cu_seqlens)[i - 1]);
+  } else {
+    for (std::int64_t b = 0; b < batch; ++b) starts.push_back(b), lengths.push_back(hidden.dim(0));
+  }
+  const std::int64_t stride = cu_seqlens ? 1 : batch;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::int64_t L = lengths[i];
+    for (std::int64_t t = 0; t < L; ++t) {
+      const std::int64_t r = (starts[i] + t * stride) * width;
+      const bool zero = t == 0 && i % 2 == 0, spike = !zero && t == L / 2, large = !zero && !spike && t == L - 1;
+      for (std::int64_t j = 0; j < width; ++j)
+        out.set(r + j, zero || spike || j == 0 ? 0.0 : large ? 1e4 * hidden.get(r + j) : hidden.get(r + j));
+      if (spike) out.set(r, 1e4);
+    }
+  }
+  return out;
 }
 
 Answer oracle_answer(const Case& k) {

@@ -24,9 +24,10 @@ namespace gdnv::cp {
 // The decay regime of the gates, set through A_log (A = exp(A_log), g = -A softplus(a + dt_bias) with
 // softplus ~ 1.3 at init): default A log-uniform in [1, 16] (Megatron's init: a few tokens of memory);
 // weak [1e-3, 1e-2] (g ~ 0: the state, and with it the chunkwise fold, carries across every rank);
-// strong [8, 32] (e^g < 3e-5: only the last tokens before a boundary matter).
-enum class GateRegime { Default, Weak, Strong };
-GateRegime parse_gate_regime(std::string_view name);  // "default" | "weak" | "strong"
+// strong [8, 32] (e^g < 3e-5: only the last tokens before a boundary matter); extreme: the inputs at
+// the edges of every op's range (make_case, extreme_rows below).
+enum class GateRegime { Default, Weak, Strong, Extreme };
+GateRegime parse_gate_regime(std::string_view name);  // "default" | "weak" | "strong" | "extreme"
 
 struct RunSpec {
   ref::LayerConfig::Values layer;
@@ -67,6 +68,24 @@ Case make_case(const RunSpec& spec, std::size_t micro_batch = 0);
 // The inputs of a run, as run_in_process takes them: one Case per micro-batch when each has its own
 // lengths (micro_batch_lengths), else the one Case every micro-batch runs on.
 std::vector<Case> make_cases(const RunSpec& spec);
+
+// The extreme regime reaches each range through a parameter or a hidden row the generator shapes
+// (ln_w stays 1, so RMSNorm maps a row 1e4 e_0 to sqrt(hidden) e_0 and every other row to RMS 1 with
+// x_0 = 0: in_proj's column 0 acts on the spike rows only):
+//   a + dt_bias = +-1e3   even heads: dt_bias = -10, alpha row column 0 = (1e3 + 10) / sqrt(hidden),
+//                         so +1e3 on spike rows (g = -1e6: e^g underflows) and -10 + O(0.1) elsewhere;
+//                         odd heads: dt_bias = 1 (init), column 0 = -(1e3 + 1) / sqrt(hidden): -1e3 on
+//                         spike rows (softplus underflows: g = 0)
+//   A = exp(A_log) = 1e3  even heads (g ~ -1e3 softplus(-10) = -0.045 off the spikes); odd heads init
+//   beta logits +-50      beta row column 0 = +-50 / sqrt(hidden): +50 (even) / -50 (odd heads) on spikes
+//   q/k rows ~ 0          q rows of key head 0 zero (q = 0 on every token); k rows of key head Hk-1
+//                         times 1e-29 (|k| ~ 1e-30: |k|^2 underflows below the L2 norm's eps); every
+//                         zero hidden row at a sequence start makes that token's q, k, v rows zero
+//   hidden rows           per sequence i (THD: packed order; SBHD: batch index), token t of L: t = 0 of
+//                         even i zero; else t = L/2 the spike 1e4 e_0; else t = L-1 times 1e4
+// The CP>1 cases keep lengths divisible by 2*cp (zigzag), so the length-1 sequence is a CP=1 case's.
+void shape_extreme_params(const ref::LayerConfig& config, ref::LayerParams& params);
+Tensor extreme_rows(const Tensor& hidden, const ref::CuSeqlens& cu_seqlens);
 
 struct Answer {
   Tensor out, grad_hidden;  // natural order, F64

@@ -388,6 +388,7 @@ class KernelBackend final : public cp::Backend {
     // The planted fault drops dt_bias as the CPU backend's does.
     p.dt_bias = cp::fault_active(cp::Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
     p.N = a.dim(0), p.Hv = a.dim(1), p.bf16 = bf16();
+    p.naive_softplus = cp::fault_active(cp::Fault::SoftplusOverflows);
     return p;
   }
 

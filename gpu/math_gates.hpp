@@ -8,6 +8,8 @@ namespace gdnv::gpu {
 
 GDNV_HD float gate_bias(const GateParams& p, i64 h) { return p.dt_bias ? load(p.dt_bias, h, p.bf16) : 0.0f; }
 
+GDNV_HD float gate_softplus(const GateParams& p, float x) { return p.naive_softplus ? logf(1.0f + exp_f(x)) : softplus(x); }
+
 // dg/d(a + dt_bias) = -exp(A_log) sigmoid(a + dt_bias) (softplus' = sigmoid), before the chain rule.
 GDNV_HD float gate_da(const GateParams& p, i64 j) {
   const i64 h = j % p.Hv;
@@ -16,7 +18,7 @@ GDNV_HD float gate_da(const GateParams& p, i64 j) {
 
 GDNV_HD void gates_forward_item(const GateParams& p, i64 j) {
   const i64 h = j % p.Hv;
-  p.g[j] = -exp_f(load(p.A_log, h, p.bf16)) * softplus(load(p.a, j, p.bf16) + gate_bias(p, h));
+  p.g[j] = -exp_f(load(p.A_log, h, p.bf16)) * gate_softplus(p, load(p.a, j, p.bf16) + gate_bias(p, h));
   p.beta[j] = sigmoid(load(p.b, j, p.bf16));
 }
 
@@ -35,7 +37,7 @@ GDNV_HD void gates_param_grad(const GateParams& p, i64 h) {
     float part_A = 0, part_dt = 0;
     for (i64 r = r0; r < r0 + kRowBlock && r < p.N; ++r) {
       const i64 j = r * p.Hv + h;
-      part_A += p.dg[j] * -A * softplus(load(p.a, j, p.bf16) + bias);
+      part_A += p.dg[j] * -A * gate_softplus(p, load(p.a, j, p.bf16) + bias);
       part_dt += gate_da(p, j);
     }
     dA += part_A;

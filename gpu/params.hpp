@@ -103,6 +103,7 @@ struct GateParams {
   float* ddt_bias;      // [Hv] backward
   std::int64_t N, Hv;
   bool bf16;
+  bool naive_softplus;  // planted fault SoftplusOverflows: log(1 + e^x)
 };
 
 // ---- chunked gated delta rule -----------------------------------------------------------------------

@@ -61,12 +61,40 @@ Vec reverse_cumsum(const Vec& x) {
   return out;
 }
 
-// Gradient w.r.t. gamma of <dX, X> for X[i,j] carrying the factor e^{gamma_i - gamma_j}: row sums minus
-// column sums of H = dX * X. The diagonal (factor 1) is left out rather than added and subtracted:
-// with strongly negative g it is O(1) while the true gradient is tiny, and +x - x would round it away.
-Vec decay_grad(RowMatrix H) {
-  H.diagonal().setZero();
-  return H.rowwise().sum() - H.colwise().sum().transpose();
+// Gradient w.r.t. g_t of <dX, X> for X[i,j] carrying the factor e^{gamma_i - gamma_j} = e^{sum_{j<t'<=i}
+// g_t'}: sum_{i >= t} sum_{j < t} H_ij with H = dX * X, the factors spanning token t (the diagonal,
+// factor 1, never does). Summed directly rather than as the reverse cumsum of row minus column sums of
+// H: those cancel in exact arithmetic, but with strongly negative g the near-diagonal terms are O(1)
+// while the true gradient is tiny, and +x - x would leave their rounding.
+Vec spanning_sums(const RowMatrix& H) {
+  const Index c = H.rows();
+  RowMatrix suffix = H;  // suffix(i, j) = sum_{i' >= i} H(i', j)
+  for (Index i = c - 2; i >= 0; --i) suffix.row(i) += suffix.row(i + 1);
+  Vec out(c);
+  for (Index t = 0; t < c; ++t) out(t) = suffix.row(t).head(t).sum();
+  return out;
+}
+
+// out_t = sum_{i < t} x_i: the gradient w.r.t. g_t of terms carrying e^{gamma_C - gamma_i}, i < t.
+Vec exclusive_cumsum(const Vec& x) {
+  Vec out(x.size());
+  double acc = 0;
+  for (Index i = 0; i < x.size(); ++i) {
+    out(i) = acc;
+    acc += x(i);
+  }
+  return out;
+}
+
+// gamma_C - gamma_i = sum_{t > i} g_t, summed directly.
+Vec tail_sums(const Vec& g) {
+  Vec out(g.size());
+  double acc = 0;
+  for (Index i = g.size() - 1; i >= 0; --i) {
+    out(i) = acc;
+    acc += g(i);
+  }
+  return out;
 }
 
 Intra intra_chunk(const Chunk& x) {
@@ -74,9 +102,15 @@ Intra intra_chunk(const Chunk& x) {
   Intra in;
   in.gamma = cumsum(x.g);
   in.decay = RowMatrix::Zero(c, c);
-  // The difference, never e^{gamma_i} e^{-gamma_j}: with strongly negative g the second factor overflows.
+  // e^{gamma_i - gamma_j} with the exponent summed over (j, i] directly, never e^{gamma_i} e^{-gamma_j}
+  // (with strongly negative g the second factor overflows) nor the difference of the cumsums (after a
+  // token of g = -1e6 that difference keeps only ~1e-10 absolute: a relative 2e-9 of a g ~ -0.05).
+  RowMatrix span = RowMatrix::Zero(c, c);  // span(i, j) = sum_{j < t <= i} g_t
   for (Index i = 0; i < c; ++i)
-    for (Index j = 0; j <= i; ++j) in.decay(i, j) = std::exp(in.gamma(i) - in.gamma(j));
+    for (Index j = 0; j <= i; ++j) {
+      if (j < i) span(i, j) = span(i - 1, j) + x.g(i);
+      in.decay(i, j) = std::exp(span(i, j));
+    }
   in.KKd = product(x.k, x.k.transpose());
   in.KKd = in.KKd.cwiseProduct(in.decay).triangularView<Eigen::StrictlyLower>();
   in.A = x.beta.asDiagonal() * in.KKd;
@@ -98,7 +132,7 @@ RowMatrix new_values(const Intra& in, const RowMatrix& S) {
 // State pass, S [K, V] advanced to the chunk's end.
 void advance_state(const Chunk& x, const Intra& in, const RowMatrix& v_new, RowMatrix& S) {
   const double gamma_C = in.gamma(in.gamma.size() - 1);
-  const Vec e_tail = (gamma_C - in.gamma.array()).exp();  // e^{gamma_C - gamma}
+  const Vec e_tail = tail_sums(x.g).array().exp();  // e^{gamma_C - gamma}
   const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
   S *= std::exp(gamma_C);
   product_into(k_tail.transpose(), v_new, S, {.accumulate = true});
@@ -123,7 +157,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix v_new = new_values(in, S);
   const Vec e_gamma = in.gamma.array().exp();
   const double gamma_C = in.gamma(c - 1), e_C = std::exp(gamma_C);
-  const Vec e_tail = (gamma_C - in.gamma.array()).exp();
+  const Vec e_tail = tail_sums(x.g).array().exp();
   const RowMatrix q_decayed = e_gamma.asDiagonal() * x.q;
   const RowMatrix k_tail = e_tail.asDiagonal() * x.k;
   RowMatrix P = product(x.q, x.k.transpose());
@@ -142,7 +176,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
   product_into(dQK, x.k, d.dq, {.accumulate = true, .a = Triangle::Lower});
   d.dk = product(dQK.transpose(), x.q, kUpper);
-  d_gamma += decay_grad(dP.cwiseProduct(P));
+  Vec dg_spanning = spanning_sums(dP.cwiseProduct(P));
 
   // State: S_next = e^{gamma_C} S + k_tail^T V_new.
   dS_in += e_C * dS;
@@ -150,10 +184,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix d_ktail = product(v_new, dS.transpose());
   product_into(k_tail, dS, dv_new, {.accumulate = true});
   d.dk += e_tail.asDiagonal() * d_ktail;
-  // e^{gamma_C - gamma_i}: + to gamma_C, - to gamma_i; the last token's factor is 1 and is left out.
-  const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum().head(c - 1);
-  d_gamma(c - 1) += tail.sum();
-  d_gamma.head(c - 1) -= tail;
+  // e^{gamma_C - gamma_i} = e^{sum_{t > i} g_t}.
+  const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum();
 
   // V_new = U - W S.
   const RowMatrix dW = -product(dv_new, S.transpose());
@@ -177,9 +209,9 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
   product_into(dKK, x.k, d.dk, {.accumulate = true, .a = Triangle::Lower});
   product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true, .a = Triangle::Upper});
-  d_gamma += decay_grad(dA.cwiseProduct(in.A));
+  dg_spanning += spanning_sums(dA.cwiseProduct(in.A));
 
-  d.dg = reverse_cumsum(d_gamma);  // gamma = cumsum(g)
+  d.dg = reverse_cumsum(d_gamma) + dg_spanning + exclusive_cumsum(tail);  // gamma = cumsum(g)
   dS = dS_in;
   return d;
 }

@@ -141,7 +141,7 @@ TEST(Cli, GateListsEveryPlantedFault) {
   for (const char* name : {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
                            "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
                            "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
-                           "dynamic_cp_uses_static_group", "conv_halo_one_rank"})
+                           "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows"})
     EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
 }
 
@@ -175,7 +175,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values("allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
                       "conv_halo_one_rank", "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
                       "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
-                      "dynamic_cp_uses_static_group"));
+                      "dynamic_cp_uses_static_group", "softplus_overflows"));
+
+// The extreme inputs' first failure under a softplus that overflows: in bf16 only dA_log = sum dg g
+// breaks (0 * -inf), and the gate fails it on the NaN although its finite elements are within gate.
+TEST(Cli, GateFailsANanTensorWhoseFiniteElementsPass) {
+  setenv("GDNV_FAULT", "softplus_overflows", 1);
+  const auto r = run_cli("gate --quick");
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("first: headwise extreme inputs BF16 grad::A_log: 3 NaN, 1 Inf"), std::string::npos) << r.out;
+}
 
 }  // namespace
 }  // namespace gdnv

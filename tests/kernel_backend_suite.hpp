@@ -209,6 +209,22 @@ TEST(SuiteFaults, GateSoftplusMissingDtBiasDropsTheBiasLikeTheCpuBackend) {
   EXPECT_TRUE(gdnv::testing::close("g", faulted.to(DType::F64), g_of(*cpu).to(DType::F64), 1e-5));
 }
 
+// The planted naive softplus is honoured like the CPU backend's: log(1 + e^1000) overflows to inf in
+// fp32, so g = -inf where the correct gate is -1000.
+TEST(SuiteFaults, SoftplusOverflowsMakesTheGateInfiniteLikeTheCpuBackend) {
+  GDNV_SUITE_SKIP_WITHOUT_BACKEND();
+  const auto be = suite_backend(DType::F32), cpu = make_cpu_backend(DType::F32);
+  const Tensor a = Tensor::from(std::vector<double>{1e3, -1e3}, {1, 2}), zeros(DType::F64, {2});
+  const auto g_of = [&](Backend& x) {
+    return x.download(x.gates(x.upload(a, DType::F32), x.upload(a, DType::F32), x.upload(zeros, DType::F32),
+                              x.upload(zeros, DType::F32)).g);
+  };
+  EXPECT_EQ(g_of(*be).get(0), -1e3);
+  const ScopedFault fault(Fault::SoftplusOverflows);
+  EXPECT_TRUE(std::isinf(g_of(*be).get(0)));
+  EXPECT_TRUE(g_of(*be).bitwise_equal(g_of(*cpu)));
+}
+
 // ---- the CP modes, unchanged, on this backend ---------------------------------------------------------------
 // gdn-verify run's judgement: every tensor of the layer fwd+bwd against the fp64 oracle under the gate of
 // cp::oracle_gates (derived there from the storage dtype and the layer's condition numbers).
@@ -253,6 +269,43 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SuiteModes,
                          [](const auto& p) {
                            return std::string(mode_name(std::get<0>(p.param))) + "_cp" +
                                   std::to_string(std::get<1>(p.param)) + "_" + storage_name(std::get<2>(p.param));
+                         });
+
+// The extreme input regime (cp/harness.hpp) at CP=2 in every mode: the gate's geometry and lengths
+// (cli/gate_steps_cp.cpp), every tensor within its oracle gate and none NaN or Inf.
+class SuiteExtreme : public ::testing::TestWithParam<std::tuple<CpMode, DType>> {
+ protected:
+  void SetUp() override { GDNV_SUITE_SKIP_WITHOUT_BACKEND(); }
+};
+
+TEST_P(SuiteExtreme, LayerMatchesTheOracleWithoutNanOrInf) {
+  const auto [mode, dtype] = GetParam();
+  RunSpec spec;
+  spec.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  spec.cp.mode = mode, spec.cp.cp = 2, spec.dtype = dtype, spec.format = Format::Thd;
+  spec.lengths = {8, 4};
+  spec.gates = GateRegime::Extreme;
+  const Case k = make_case(spec);
+  const Answer oracle = oracle_answer(k);
+  const auto gates = oracle_gates(k, oracle, dtype);
+  const auto runs = run_in_process(spec, k, [](DType d) { return suite_backend(d); });
+  const auto check = [&](const std::string& name, const Tensor& want, const Tensor& got) {
+    const Metrics m = compare(want, got);
+    EXPECT_TRUE(m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0)
+        << name << ": rel RMS " << m.rel_rms << " gate " << gates.at(name) << " NaN " << m.nan_cand << " Inf "
+        << m.inf_cand;
+  };
+  check("out", oracle.out, runs.at(0).answer.out);
+  check("grad_hidden", oracle.grad_hidden, runs.at(0).answer.grad_hidden);
+  for (const auto& [name, t] : oracle.grads) check("grad::" + name, t, runs.at(0).answer.grads.at(name));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModes, SuiteExtreme,
+                         ::testing::Combine(::testing::Values(CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather),
+                                            ::testing::Values(DType::F32, DType::BF16)),
+                         [](const auto& p) {
+                           return std::string(mode_name(std::get<0>(p.param))) + "_" +
+                                  storage_name(std::get<1>(p.param));
                          });
 
 }  // namespace suite

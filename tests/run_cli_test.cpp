@@ -103,7 +103,7 @@ TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
       {"--mode auto --cp 2", "use one of 'headwise', 'chunkwise', 'all_gather'"},
       {"--mode chunkwise --cp 2 --tp 4", "divisible by tp = 4"},
       {"--mode chunkwise --cp 2 --format sbhd --seq-len 16 --batch 2", "batch"},
-      {"--mode chunkwise --cp 2 --gates mild", "unknown gate regime 'mild': use default, weak or strong"},
+      {"--mode chunkwise --cp 2 --gates mild", "unknown gate regime 'mild': use default, weak, strong or extreme"},
       {"--mode headwise --cp 4", "use linear_cp_mode='chunkwise' or 'all_gather'"},
       {"--mode all_gather --cp 2 --deterministic", "'all_gather' is not deterministic"},
       {"--mode chunkwise --cp 2 --allgather-cp", "set allgather_cp=False"},
