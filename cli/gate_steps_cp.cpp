@@ -193,19 +193,22 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::Back
       }
 }
 
-// Each mode on the extreme inputs of cp/harness.hpp (GateRegime::Extreme) in bf16 and fp32, at CP=2 with
-// lengths divisible by 2*cp; every tensor within its oracle gate (a NaN or Inf fails it).
+// Each mode on the extreme inputs of cp/harness.hpp (GateRegime::Extreme) in bf16 and fp32: at CP=2 with
+// lengths divisible by 2*cp (zigzag), and at CP=1, where any length is legal, with two sequences of one
+// token (one a zero hidden row, one a spike); every tensor within its oracle gate (a NaN or Inf fails it).
 void extreme_inputs(StepResult& r, const cp::BackendFactory& factory) {
-  for (DType dtype : {DType::BF16, DType::F32}) {
-    cp::RunSpec spec = matrix_spec(cp::CpMode::Headwise, 2, 1, dtype, cp::Format::Thd);
-    spec.gates = cp::GateRegime::Extreme;
-    const Judged j = judged(spec);
-    for (cp::CpMode mode : kModes) {
-      spec.cp.mode = mode;
-      judge_runs(r, std::string(cp::mode_name(mode)) + " extreme inputs " + std::string(dtype_name(dtype)), j, spec,
-                 factory);
+  for (DType dtype : {DType::BF16, DType::F32})
+    for (int W : {2, 1}) {
+      cp::RunSpec spec = matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
+      spec.gates = cp::GateRegime::Extreme;
+      if (W == 1) spec.lengths = {1, 1, 6};
+      const Judged j = judged(spec);
+      for (cp::CpMode mode : kModes) {
+        spec.cp.mode = mode;
+        judge_runs(r, std::string(cp::mode_name(mode)) + " extreme inputs W=" + std::to_string(W) + " " +
+                          std::string(dtype_name(dtype)), j, spec, factory);
+      }
     }
-  }
 }
 
 }  // namespace

@@ -65,10 +65,11 @@ const std::vector<std::string> kKernelCases = {"kernel-thd-varlen-gva", "kernel-
 TEST(FixturesCli, CommittedCatalogVerifies) {
   const CliResult r = run_cli("fixtures verify --dir " + committed());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "[ 1/10] kernel-thd-varlen-gva")) << r.out;
-  EXPECT_TRUE(contains(r.out, "[ 9/10] layer-thd-wide-conv-bias")) << r.out;
-  EXPECT_TRUE(contains(r.out, "[10/10] layer-thd-odd-lengths-cp1")) << r.out;
-  EXPECT_TRUE(contains(r.out, "10 cases (0 failed), 82 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[ 1/11] kernel-thd-varlen-gva")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[ 9/11] layer-thd-wide-conv-bias")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[10/11] layer-thd-odd-lengths-cp1")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[11/11] layer-thd-extreme-fp32")) << r.out;
+  EXPECT_TRUE(contains(r.out, "11 cases (0 failed), 91 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
@@ -90,14 +91,14 @@ TEST(FixturesCli, GenerateTwiceIsByteIdentical) {
   const CliResult rb = run_cli("fixtures generate --dir " + b.string() + " --catalog default");
   ASSERT_EQ(ra.code, 0) << ra.err;
   ASSERT_EQ(rb.code, 0) << rb.err;
-  EXPECT_TRUE(contains(ra.out, "wrote 10 fixtures")) << ra.out;
+  EXPECT_TRUE(contains(ra.out, "wrote 11 fixtures")) << ra.out;
   int files = 0;
   for (const auto& entry : fs::directory_iterator(a)) {
     ++files;
     const std::string name = entry.path().filename().string();
     EXPECT_EQ(read_file_bytes(entry.path().string()), read_file_bytes((b / name).string())) << name;
   }
-  EXPECT_EQ(files, 11);  // 10 cases and the manifest
+  EXPECT_EQ(files, 12);  // 11 cases and the manifest
   fs::remove_all(a);
   fs::remove_all(b);
 }
