@@ -8,7 +8,9 @@ namespace gdnv::gpu {
 
 GDNV_HD float gate_bias(const GateParams& p, i64 h) { return p.dt_bias ? load(p.dt_bias, h, p.bf16) : 0.0f; }
 
-GDNV_HD float gate_softplus(const GateParams& p, float x) { return p.naive_softplus ? logf(1.0f + exp_f(x)) : softplus(x); }
+GDNV_HD float gate_softplus(const GateParams& p, float x) {
+  return p.naive_softplus ? logf(1.0f + exp_f(x)) : softplus(x);
+}
 
 // dg/d(a + dt_bias) = -exp(A_log) sigmoid(a + dt_bias) (softplus' = sigmoid), before the chain rule.
 GDNV_HD float gate_da(const GateParams& p, i64 j) {

@@ -184,7 +184,8 @@ TEST(Cli, GateFailsANanTensorWhoseFiniteElementsPass) {
   const auto r = run_cli("gate --quick");
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16 grad::A_log: 3 NaN, 1 Inf"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16 grad::A_log: 3 NaN, 1 Inf"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

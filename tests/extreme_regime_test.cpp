@@ -65,7 +65,8 @@ Reached reached(const Case& k) {
     r.zero_hidden_rows += m == 0;
     r.large_hidden_rows += m >= 1e4;
   }
-  for (std::size_t i = 1; i < k.cu_seqlens->size(); ++i) r.length_1_sequences += (*k.cu_seqlens)[i] - (*k.cu_seqlens)[i - 1] == 1;
+  const std::vector<std::int64_t>& cu = *k.cu_seqlens;
+  for (std::size_t i = 1; i < cu.size(); ++i) r.length_1_sequences += cu[i] - cu[i - 1] == 1;
   return r;
 }
 
@@ -106,14 +107,14 @@ TEST(ChunkedOracle, EqualsTheRecurrentOracleOnExtremeInputs) {
 }
 
 // gdn-verify run's judgement on the CPU backend: every tensor within its oracle gate, none NaN or Inf,
-// in every mode at CP=2 (a naive log(1 + e^x) softplus fails here: e^1000 = inf, g = -inf, and
-// dA_log = sum dg g turns 0 * inf into NaN).
-class ExtremeOnCpu : public ::testing::TestWithParam<std::tuple<CpMode, DType>> {};
+// in every mode at CP=2 and at CP=1 with the one-token sequences (a naive log(1 + e^x) softplus fails
+// here: e^1000 = inf, g = -inf, and dA_log = sum dg g turns 0 * inf into NaN).
+class ExtremeOnCpu : public ::testing::TestWithParam<std::tuple<CpMode, int, DType>> {};
 
 TEST_P(ExtremeOnCpu, EveryTensorMatchesTheOracleWithoutNanOrInf) {
-  const auto [mode, dtype] = GetParam();
-  RunSpec spec = extreme_spec(dtype, {8, 4});
-  spec.cp.mode = mode, spec.cp.cp = 2;
+  const auto [mode, cp_size, dtype] = GetParam();
+  RunSpec spec = extreme_spec(dtype, cp_size == 1 ? kLengths : std::vector<std::int64_t>{8, 4});
+  spec.cp.mode = mode, spec.cp.cp = cp_size;
   const Case k = make_case(spec);
   const Answer oracle = oracle_answer(k);
   const auto gates = oracle_gates(k, oracle, dtype);
@@ -140,10 +141,12 @@ TEST(ExtremeOnCpuUnderFault, NaiveSoftplusMakesDaLogNan) {
 
 INSTANTIATE_TEST_SUITE_P(AllModes, ExtremeOnCpu,
                          ::testing::Combine(::testing::Values(CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather),
+                                            ::testing::Values(1, 2),
                                             ::testing::Values(DType::F64, DType::F32, DType::BF16)),
                          [](const auto& p) {
-                           return std::string(mode_name(std::get<0>(p.param))) + "_" +
-                                  std::string(dtype_name(std::get<1>(p.param)));
+                           return std::string(mode_name(std::get<0>(p.param))) + "_cp" +
+                                  std::to_string(std::get<1>(p.param)) + "_" +
+                                  std::string(dtype_name(std::get<2>(p.param)));
                          });
 
 }  // namespace

@@ -271,19 +271,20 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SuiteModes,
                                   std::to_string(std::get<1>(p.param)) + "_" + storage_name(std::get<2>(p.param));
                          });
 
-// The extreme input regime (cp/harness.hpp) at CP=2 in every mode: the gate's geometry and lengths
-// (cli/gate_steps_cp.cpp), every tensor within its oracle gate and none NaN or Inf.
-class SuiteExtreme : public ::testing::TestWithParam<std::tuple<CpMode, DType>> {
+// The extreme input regime (cp/harness.hpp) in every mode, at CP=2 (lengths divisible by 2*cp) and at
+// CP=1 with two one-token sequences, as the gate runs it (cli/gate_steps_cp.cpp): every tensor within
+// its oracle gate and none NaN or Inf.
+class SuiteExtreme : public ::testing::TestWithParam<std::tuple<CpMode, int, DType>> {
  protected:
   void SetUp() override { GDNV_SUITE_SKIP_WITHOUT_BACKEND(); }
 };
 
 TEST_P(SuiteExtreme, LayerMatchesTheOracleWithoutNanOrInf) {
-  const auto [mode, dtype] = GetParam();
+  const auto [mode, cp_size, dtype] = GetParam();
   RunSpec spec;
   spec.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
-  spec.cp.mode = mode, spec.cp.cp = 2, spec.dtype = dtype, spec.format = Format::Thd;
-  spec.lengths = {8, 4};
+  spec.cp.mode = mode, spec.cp.cp = cp_size, spec.dtype = dtype, spec.format = Format::Thd;
+  spec.lengths = cp_size == 1 ? std::vector<std::int64_t>{1, 1, 6} : std::vector<std::int64_t>{8, 4};
   spec.gates = GateRegime::Extreme;
   const Case k = make_case(spec);
   const Answer oracle = oracle_answer(k);
@@ -302,10 +303,10 @@ TEST_P(SuiteExtreme, LayerMatchesTheOracleWithoutNanOrInf) {
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SuiteExtreme,
                          ::testing::Combine(::testing::Values(CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather),
-                                            ::testing::Values(DType::F32, DType::BF16)),
+                                            ::testing::Values(1, 2), ::testing::Values(DType::F32, DType::BF16)),
                          [](const auto& p) {
-                           return std::string(mode_name(std::get<0>(p.param))) + "_" +
-                                  storage_name(std::get<1>(p.param));
+                           return std::string(mode_name(std::get<0>(p.param))) + "_cp" +
+                                  std::to_string(std::get<1>(p.param)) + "_" + storage_name(std::get<2>(p.param));
                          });
 
 }  // namespace suite
