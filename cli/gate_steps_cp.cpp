@@ -17,8 +17,8 @@
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "fixtures/fixtures.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "layouts/chunkwise_context.hpp"
@@ -115,7 +115,7 @@ Judged judged(const cp::RunSpec& spec) {
 }
 
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
-                const cp::BackendFactory& factory = cp::make_cpu_backend) {
+                const cp::BackendFactory& factory = cpu::make_backend) {
   try {
     for (const auto& run : cp::run_in_process(spec, j.k, factory)) {
       const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
@@ -199,7 +199,7 @@ StepResult cp_mode_matrix(bool quick) {
   StepResult r;
   const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
                                           : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
-  mode_matrix(r, dtypes, cp::make_cpu_backend);
+  mode_matrix(r, dtypes, cpu::make_backend);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.cp.dynamic_cp = {1, 2};
@@ -324,7 +324,7 @@ StepResult probe_self_compare(bool quick) {
         spec.image = "gate";
         spec.case_name = "thd-short";
         run_world(mode == "cp1" ? 1 : 4, [&](Communicator& world) {
-          probes::dump_rank(spec, (root / image).string(), "inproc", world, cp::make_cpu_backend(spec.dtype));
+          probes::dump_rank(spec, (root / image).string(), "inproc", world, cpu::make_backend(spec.dtype));
         });
       }
     const auto same = probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));

@@ -10,8 +10,8 @@
 #include "cli/lists.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "probes/build_info.hpp"
 

@@ -3,7 +3,7 @@
 // rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
 // back to the shards' owners. Without that reduce-scatter input gradients are wrong.
 #include "cp/modes.hpp"
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 
 namespace gdnv::cp {
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {

@@ -1,7 +1,7 @@
 #pragma once
 // The compute Backend: the leaf kernels of the GatedDeltaNet layer, forward and backward. The three CP
 // modes (cp/headwise.*, cp/chunkwise.*, cp/all_gather.*) are written once against this interface and a
-// Communicator; the CPU backend (cp/cpu_backend.*) and the CUDA backend (gpu/) differ only here.
+// Communicator; the CPU backend (cpu/backend.*) and the CUDA backend (gpu/) differ only here.
 //
 // Precision contract (DESIGN.md §4): activations and parameters are stored in dtype() (fp64, fp32 or
 // bf16; bf16 rounded to nearest even at every op boundary, as a GPU stack stores them); arithmetic

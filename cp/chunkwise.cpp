@@ -10,7 +10,7 @@
 //         of the first local sequences, folded from later ranks into the last local sequence's dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width.
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "cp/modes.hpp"
 
 namespace gdnv::cp {

@@ -21,6 +21,7 @@ struct MixerGeometry {
   std::int64_t v_dim() const { return Hv * dv; }
   std::int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }
   std::int64_t in_dim() const { return conv_dim() + v_dim() + 2 * Hv; }  // the mixer's slice of p
+  MixerGeometry split(int c) const { return {Hk / c, Hv / c, dk, dv, W, eps, scale}; }  // 1/c of the heads
 };
 
 struct ProjParams {

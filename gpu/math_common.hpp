@@ -13,7 +13,7 @@ namespace gdnv::gpu {
 using i64 = std::int64_t;
 
 // The kernels' 64-token chunk of the gated delta rule and 64-row blocks of every row sum (the blocked
-// partial sums of cp/cpu_math.hpp's blocked_row_sum, so both backends round alike).
+// partial sums of cpu/math.hpp's blocked_row_sum, so both backends round alike).
 constexpr i64 kChunk = 64;
 constexpr i64 kRowBlock = 64;
 

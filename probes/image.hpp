@@ -18,7 +18,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/safetensors.hpp"
-#include "cp/harness.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::probes {
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::cp::testing {
 
@@ -138,7 +138,7 @@ struct Judge {
 // Runs `spec` (mode and CP sizes as given) and checks every micro-batch against the oracle.
 inline std::vector<MicroBatchRun> run_and_check(const Judge& judge, const RunSpec& spec,
                                                 std::vector<std::map<std::string, double>>* rel = nullptr) {
-  auto runs = run_in_process(spec, judge.k, make_cpu_backend);
+  auto runs = run_in_process(spec, judge.k, cpu::make_backend);
   for (const auto& run : runs) {
     const auto r = judge.check(run.answer, std::string(mode_name(spec.cp.mode)) + " cp=" + std::to_string(run.cp_size));
     if (rel) rel->push_back(r);
