@@ -155,7 +155,7 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
   s.format = format;
   s.lengths = {8 * W, 4 * W};
   s.seq_len = 8 * W;
-  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (DESIGN.md §3.1)
+  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (docs/DESIGN.md §3.1)
   s.gates = cp::GateRegime::Weak;  // the state crosses every rank: chunkwise's fold matters
   return s;
 }
@@ -212,7 +212,7 @@ StepResult cp_mode_matrix(bool quick) {
   return r;
 }
 
-// DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
+// docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
 StepResult illegal_combinations(bool) {
   const ref::LayerConfig layer({32, 4, 8, 8, 8, 4, 1e-6, false});
   const auto config = [](cp::CpMode mode, int W, int tp = 1) {

@@ -1,5 +1,5 @@
 #pragma once
-// The cost model of the GatedDeltaNet layer under each CP mode (DESIGN.md §3): for one rank, one
+// The cost model of the GatedDeltaNet layer under each CP mode (docs/DESIGN.md §3): for one rank, one
 // layer and one micro-batch, forward and backward, the collectives it calls (calls and bytes per kind,
 // exactly as comm/accounting.hpp counts them), the ops it runs (FLOPs and HBM bytes, cost/op_cost.hpp),
 // and the activation bytes its forward keeps for the backward. Each mode's model (cost/plain.cpp,

@@ -1,4 +1,4 @@
-// chunkwise (FLA KCP, DESIGN.md §3): hidden_states swap zigzag -> contiguous through the micro-batch's
+// chunkwise (FLA KCP, docs/DESIGN.md §3): hidden_states swap zigzag -> contiguous through the micro-batch's
 // route (one all-to-all), each rank runs the layer on its contiguous span, and out swaps back. Two
 // things cross span boundaries:
 //   conv  the W_conv - 1 tokens before the span, possibly held by several earlier ranks: every rank's

@@ -1,5 +1,5 @@
 #pragma once
-// The three stages of the layer (DESIGN.md §1.3) on a Backend, shared by every CP mode; the modes put
+// The three stages of the layer (docs/DESIGN.md §1.3) on a Backend, shared by every CP mode; the modes put
 // their communication between them.
 //   in_proj   (token-local)   p = (rmsnorm(h) * ln_w) W_in^T, sections q,k,v,z,beta,alpha
 //   mixer     (per sequence)  conv+SiLU over [q,k,v] -> gates -> core (L2 norm in kernel) ->

@@ -1,5 +1,5 @@
 #pragma once
-// Chunk-local stages of the chunked gated delta rule (DESIGN.md §1.1, WY / UT form), in the compute
+// Chunk-local stages of the chunked gated delta rule (docs/DESIGN.md §1.1, WY / UT form), in the compute
 // type C, for one chunk of c <= 64 tokens of one (sequence, value head). With gamma = within-chunk
 // cumsum of g and S [K, V] the state entering the chunk:
 //   A[i,j] = beta_i (k_i.k_j) e^{gamma_i - gamma_j} (j < i),  T = (I + A)^-1,

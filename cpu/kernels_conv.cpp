@@ -1,4 +1,4 @@
-// Causal depthwise conv1d + SiLU over packed sequences (DESIGN.md §1.2), with the halo of the first
+// Causal depthwise conv1d + SiLU over packed sequences (docs/DESIGN.md §1.2), with the halo of the first
 // sequence (the W-1 tokens before it on earlier ranks), forward and backward.
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"

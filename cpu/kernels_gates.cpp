@@ -1,4 +1,4 @@
-// The gates (DESIGN.md §1.3) in the state dtype: g = -exp(A_log) * softplus(a + dt_bias) (log decay),
+// The gates (docs/DESIGN.md §1.3) in the state dtype: g = -exp(A_log) * softplus(a + dt_bias) (log decay),
 // beta = sigmoid(b); forward and backward.
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// The chunked gated delta rule over packed sequences (DESIGN.md §1.1): q and k L2-normalised in the
+// The chunked gated delta rule over packed sequences (docs/DESIGN.md §1.1): q and k L2-normalised in the
 // kernel, GVA (value head h reads key head h / (Hv/Hk)), chunks of 64 tokens from each sequence's
 // start, the initial state h0 for the first sequence only and the final state of the last one.
 // Inputs are re-laid head-major ([H, N, D]) so every chunk is a contiguous block.

@@ -1,5 +1,5 @@
 #pragma once
-// Chunk-local stages of the chunked gated delta rule (DESIGN.md §1.1, WY / UT form) for one chunk of
+// Chunk-local stages of the chunked gated delta rule (docs/DESIGN.md §1.1, WY / UT form) for one chunk of
 // c <= 64 tokens of one (sequence, value head), in fp32 plain loops: the math of cpu/gdr_chunk.hpp
 // (read it for the derivations) without Eigen, so the kernels run it. With gamma = within-chunk
 // cumsum of g and S [K, V] the state entering the chunk:

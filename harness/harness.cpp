@@ -123,7 +123,7 @@ std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, 
     // well-conditioned tensors (kappa < 4.4 in bf16) where three random draws may underestimate kappa:
     //  bf16: sqrt(14) u (u = 1.13e-3, one rounding) = 4.2e-3, times up to ~4 through the backward of
     //        the L2 norm, the RMSNorms (head dims down to 4) and the gated product: 2e-2.
-    //  fp32: DESIGN.md §4's gate, 1e-5 relative RMS vs the fp64 oracle.
+    //  fp32: docs/DESIGN.md §4's gate, 1e-5 relative RMS vs the fp64 oracle.
     const double delta = (dtype == DType::BF16 ? 0x1.0p-9 : 0x1.0p-24) / 1.7320508075688772;
     const double floor = dtype == DType::BF16 ? 2e-2 : 1e-5;
     for (const auto& [name, kap] : condition_numbers(k, oracle)) gates[name] = std::max(floor, 4.0 * delta * kap);

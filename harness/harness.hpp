@@ -39,7 +39,7 @@ struct RunSpec {
   std::uint64_t seed = 0;
 };
 
-// DESIGN.md §3.1 for the whole run (configuration and the micro-batch at the static CP size):
+// docs/DESIGN.md §3.1 for the whole run (configuration and the micro-batch at the static CP size):
 // ConfigError naming the fix, before any case is built.
 void validate_run(const RunSpec& spec);
 

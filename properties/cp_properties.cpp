@@ -15,7 +15,7 @@ namespace {
 using namespace gdnv::cp::testing;
 
 // Every legal mode within its gate of the oracle. Off fp64, chunkwise's deviation from the oracle is
-// at most 4x headwise's (floor 1e-6) on every tensor (DESIGN.md §4): its extra roundings (the state
+// at most 4x headwise's (floor 1e-6) on every tensor (docs/DESIGN.md §4): its extra roundings (the state
 // fold, the halo sums) must not compound.
 void check_all_modes(DType dtype) {
   const Geometry g = *gen_geometry(true);
@@ -42,7 +42,7 @@ RC_GTEST_PROP(CpLayer, Fp64ModesMatchOracle, ()) { check_all_modes(DType::F64); 
 RC_GTEST_PROP(CpLayer, Fp32ModesMatchOracleChunkwiseWithin4xHeadwise, ()) { check_all_modes(DType::F32); }
 RC_GTEST_PROP(CpLayer, Bf16ModesMatchOracleWithinConditionedGate, ()) { check_all_modes(DType::BF16); }
 
-// DESIGN.md §4, CP>1 vs CP=1: atol 2e-3, rtol 1e-2, cos >= 0.9999, elementwise on every tensor. In
+// docs/DESIGN.md §4, CP>1 vs CP=1: atol 2e-3, rtol 1e-2, cos >= 0.9999, elementwise on every tensor. In
 // fp32: in bf16 the modes round partial sums at different points, and a single element of an
 // ill-conditioned gradient (a near-cancelling sum over tokens) can move by more than atol + rtol|x|
 // while the tensor is right; bf16 is held to the cosine gate below.

@@ -85,7 +85,7 @@ inline RunSpec spec_of(const Geometry& g, CpMode mode, DType dtype, std::uint64_
   return s;
 }
 
-// DESIGN.md §3.1 for the generated geometry (heads are generated legal).
+// docs/DESIGN.md §3.1 for the generated geometry (heads are generated legal).
 inline bool legal(const Geometry& g, CpMode mode) {
   if (g.W == 1 || g.format == Format::Thd) return true;
   if (mode == CpMode::AllGather) return false;                // all_gather: THD only at CP > 1

@@ -1,4 +1,4 @@
-// Chunkwise CP's micro-batch plan: its contexts are FLA's (../shared/vectors/fla_cp_context.json) on
+// Chunkwise CP's micro-batch plan: its contexts are FLA's (tests/data/vectors/fla_cp_context.json) on
 // every rank of an in-process group, and its route is built once per micro-batch, never inside a layer.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The illegal-combination matrix of DESIGN.md §3.1: each rule fails with a message naming the fix,
+// The illegal-combination matrix of docs/DESIGN.md §3.1: each rule fails with a message naming the fix,
 // before any collective.
 #include <gtest/gtest.h>
 
