@@ -2,11 +2,11 @@
 // (calls and MB sent per kind) and the host syncs of one step (the target is 0). --backend selects cpu
 // (default), emu (the gpu/ kernels on host streams) or cuda (W ranks sharing one GPU through their own
 // streams). Geometries:
-//   cpu, emu  issue 7's THD [4096, 4096], hidden 512, Hk 4, Hv 8, dk = dv = 64 at W = 4, and at W = 8
+//   cpu, emu  THD [4096, 4096], hidden 512, Hk 4, Hv 8, dk = dv = 64 at W = 4, and at W = 8
 //             the same with Hk 8, Hv 16 (headwise needs 8 | Hk); fp32.
-//   cuda      issue 11's THD [8192, 8192], hidden 2048, Hk 16, Hv 32, dk = dv = 128 at W = 4, fp32 and
+//   cuda      production THD [8192, 8192], hidden 2048, Hk 16, Hv 32, dk = dv = 128 at W = 4, fp32 and
 //             bf16; plus BM_ChunkedCore, one rank's chunked gated delta rule (fwd + bwd) at that size,
-//             whose counter TFLOP_s is the achieved rate (cp/op_cost.hpp's FLOPs over the time).
+//             whose counter TFLOP_s is the achieved rate (cost/op_cost.hpp's FLOPs over the time).
 // Only forward + backward are timed, up to the step's end on the device (one download, outside the
 // sync count); layer construction and the micro-batch plan are not.
 #include <chrono>
@@ -19,11 +19,11 @@
 
 #include "comm/inprocess.hpp"
 #include "core/memory.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "cp/layer.hpp"
 #include "core/rng.hpp"
-#include "cp/op_cost.hpp"
+#include "cost/op_cost.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "gpu/kernel_backend.hpp"
 #include "layouts/apply.hpp"
@@ -31,7 +31,7 @@
 namespace gdnv::cp {
 namespace {
 
-BackendFactory g_factory = make_cpu_backend;
+BackendFactory g_factory = cpu::make_backend;
 
 struct Geometry {
   std::int64_t hidden, Hk, Hv, dk, length;
@@ -124,8 +124,8 @@ void BM_ChunkedCore(benchmark::State& state, Geometry geo, DType dtype) {
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const std::int64_t lengths[] = {geo.length, geo.length};
-  const double flops =
-      gdr_cost({0, 0}, lengths, Hk, Hv, K, K).flops + gdr_backward_cost({0, 0}, lengths, Hk, Hv, K, K).flops;
+  const double flops = cost::gdr_cost({0, 0}, lengths, Hk, Hv, K, K).flops +
+                       cost::gdr_backward_cost({0, 0}, lengths, Hk, Hv, K, K).flops;
   state.counters["TFLOP_s"] = benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -148,12 +148,12 @@ void register_benchmarks(const std::string& backend) {
       }
     return;
   }
-  const Geometry issue11{2048, 16, 32, 128, 8192};
+  const Geometry large{2048, 16, 32, 128, 8192};
   for (DType dtype : {DType::F32, DType::BF16}) {
     const std::string suffix = dtype == DType::F32 ? "/fp32" : "/bf16";
     for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
-      add("BM_CpLayerFwdBwd/" + std::string(mode_name(mode)) + suffix, BM_CpLayerFwdBwd, mode, issue11, dtype)->Arg(4);
-    add("BM_ChunkedCore" + suffix, BM_ChunkedCore, issue11, dtype)->Iterations(5);
+      add("BM_CpLayerFwdBwd/" + std::string(mode_name(mode)) + suffix, BM_CpLayerFwdBwd, mode, large, dtype)->Arg(4);
+    add("BM_ChunkedCore" + suffix, BM_ChunkedCore, large, dtype)->Iterations(5);
   }
 }
 
@@ -166,7 +166,7 @@ std::string take_backend_flag(int& argc, char** argv) {
     else argv[kept++] = argv[i];
   }
   argc = kept;
-  if (backend == "cpu") g_factory = make_cpu_backend;
+  if (backend == "cpu") g_factory = cpu::make_backend;
   else if (backend == "emu") g_factory = gpu::make_emulated_backend;
   else if (backend == "cuda") g_factory = gpu::make_cuda_backend;
   else {

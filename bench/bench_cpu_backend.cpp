@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "core/rng.hpp"
-#include "cp/cpu_backend.hpp"
+#include "cpu/backend.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ struct GdrData {
   Buffer q, k, v, g, beta, d_o, none;
   Varlen seqs;
 
-  explicit GdrData(DType storage) : be(make_cpu_backend(storage)) {
+  explicit GdrData(DType storage) : be(cpu::make_backend(storage)) {
     const DType act = be->dtype(), st = be->state_dtype();
     q = be->upload(random({kTokens, kHk, kD}, "q"), act);
     k = be->upload(random({kTokens, kHk, kD}, "k"), act);
@@ -78,7 +78,7 @@ BENCHMARK(BM_GdrForwardBackward)
     ->MeasureProcessCPUTime();
 
 void BM_ConvForwardBackward(benchmark::State& state) {
-  const auto be = make_cpu_backend(storage_of(state));
+  const auto be = cpu::make_backend(storage_of(state));
   const std::int64_t D = 2 * kHk * kD + kHv * kD;
   const Buffer x = be->upload(random({kTokens, D}, "x"), be->dtype());
   const Buffer w = be->upload(random({D, kWidth}, "w", 0.5), be->dtype());
@@ -94,7 +94,7 @@ void BM_ConvForwardBackward(benchmark::State& state) {
 BENCHMARK(BM_ConvForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_InProjForwardBackward(benchmark::State& state) {
-  const auto be = make_cpu_backend(storage_of(state));
+  const auto be = cpu::make_backend(storage_of(state));
   const std::int64_t out = 2 * kHk * kD + 2 * kHv * kD + 2 * kHv;
   const Buffer x = be->upload(random({kTokens, kHidden}, "x"), be->dtype());
   const Buffer w = be->upload(random({out, kHidden}, "w", 0.05), be->dtype());

@@ -1,4 +1,4 @@
-// The fp64 gated delta rule oracle, forward + backward, at B=1, Hk=Hv=4, K=V=128 (issue 3's targets:
+// The fp64 gated delta rule oracle, forward + backward, at B=1, Hk=Hv=4, K=V=128 (the targets:
 // chunked under 1.5 s at T=4096 and >= 20x faster than the recurrent form). GFLOP/s counts each form's
 // own arithmetic (below), so the two rates say how well each form uses the machine.
 #include <benchmark/benchmark.h>

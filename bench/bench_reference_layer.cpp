@@ -1,4 +1,4 @@
-// The fp64 GatedDeltaNet layer oracle at a production-like shape (issue 4's target: hidden=1024,
+// The fp64 GatedDeltaNet layer oracle at a production-like shape (the target: hidden=1024,
 // Hk=4, Hv=8, dk=dv=128, T=4096, forward + backward under 4 s). Registered into bench_reference.
 #include <benchmark/benchmark.h>
 

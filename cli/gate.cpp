@@ -11,7 +11,7 @@
 #include "cli/lists.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -61,7 +61,7 @@ std::string junit(const std::vector<Row>& rows, double total) {
 
 void list_faults(std::ostream& out) {
   out << "planted faults (GDNV_FAULT=<name>; honoured by the implementation under test, never by the oracle):\n";
-  for (const auto& f : cp::all_faults()) out << "  " << std::left << std::setw(32) << f.name << f.what << "\n";
+  for (const auto& f : all_faults()) out << "  " << std::left << std::setw(32) << f.name << f.what << "\n";
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "fixtures/fixtures.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "layouts/chunkwise_context.hpp"
@@ -117,7 +117,7 @@ Judged judged(const cp::RunSpec& spec) {
 }
 
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
-                const cp::BackendFactory& factory = cp::make_cpu_backend) {
+                const cp::BackendFactory& factory = cpu::make_backend) {
   try {
     const auto runs = cp::run_in_process(spec, j.cases, factory);
     for (std::size_t m = 0; m < runs.size(); ++m) {
@@ -165,7 +165,7 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
   s.format = format;
   s.lengths = {8 * W, 4 * W};
   s.seq_len = 8 * W;
-  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (DESIGN.md §3.1)
+  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (docs/DESIGN.md §3.1)
   s.gates = cp::GateRegime::Weak;  // the state crosses every rank: chunkwise's fold matters
   return s;
 }
@@ -193,7 +193,7 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::Back
       }
 }
 
-// Each mode on the extreme inputs of cp/harness.hpp (GateRegime::Extreme) in bf16 and fp32: at CP=2 with
+// Each mode on the extreme inputs of harness/harness.hpp (GateRegime::Extreme) in bf16 and fp32: at CP=2 with
 // lengths divisible by 2*cp (zigzag), and at CP=1, where any length is legal, with two sequences of one
 // token (one a zero hidden row, one a spike); every tensor within its oracle gate (a NaN or Inf fails it).
 void extreme_inputs(StepResult& r, const cp::BackendFactory& factory) {
@@ -230,8 +230,8 @@ StepResult cp_mode_matrix(bool quick) {
   StepResult r;
   const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
                                           : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
-  mode_matrix(r, dtypes, cp::make_cpu_backend);
-  extreme_inputs(r, cp::make_cpu_backend);
+  mode_matrix(r, dtypes, cpu::make_backend);
+  extreme_inputs(r, cpu::make_backend);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.cp.dynamic_cp = {1, 2};
@@ -247,7 +247,7 @@ StepResult cp_mode_matrix(bool quick) {
   return r;
 }
 
-// DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
+// docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
 StepResult illegal_combinations(bool) {
   const ref::LayerConfig layer({32, 4, 8, 8, 8, 4, 1e-6, false});
   const auto config = [](cp::CpMode mode, int W, int tp = 1) {
@@ -359,7 +359,7 @@ StepResult probe_self_compare(bool quick) {
         spec.image = "gate";
         spec.case_name = "thd-short";
         run_world(mode == "cp1" ? 1 : 4, [&](Communicator& world) {
-          probes::dump_rank(spec, (root / image).string(), "inproc", world, cp::make_cpu_backend(spec.dtype));
+          probes::dump_rank(spec, (root / image).string(), "inproc", world, cpu::make_backend(spec.dtype));
         });
       }
     const auto same = probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));

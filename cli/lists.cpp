@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "core/error.hpp"
-#include "cp/cpu_backend.hpp"
+#include "cpu/backend.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
 
@@ -35,7 +35,7 @@ DType parse_dtype_option(const std::string& name) {
 }
 
 cp::BackendFactory parse_backend_option(const std::string& name) {
-  if (name == "cpu") return cp::make_cpu_backend;
+  if (name == "cpu") return cpu::make_backend;
   if (name == "emu") return gpu::make_emulated_backend;
   if (name != "cuda") throw ConfigError("--backend '" + name + "' is not supported: use cpu, emu or cuda");
   const gpu::CudaPlugin& cuda = gpu::cuda_plugin();

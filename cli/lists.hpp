@@ -8,7 +8,7 @@
 
 #include "core/dtype.hpp"
 #include "cp/cp_config.hpp"
-#include "cp/harness.hpp"
+#include "harness/harness.hpp"
 #include "reference/layer_config.hpp"
 
 namespace gdnv::cli {

@@ -1,6 +1,6 @@
 // gdn-verify plan: the cost of each CP mode for a geometry the user may not be able to run, from the
-// per-mode cost models (cp/cost.hpp, exact for collectives) and a roofline over a hardware profile
-// (cp/roofline.hpp); which modes are legal, with run's messages; optionally over a grid of CP sizes
+// per-mode cost models (cost/cost.hpp, exact for collectives) and a roofline over a hardware profile
+// (cost/roofline.hpp); which modes are legal, with run's messages; optionally over a grid of CP sizes
 // and sequence lengths, as CSV and as a gnuplot SVG of time per layer against sequence length.
 #include <algorithm>
 #include <charconv>
@@ -15,8 +15,8 @@
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/file.hpp"
-#include "cp/harness.hpp"
-#include "cp/roofline.hpp"
+#include "harness/harness.hpp"
+#include "cost/roofline.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -191,14 +191,14 @@ struct Row {
   CpMode mode{};
   std::string illegal;  // run's message; empty when legal
   int world_rank = 0;
-  cp::RankCost cost;
-  cp::PhaseTime fwd, bwd;
+  cost::RankCost cost;
+  cost::PhaseTime fwd, bwd;
   double total_s() const { return fwd.total() + bwd.total(); }
 };
 
-std::vector<Row> plan_point(const cp::RunSpec& spec, const cp::HardwareProfile& hw) {
+std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile& hw) {
   std::vector<Row> rows;
-  std::vector<cp::CostGeometry> geometries;
+  std::vector<cost::CostGeometry> geometries;
   Row base{spec.cp.cp, spec.cp.cp, 0, 0, spec.cp.mode, "", 0, {}, {}, {}};
   base.tokens = spec.format == Format::Thd ? 0 : spec.seq_len * spec.batch;
   for (auto L : cp::lengths_of(spec, 0)) base.tokens += L;
@@ -217,9 +217,9 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cp::HardwareProfile& 
     for (int w = 0; w < spec.cp.tp * spec.cp.cp; ++w) {
       Row r = best;
       r.world_rank = w;
-      r.cost = cp::layer_cost(geometries[m], cp::place_of(spec, w, r.mb_cp));
-      r.fwd = cp::phase_time(r.cost.forward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
-      r.bwd = cp::phase_time(r.cost.backward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
+      r.cost = cost::layer_cost(geometries[m], cp::place_of(spec, w, r.mb_cp));
+      r.fwd = cost::phase_time(r.cost.forward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
+      r.bwd = cost::phase_time(r.cost.backward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
       if (first || r.total_s() > best.total_s()) best = r;
       first = false;
     }
@@ -252,8 +252,8 @@ void print_table(const std::vector<Row>& rows, int layers, std::ostream& out) {
       continue;
     }
     for (int dir = 0; dir < 2; ++dir) {
-      const cp::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      const cp::PhaseTime& t = dir ? r.bwd : r.fwd;
+      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
+      const cost::PhaseTime& t = dir ? r.bwd : r.fwd;
       out << std::left << std::setw(12) << mode << std::setw(5) << (dir ? "bwd" : "fwd");
       for (Collective k : kKinds) out << std::setw(18) << traffic_cell(p.comm[k]);
       out << std::right << std::setw(6) << p.comm.host_syncs << std::setw(11) << fixed(p.flops() / 1e9, 1)
@@ -312,8 +312,8 @@ std::string csv(const std::vector<Row>& rows, int tp) {
     out << r.cp << "," << tp << "," << r.micro_batch << "," << r.mb_cp << "," << r.tokens << ","
         << cp::mode_name(r.mode) << "," << (r.illegal.empty() ? "true" : "false") << "," << r.world_rank;
     for (int dir = 0; dir < 2; ++dir) {
-      const cp::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      const cp::PhaseTime& t = dir ? r.bwd : r.fwd;
+      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
+      const cost::PhaseTime& t = dir ? r.bwd : r.fwd;
       for (Collective k : kKinds) out << "," << p.comm[k].calls << "," << p.comm[k].bytes_sent << "," << p.comm[k].bytes_recv;
       out << "," << p.comm.host_syncs << "," << p.flops() << "," << p.bytes() << "," << t.comm_s * 1e3 << ","
           << t.compute_s * 1e3;
@@ -370,7 +370,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
   if (!vm) return kPass;
   const Grid grid = parse_grid(*vm);
   const cp::RunSpec base = base_spec(*vm, !grid.seqs.empty());
-  const cp::HardwareProfile hw = cp::load_hardware((*vm)["hw"].as<std::string>());
+  const cost::HardwareProfile hw = cost::load_hardware((*vm)["hw"].as<std::string>());
   const int layers = (*vm)["layers"].as<int>();
   if (layers < 1) throw ConfigError("--layers " + std::to_string(layers) + " is invalid: give at least 1 layer");
   std::vector<CpMode> modes(std::begin(kModes), std::end(kModes));

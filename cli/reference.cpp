@@ -1,5 +1,5 @@
 // gdn-verify reference --in IN --out OUT: the fp64 oracle on a kernel-level file (gated delta rule) or
-// a layer-level file (GatedDeltaNet layer, when IN holds hidden_states), DESIGN.md §5. Forward always;
+// a layer-level file (GatedDeltaNet layer, when IN holds hidden_states), docs/DESIGN.md §5. Forward always;
 // the backward when IN holds do (kernel) or grad_output (layer).
 #include <ostream>
 

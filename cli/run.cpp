@@ -12,8 +12,8 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "probes/build_info.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Typed access to safetensors metadata (DESIGN.md §5: values are strings; booleans true/false,
+// Typed access to safetensors metadata (docs/DESIGN.md §5: values are strings; booleans true/false,
 // numbers in decimal such as "0.37" or "1e-06").
 #include <optional>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// Tensor comparison metrics (DESIGN.md §4), computed in fp64 over the whole tensor.
+// Tensor comparison metrics (docs/DESIGN.md §4), computed in fp64 over the whole tensor.
 #include <cstdint>
 #include <string>
 

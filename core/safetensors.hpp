@@ -1,5 +1,5 @@
 #pragma once
-// safetensors files (DESIGN.md §5): 8-byte little-endian header length, a JSON header
+// safetensors files (docs/DESIGN.md §5): 8-byte little-endian header length, a JSON header
 // {name: {dtype, shape, data_offsets}, "__metadata__": {string: string}}, then the raw row-major data.
 #include <cstdint>
 #include <map>

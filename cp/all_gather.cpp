@@ -1,9 +1,9 @@
-// all_gather (THD, DESIGN.md §3): all-gather the zigzag shards, reorder to whole sequences, compute the
+// all_gather (THD, docs/DESIGN.md §3): all-gather the zigzag shards, reorder to whole sequences, compute the
 // layer redundantly on every rank, keep this rank's rows. Backward: every rank back-propagates its own
 // rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
 // back to the shards' owners. Without that reduce-scatter input gradients are wrong.
 #include "cp/modes.hpp"
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 
 namespace gdnv::cp {
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {

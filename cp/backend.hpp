@@ -1,9 +1,9 @@
 #pragma once
 // The compute Backend: the leaf kernels of the GatedDeltaNet layer, forward and backward. The three CP
 // modes (cp/headwise.*, cp/chunkwise.*, cp/all_gather.*) are written once against this interface and a
-// Communicator; the CPU backend (cp/cpu_backend.*) and the CUDA backend (gpu/) differ only here.
+// Communicator; the CPU backend (cpu/backend.*) and the CUDA backend (gpu/) differ only here.
 //
-// Precision contract (DESIGN.md §4): activations and parameters are stored in dtype() (fp64, fp32 or
+// Precision contract (docs/DESIGN.md §4): activations and parameters are stored in dtype() (fp64, fp32 or
 // bf16; bf16 rounded to nearest even at every op boundary, as a GPU stack stores them); arithmetic
 // accumulates in fp32 (fp64 for fp64); gates, recurrent states, the (M, h_ext) chain and parameter
 // gradients are stored in state_dtype() (fp32; fp64 for fp64).
@@ -44,7 +44,7 @@ struct LinearGrads {
   Buffer dw;  // [out, in]  state_dtype()
 };
 
-// Causal depthwise conv1d + SiLU over packed sequences (DESIGN.md §1.2). `halo` holds the W-1 tokens
+// Causal depthwise conv1d + SiLU over packed sequences (docs/DESIGN.md §1.2). `halo` holds the W-1 tokens
 // that precede the FIRST local sequence on earlier ranks (chunkwise CP), oldest first; an empty Buffer
 // means zeros (the sequence starts here). No bleed between sequences.
 struct ConvArgs {
@@ -71,7 +71,7 @@ struct GateGrads {
   Buffer ddt_bias;   // [Hv]     state_dtype()
 };
 
-// The chunked gated delta rule over packed sequences (DESIGN.md §1.1), q and k L2-normalised in the
+// The chunked gated delta rule over packed sequences (docs/DESIGN.md §1.1), q and k L2-normalised in the
 // kernel (Megatron's use_qk_l2norm_in_kernel=True). `h0` is the initial state of the FIRST local
 // sequence (chunkwise CP: the state folded from earlier ranks); every other sequence starts from zero.
 struct GdrArgs {
@@ -151,7 +151,7 @@ class Backend {
   virtual GdrOut gdr(const GdrArgs& args) = 0;
   // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
   virtual GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
-  // Chunkwise CP's span maps (DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value head [h | M].
+  // Chunkwise CP's span maps (docs/DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value head [h | M].
   // gdr_last_map: the LAST local sequence's state map from a zero state, S_out = M S_in + h (args.h0
   // ignored). gdr_first_adjoint: the FIRST local sequence's adjoint map for d_o, dS_in = M^T dS_out + h.
   virtual Buffer gdr_last_map(const GdrArgs& args) = 0;

@@ -1,4 +1,4 @@
-// chunkwise (FLA KCP, DESIGN.md §3): hidden_states swap zigzag -> contiguous through the micro-batch's
+// chunkwise (FLA KCP, docs/DESIGN.md §3): hidden_states swap zigzag -> contiguous through the micro-batch's
 // route (one all-to-all), each rank runs the layer on its contiguous span, and out swaps back. Two
 // things cross span boundaries:
 //   conv  the W_conv - 1 tokens before the span, possibly held by several earlier ranks: every rank's
@@ -10,7 +10,7 @@
 //         of the first local sequences, folded from later ranks into the last local sequence's dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width.
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "cp/modes.hpp"
 
 namespace gdnv::cp {

@@ -108,7 +108,7 @@ int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, cons
     illegal("linear_cp_mode='all_gather' supports THD input only when CP>1: use THD input, or "
             "linear_cp_mode='headwise' or 'chunkwise'");
   check_heads(cp, layer, c);
-  if (c == 1) return c;  // nothing is split (DESIGN.md §3: CP=1 is the plain layer): any length
+  if (c == 1) return c;  // nothing is split (docs/DESIGN.md §3: CP=1 is the plain layer): any length
   std::vector<std::int64_t> not_cp, not_2cp;
   for (auto L : mb.lengths) {
     if (L % c != 0) not_cp.push_back(L);

@@ -1,5 +1,5 @@
 #pragma once
-// Static CP configuration of a GdnCpLayer and the illegal-combination matrix of DESIGN.md §3.1. Every
+// Static CP configuration of a GdnCpLayer and the illegal-combination matrix of docs/DESIGN.md §3.1. Every
 // rule is checked before any tensor math or collective; each message names the fix.
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// headwise (Ulysses, DESIGN.md §3): in_proj on the local tokens with its rows permuted so CP rank j's
+// headwise (Ulysses, docs/DESIGN.md §3): in_proj on the local tokens with its rows permuted so CP rank j's
 // sections form column block j; one all-to-all sends block j to rank j (tokens in, heads out); the
 // received rows, source-rank-major, are reordered to natural order; the mixer runs on whole sequences
 // for rank j's heads; the reverse reorder and all-to-all bring y back for out_proj. Backward mirrors it.

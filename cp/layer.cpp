@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "core/rng.hpp"
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/validate.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// GdnCpLayer: the GatedDeltaNet layer of DESIGN.md §1.3 under context parallelism (§3). The mode is
+// GdnCpLayer: the GatedDeltaNet layer of docs/DESIGN.md §1.3 under context parallelism (§3). The mode is
 // static per instance; every micro-batch arrives in zigzag layout and leaves in zigzag layout.
 //
 //   GdnCpLayer layer(config, cp, params, backend, cp_group, tp_group);
@@ -38,7 +38,7 @@ struct RankSlice;  // a CP rank's mixer slice (cp/layer.cpp)
 class GdnCpLayer {
  public:
   // `params`: the full layer (F64); the layer keeps its TP rank's shard in the backend's dtype.
-  // `tp_group` may be nullptr (tp = 1). Throws ConfigError (DESIGN.md §3.1) before any collective.
+  // `tp_group` may be nullptr (tp = 1). Throws ConfigError (docs/DESIGN.md §3.1) before any collective.
   GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params, Backend& backend,
              Communicator& cp_group, Communicator* tp_group = nullptr);
   ~GdnCpLayer();

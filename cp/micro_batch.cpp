@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"

@@ -19,7 +19,7 @@ inline std::vector<std::int64_t> scaled_counts(const std::vector<std::int64_t>& 
   return out;
 }
 
-// Chunkwise CP (DESIGN.md §3, cp/chunkwise.cpp): the zigzag <-> contiguous route and this rank's
+// Chunkwise CP (docs/DESIGN.md §3, cp/chunkwise.cpp): the zigzag <-> contiguous route and this rank's
 // contiguous span, its conv halo and its place in the state fold.
 struct ChunkwisePlan {
   layouts::ChunkwiseContext context;

@@ -1,5 +1,5 @@
 #pragma once
-// The CP modes (DESIGN.md §3), each in its own file, written once against a Backend and a Communicator:
+// The CP modes (docs/DESIGN.md §3), each in its own file, written once against a Backend and a Communicator:
 //   cp/plain.cpp       CP=1: the layer on whole sequences
 //   cp/headwise.cpp    Ulysses: all-to-all tokens <-> heads, full sequences for 1/cp of the heads
 //   cp/chunkwise.cpp   FLA KCP: contiguous spans, conv halo and (M, h_ext) state fold across ranks

@@ -1,5 +1,5 @@
 #pragma once
-// The three stages of the layer (DESIGN.md §1.3) on a Backend, shared by every CP mode; the modes put
+// The three stages of the layer (docs/DESIGN.md §1.3) on a Backend, shared by every CP mode; the modes put
 // their communication between them.
 //   in_proj   (token-local)   p = (rmsnorm(h) * ln_w) W_in^T, sections q,k,v,z,beta,alpha
 //   mixer     (per sequence)  conv+SiLU over [q,k,v] -> gates -> core (L2 norm in kernel) ->
@@ -21,6 +21,7 @@ struct MixerGeometry {
   std::int64_t v_dim() const { return Hv * dv; }
   std::int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }
   std::int64_t in_dim() const { return conv_dim() + v_dim() + 2 * Hv; }  // the mixer's slice of p
+  MixerGeometry split(int c) const { return {Hk / c, Hv / c, dk, dv, W, eps, scale}; }  // 1/c of the heads
 };
 
 struct ProjParams {

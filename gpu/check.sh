@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check (issue 11), for a session lent one NVIDIA GPU (H100/H200, sm_90): install
+# The one prepared GPU check, for a session lent one NVIDIA GPU (H100/H200, sm_90): install
 # what is missing, configure with CUDA, build only the targets it runs, then
 #   1. the GPU tests (cuda_backend_test: every leaf op vs the fp64 oracle and vs the CPU backend, the
 #      three modes end to end with zero host syncs in the layer; gpu_device_test; cuda_cli_test, which
@@ -9,7 +9,7 @@
 #   3. compute-sanitizer --tool memcheck on a small chunkwise run,
 #   4. probe dump --backend cuda of every mode, then probe cross-mode and probe oracle on that image;
 #      cp1 again under mpirun (NCCL communicator, backend on its stream), bitwise equal to the first,
-#   5. bench_cp --backend=cuda (issue 11's geometry; JSON in $OUT/bench_cp_cuda.json),
+#   5. bench_cp --backend=cuda (its cuda geometry; JSON in $OUT/bench_cp_cuda.json),
 # writing each log, ctest's JUnit XML and summary.json (one entry per step: name, exit code, seconds)
 # to $OUT (default ./gpu-check-out). Exit code: 0 when every step passed, 1 otherwise; a machine
 # without a usable device fails the device query step rather than reporting a pass.
@@ -72,7 +72,7 @@ for mode in headwise chunkwise all_gather; do
   for W in 1 2 4; do
     for dtype in fp32 bf16; do
       for format in thd sbhd; do
-        # all_gather takes SBHD only at CP=1 (DESIGN.md §3.1).
+        # all_gather takes SBHD only at CP=1 (docs/DESIGN.md §3.1).
         [ "$mode" = all_gather ] && [ "$format" = sbhd ] && [ "$W" -gt 1 ] && continue
         step "run_${mode}_W${W}_${dtype}_${format}" "$BUILD/gdn-verify" run --backend cuda --mode "$mode" \
           --cp "$W" --dtype "$dtype" --format "$format" "${GEOMETRY[@]}" --json "$OUT/run_${mode}_W${W}_${dtype}_${format}.json"

@@ -30,7 +30,7 @@ class CudaKernels final : public Kernels {
     // Our own workspace: otherwise cuBLAS may cudaMalloc (a device-wide sync) inside a layer.
     workspace_ = cuda_->alloc(kWorkspaceBytes);
     check_cublas(cublasSetWorkspace(blas_, workspace_.get(), kWorkspaceBytes), "CUDA backend: cublasSetWorkspace");
-    // No TF32 or reduced-precision reductions: fp32 GEMMs must meet the fp32 gate (DESIGN.md §4).
+    // No TF32 or reduced-precision reductions: fp32 GEMMs must meet the fp32 gate (docs/DESIGN.md §4).
     check_cublas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "CUDA backend: cublasSetMathMode");
   }
   ~CudaKernels() override { cublasDestroy(blas_); }

@@ -1,4 +1,4 @@
-// The Backend over gpu/kernels.hpp: checks like the CPU backend's (cp/cpu_backend.cpp), outputs
+// The Backend over gpu/kernels.hpp: checks like the CPU backend's (cpu/backend.cpp), outputs
 // allocated where the kernels run, each op a fixed sequence of launches on the kernels' stream. Only
 // download() waits for the stream; it and upload() (a pageable copy may wait too) each count one host
 // sync. A bad index found by a kernel is reported at the next download.
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "cp/cpu_host.hpp"
-#include "cp/faults.hpp"
+#include "cpu/host.hpp"
+#include "core/faults.hpp"
 #include "gpu/math_gdr.hpp"
 #include "gpu/stream_mover.hpp"
 
@@ -19,8 +19,8 @@ namespace gdnv::gpu {
 namespace {
 
 using cp::Buffer;
-using cp::cpu::expect;
-using cp::cpu::expect_rank;
+using cpu::expect;
+using cpu::expect_rank;
 
 std::int64_t row_count(const Buffer& b) { return b.rank() == 0 ? 1 : b.dim(0); }
 
@@ -122,7 +122,7 @@ class KernelBackend final : public cp::Backend {
   }
 
   void accumulate(Buffer& y, const Buffer& x) override {
-    cp::cpu::expect_accumulable(y, x);
+    cpu::expect_accumulable(y, x);
     k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
                     y.numel()},
                    y.numel());
@@ -353,7 +353,7 @@ class KernelBackend final : public cp::Backend {
 
   // The offsets where the kernels run: I64 [n+1] matching the host list.
   static const std::int64_t* device_offsets(const cp::Varlen& seqs, std::int64_t tokens, const char* op) {
-    cp::cpu::expect_varlen(seqs.host, tokens, op);
+    cpu::expect_varlen(seqs.host, tokens, op);
     if (seqs.device.dtype() != DType::I64 || seqs.device.numel() != static_cast<std::int64_t>(seqs.host.size()))
       throw Error(std::string(op) + ": Varlen::device is " + std::string(dtype_name(seqs.device.dtype())) + " " +
                   shape_str(seqs.device.shape()) + "; expected I64 [" + std::to_string(seqs.host.size()) +
@@ -386,9 +386,9 @@ class KernelBackend final : public cp::Backend {
     GateParams p{};
     p.a = a.data(), p.b = b.data(), p.A_log = A_log.data();
     // The planted fault drops dt_bias as the CPU backend's does.
-    p.dt_bias = cp::fault_active(cp::Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
+    p.dt_bias = fault_active(Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
     p.N = a.dim(0), p.Hv = a.dim(1), p.bf16 = bf16();
-    p.naive_softplus = cp::fault_active(cp::Fault::SoftplusOverflows);
+    p.naive_softplus = fault_active(Fault::SoftplusOverflows);
     return p;
   }
 
@@ -422,7 +422,7 @@ class KernelBackend final : public cp::Backend {
     p.N = N, p.Hk = Hk, p.Hv = Hv, p.K = K, p.V = V;
     p.scale = static_cast<float>(a.scale);
     // The planted fault drops the epsilon as the CPU backend's does.
-    p.l2_eps = cp::fault_active(cp::Fault::L2normEpsDropped) ? 0.0f : 1e-6f;
+    p.l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0f : 1e-6f;
     p.bf16 = bf16();
     p.qn = x.qn.as<float>(), p.kn = x.kn.as<float>(), p.rq = x.rq.as<float>(), p.rk = x.rk.as<float>();
     p.work = x.work.as<float>();

@@ -2,7 +2,7 @@
 // The Backend of gpu/: argument checks, buffers and the composition of each leaf op from the kernel
 // launches of gpu/kernels.hpp, written once for the CUDA backend and its host emulation.
 // Storage F32 or BF16 (bf16 rounded to nearest even at every op's outputs), fp32 arithmetic; gates,
-// states, the (M, h_ext) maps and parameter gradients in fp32 (DESIGN.md §4).
+// states, the (M, h_ext) maps and parameter gradients in fp32 (docs/DESIGN.md §4).
 #include <memory>
 
 #include "cp/backend.hpp"

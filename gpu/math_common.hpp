@@ -1,5 +1,5 @@
 #pragma once
-// Scalar math and storage access shared by the CUDA kernels and their host emulation (STYLE.md 15):
+// Scalar math and storage access shared by the CUDA kernels and their host emulation (shared host/device math):
 // plain loops over raw pointers, fp32 arithmetic, bf16 storage rounded to nearest even (core/half.hpp).
 // Activations arrive as fp32 or bf16 (`bf16` says which); states, gates and scratch are fp32.
 #include <cmath>
@@ -13,7 +13,7 @@ namespace gdnv::gpu {
 using i64 = std::int64_t;
 
 // The kernels' 64-token chunk of the gated delta rule and 64-row blocks of every row sum (the blocked
-// partial sums of cp/cpu_math.hpp's blocked_row_sum, so both backends round alike).
+// partial sums of cpu/math.hpp's blocked_row_sum, so both backends round alike).
 constexpr i64 kChunk = 64;
 constexpr i64 kRowBlock = 64;
 
@@ -43,7 +43,7 @@ GDNV_HD float load(const void* p, i64 i, bool bf16) {
   return bf16 ? bf16_to_float(static_cast<const std::uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
 
-// Stores v as element i, rounded to nearest even when bf16: the op boundary of DESIGN.md §4.
+// Stores v as element i, rounded to nearest even when bf16: the op boundary of docs/DESIGN.md §4.
 GDNV_HD void store(void* p, i64 i, float v, bool bf16) {
   if (bf16) static_cast<std::uint16_t*>(p)[i] = float_to_bf16(v);
   else static_cast<float*>(p)[i] = v;

@@ -1,5 +1,5 @@
 #pragma once
-// Causal depthwise conv1d + SiLU over packed sequences (DESIGN.md §1.2) with the halo of the first
+// Causal depthwise conv1d + SiLU over packed sequences (docs/DESIGN.md §1.2) with the halo of the first
 // sequence (the W-1 tokens before it on earlier ranks, oldest first), per (row, channel) in fp32.
 // Token r reads `back` in [0, W-1] tokens behind it: inside its own sequence, in the halo (first
 // sequence only) or zero. Each thread finds its sequence from the device-resident offsets.

@@ -1,5 +1,5 @@
 #pragma once
-// The gates (DESIGN.md §1.3) in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); forward
+// The gates (docs/DESIGN.md §1.3) in fp32: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b); forward
 // and backward per element, parameter gradients per head.
 #include "gpu/math_common.hpp"
 #include "gpu/params.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// The chunked gated delta rule over packed sequences (DESIGN.md §1.1) as tasks over the chunk stages
+// The chunked gated delta rule over packed sequences (docs/DESIGN.md §1.1) as tasks over the chunk stages
 // of gpu/math_gdr_chunk.hpp: q, k L2-normalised first (per row), GVA (value head h reads key head
 // h / (Hv/Hk)), chunks of 64 tokens from each sequence's start, h0 for the first sequence only and the
 // final state of the last. Sequence offsets are read where the kernel runs (p.cu), never on the host.

@@ -1,6 +1,6 @@
 #pragma once
-// Chunk-local stages of the chunked gated delta rule (DESIGN.md §1.1, WY / UT form) for one chunk of
-// c <= 64 tokens of one (sequence, value head), in fp32 plain loops: the math of cp/cpu_gdr_chunk.hpp
+// Chunk-local stages of the chunked gated delta rule (docs/DESIGN.md §1.1, WY / UT form) for one chunk of
+// c <= 64 tokens of one (sequence, value head), in fp32 plain loops: the math of cpu/gdr_chunk.hpp
 // (read it for the derivations) without Eigen, so the kernels run it. With gamma = within-chunk
 // cumsum of g and S [K, V] the state entering the chunk:
 //   A[i,j] = beta_i (k_i.k_j) e^{gamma_i - gamma_j} (j < i),  [U | W] = (I + A)^-1 [beta V | beta e^gamma K],

@@ -1,6 +1,6 @@
 #pragma once
-// RMSNorm and the gated per-head output norm (DESIGN.md §1.3), forward and backward, per row and per
-// weight column, in fp32: the arithmetic of cp/cpu_kernels_norm.cpp in the same order.
+// RMSNorm and the gated per-head output norm (docs/DESIGN.md §1.3), forward and backward, per row and per
+// weight column, in fp32: the arithmetic of cpu/kernels_norm.cpp in the same order.
 #include "gpu/math_common.hpp"
 #include "gpu/params.hpp"
 

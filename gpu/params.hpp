@@ -1,5 +1,5 @@
 #pragma once
-// Plain parameter structs of the kernels (STYLE.md 14): raw pointers to where the backend computes
+// Plain parameter structs of the kernels (apart from host launch code): raw pointers to where the backend computes
 // (device memory for CUDA, host memory for the emulation) and sizes. One struct per op family; the
 // math in gpu/math_*.hpp reads them, gpu/kernels.hpp launches over them.
 #include <cstdint>

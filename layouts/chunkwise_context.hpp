@@ -1,6 +1,6 @@
 #pragma once
 // What rank r of the chunkwise CP mode needs to know about its contiguous span [r*T/W, (r+1)*T/W) of the
-// packed buffer (DESIGN.md §3; FLA get_cp_cu_seqlens / build_cp_context semantics): the rank-local
+// packed buffer (docs/DESIGN.md §3; FLA get_cp_cu_seqlens / build_cp_context semantics): the rank-local
 // cu_seqlens of the sequence pieces in the span, how far its first and last local sequences reach into
 // other ranks (the state fold runs over ranks [r - pre_num_ranks, r); the backward fold over
 // (r, r + post_num_ranks]), and where the conv halo comes from.

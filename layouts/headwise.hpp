@@ -1,5 +1,5 @@
 #pragma once
-// Index maps of the headwise (Ulysses) CP mode (DESIGN.md §3). With t = tp and cp = CP size, each TP rank
+// Index maps of the headwise (Ulysses) CP mode (docs/DESIGN.md §3). With t = tp and cp = CP size, each TP rank
 // owns hk = Hk/t key heads and hv = Hv/t value heads; CP rank j computes TP-local key heads
 // [j*Hk/(t*cp), (j+1)*Hk/(t*cp)) and the value heads that read them, [j*Hv/(t*cp), (j+1)*Hv/(t*cp)) (GVA:
 // value head h reads key head h/(Hv/Hk)), for the FULL sequence.

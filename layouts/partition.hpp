@@ -1,5 +1,5 @@
 #pragma once
-// Which global token positions each CP rank holds (DESIGN.md §2). W = cp_size, r = cp_rank, T = total tokens.
+// Which global token positions each CP rank holds (docs/DESIGN.md §2). W = cp_size, r = cp_rank, T = total tokens.
 //   THD zigzag:     per sequence i of length L_i (L_i % 2W == 0), chunk cl = L_i/2W; rank r holds chunk r
 //                   then chunk 2W-1-r of every sequence, sequences in order (TransformerEngine
 //                   thd_get_partitioned_indices). At W = 1 nothing is split: the one rank holds every

@@ -1,5 +1,5 @@
 #pragma once
-// The zigzag <-> contiguous swap as ONE all-to-all-v (DESIGN.md §2), built once per micro-batch on the host
+// The zigzag <-> contiguous swap as ONE all-to-all-v (docs/DESIGN.md §2), built once per micro-batch on the host
 // and reused by every layer and both directions.
 //
 // Zigzag -> contiguous, on rank r: the send buffer IS the zigzag local buffer (its rows are increasing in

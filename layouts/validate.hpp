@@ -1,5 +1,5 @@
 #pragma once
-// Fail-fast checks of layout inputs (DESIGN.md §2). Each throws ConfigError with one line that names the
+// Fail-fast checks of layout inputs (docs/DESIGN.md §2). Each throws ConfigError with one line that names the
 // bad values and says how to fix them.
 #include <cstdint>
 #include <span>

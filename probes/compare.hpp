@@ -1,7 +1,7 @@
 #pragma once
 // Two sets of tensors compared under a tolerance policy: safetensors files, or directories of them
 // matched by file name. Structure first (a tensor or file missing on one side, a dtype or shape
-// change: structural mismatch), then per tensor DESIGN.md §4's metrics, bitwise identity (raw bytes,
+// change: structural mismatch), then per tensor docs/DESIGN.md §4's metrics, bitwise identity (raw bytes,
 // so -0/+0 and NaN payloads count) apart from numeric equality, and the policy's verdict.
 #include <cstdint>
 #include <string>
@@ -35,7 +35,7 @@ struct Comparison {
   int bitwise() const;
   int failed() const;    // compared tensors outside tolerance
   bool structural_mismatch() const;
-  // 0 pass, 1 numeric failure, 2 structural mismatch (DESIGN.md's CLI exit codes).
+  // 0 pass, 1 numeric failure, 2 structural mismatch (docs/DESIGN.md §5's CLI exit codes).
   int exit_code() const;
   // "<name>: N tensors compared, K bitwise identical, F outside tolerance".
   std::string summary() const;

@@ -18,7 +18,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/safetensors.hpp"
-#include "cp/harness.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::probes {
 
@@ -39,7 +39,7 @@ struct DumpSpec {
 };
 
 // The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
-// than one rank, or an illegal combination (DESIGN.md §3.1, the messages of `gdn-verify run`).
+// than one rank, or an illegal combination (docs/DESIGN.md §3.1, the messages of `gdn-verify run`).
 cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size);
 
 // This rank's part of the dump (collective over `world`, whose Memory is the backend's): runs the layer

@@ -31,7 +31,7 @@ struct Policy {
   Rule rule_for(const std::string& tensor) const;
 };
 
-// DESIGN.md §4's gates: "cp1-vs-old" (atol 2e-4, rtol 2e-3, cos >= 0.99999), "cp-vs-cp1" (atol 2e-3,
+// docs/DESIGN.md §4's gates: "cp1-vs-old" (atol 2e-4, rtol 2e-3, cos >= 0.99999), "cp-vs-cp1" (atol 2e-3,
 // rtol 1e-2, cos >= 0.9999), "bitwise" (exact); and "upstream-probe", the upstream numeric probe's own
 // pass rule: max_abs <= 2e-4 + 2e-3 max|ref| and cos >= 0.99999 (norm-wise, so looser than cp1-vs-old
 // on small elements of a tensor with large ones).

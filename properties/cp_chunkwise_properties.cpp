@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {

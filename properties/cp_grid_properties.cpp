@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {
@@ -72,7 +72,7 @@ void check_dynamic_cp_own_packings() {
     spec.cp.mode = mode;
     spec.cp.dynamic_cp = {1, 2};
     validate_run(spec);
-    const auto runs = run_in_process(spec, cases, make_cpu_backend);
+    const auto runs = run_in_process(spec, cases, cpu::make_backend);
     RC_ASSERT(runs.size() == cases.size());
     for (std::size_t m = 0; m < runs.size(); ++m)
       judges[m].check(runs[m].answer, std::string(mode_name(mode)) + " micro-batch " + std::to_string(m + 1) +
@@ -99,8 +99,8 @@ RC_GTEST_PROP(CpGrid, TpShardsReproduceTp1InEveryMode, ()) {
     RunSpec tp1 = tp2;
     tp1.cp.tp = 1;
     const Case k = make_case(tp2);
-    const Answer a2 = run_in_process(tp2, k, make_cpu_backend).front().answer;
-    const Answer a1 = run_in_process(tp1, k, make_cpu_backend).front().answer;
+    const Answer a2 = run_in_process(tp2, k, cpu::make_backend).front().answer;
+    const Answer a1 = run_in_process(tp1, k, cpu::make_backend).front().answer;
     for (const auto& [name, one, two] : pairs(a1, a2)) {
       const double rel = compare(one, two).rel_rms;
       if (!(rel < 1e-12)) RC_FAIL(std::string(mode_name(mode)) + " tp=2 vs tp=1, " + name + ": rel_rms " + std::to_string(rel));

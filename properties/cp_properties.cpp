@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {
@@ -15,7 +15,7 @@ namespace {
 using namespace gdnv::cp::testing;
 
 // Every legal mode within its gate of the oracle. Off fp64, chunkwise's deviation from the oracle is
-// at most 4x headwise's (floor 1e-6) on every tensor (DESIGN.md §4): its extra roundings (the state
+// at most 4x headwise's (floor 1e-6) on every tensor (docs/DESIGN.md §4): its extra roundings (the state
 // fold, the halo sums) must not compound.
 void check_all_modes(DType dtype) {
   const Geometry g = *gen_geometry(true);
@@ -42,7 +42,7 @@ RC_GTEST_PROP(CpLayer, Fp64ModesMatchOracle, ()) { check_all_modes(DType::F64); 
 RC_GTEST_PROP(CpLayer, Fp32ModesMatchOracleChunkwiseWithin4xHeadwise, ()) { check_all_modes(DType::F32); }
 RC_GTEST_PROP(CpLayer, Bf16ModesMatchOracleWithinConditionedGate, ()) { check_all_modes(DType::BF16); }
 
-// DESIGN.md §4, CP>1 vs CP=1: atol 2e-3, rtol 1e-2, cos >= 0.9999, elementwise on every tensor. In
+// docs/DESIGN.md §4, CP>1 vs CP=1: atol 2e-3, rtol 1e-2, cos >= 0.9999, elementwise on every tensor. In
 // fp32: in bf16 the modes round partial sums at different points, and a single element of an
 // ill-conditioned gradient (a near-cancelling sum over tokens) can move by more than atol + rtol|x|
 // while the tensor is right; bf16 is held to the cosine gate below.
@@ -53,9 +53,9 @@ void check_modes_agree_with_cp1(DType dtype, bool elementwise) {
   RunSpec cp1 = spec_of(g, CpMode::Headwise, dtype, seed);
   cp1.cp.cp = 1;
   const Case k = make_case(cp1);
-  const Answer base = run_in_process(cp1, k, make_cpu_backend).front().answer;
+  const Answer base = run_in_process(cp1, k, cpu::make_backend).front().answer;
   for (CpMode mode : kModes) {
-    const Answer got = run_in_process(spec_of(g, mode, dtype, seed), k, make_cpu_backend).front().answer;
+    const Answer got = run_in_process(spec_of(g, mode, dtype, seed), k, cpu::make_backend).front().answer;
     for (const auto& [name, ref, cand] : pairs(base, got)) {
       const Metrics m = compare(ref, cand);
       const auto bad = elementwise ? mismatches(ref, cand, 2e-3, 1e-2) : 0;
@@ -89,7 +89,7 @@ std::uint64_t params_of(const RunSpec& spec) {
 
 TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Headwise);
-  const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
+  const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
   EXPECT_EQ(run.forward.calls(), 2u) << run.forward;
   EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
   EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
@@ -100,7 +100,7 @@ TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
 
 TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
   const RunSpec spec = fixed_spec(CpMode::AllGather);
-  const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
+  const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
   EXPECT_EQ(run.forward.calls(), 1u) << run.forward;
   EXPECT_EQ(run.forward[Collective::AllGather].calls, 1u) << run.forward;
   EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
@@ -112,7 +112,7 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
 // the layer: the micro-batch's one route serves both swaps of both directions.
 TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Chunkwise);
-  const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
+  const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
   EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
   EXPECT_EQ(run.forward[Collective::AllGather].calls, 2u) << run.forward;
   EXPECT_EQ(run.forward.calls(), 4u) << run.forward;
@@ -127,7 +127,8 @@ TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
 TEST(CpLayer, ChunkwiseSwapsMoveFewerBytesThanHeadwise) {
   const RunSpec chunk = fixed_spec(CpMode::Chunkwise), head = fixed_spec(CpMode::Headwise);
   const Case k = make_case(chunk);
-  const auto c = run_in_process(chunk, k, make_cpu_backend).front(), h = run_in_process(head, k, make_cpu_backend).front();
+  const auto c = run_in_process(chunk, k, cpu::make_backend).front();
+  const auto h = run_in_process(head, k, cpu::make_backend).front();
   EXPECT_LT(c.forward[Collective::AllToAllV].bytes_sent, h.forward[Collective::AllToAllV].bytes_sent);
   EXPECT_LT(c.backward[Collective::AllToAllV].bytes_sent, h.backward[Collective::AllToAllV].bytes_sent);
 }
@@ -136,7 +137,7 @@ TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {
   for (CpMode mode : kModes) {
     RunSpec spec = fixed_spec(mode);
     spec.cp.cp = 1;
-    const auto run = run_in_process(spec, make_case(spec), make_cpu_backend).front();
+    const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
     EXPECT_EQ(run.forward.calls() + run.backward.calls(), 0u) << mode_name(mode) << run.forward << run.backward;
   }
 }
@@ -148,7 +149,7 @@ std::vector<std::string> failures_under(Fault fault, const RunSpec& spec) {
   const Judge judge(spec);
   std::vector<std::string> failures;
   try {
-    for (const auto& run : run_in_process(spec, judge.k, make_cpu_backend))
+    for (const auto& run : run_in_process(spec, judge.k, cpu::make_backend))
       (void)judge.measure(run.answer, std::string(mode_name(spec.cp.mode)), failures);
   } catch (const Error& e) {
     failures.push_back(e.what());

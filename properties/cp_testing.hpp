@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::cp::testing {
 
@@ -89,7 +89,7 @@ inline RunSpec spec_of(const Geometry& g, CpMode mode, DType dtype, std::uint64_
   return s;
 }
 
-// DESIGN.md §3.1 for the generated geometry (heads are generated legal).
+// docs/DESIGN.md §3.1 for the generated geometry (heads are generated legal).
 inline bool legal(const Geometry& g, CpMode mode) {
   if (g.W == 1 || g.format == Format::Thd) return true;
   if (mode == CpMode::AllGather) return false;                // all_gather: THD only at CP > 1
@@ -142,7 +142,7 @@ struct Judge {
 // Runs `spec` (mode and CP sizes as given) and checks every micro-batch against the oracle.
 inline std::vector<MicroBatchRun> run_and_check(const Judge& judge, const RunSpec& spec,
                                                 std::vector<std::map<std::string, double>>* rel = nullptr) {
-  auto runs = run_in_process(spec, judge.k, make_cpu_backend);
+  auto runs = run_in_process(spec, judge.k, cpu::make_backend);
   for (const auto& run : runs) {
     const auto r = judge.check(run.answer, std::string(mode_name(spec.cp.mode)) + " cp=" + std::to_string(run.cp_size));
     if (rel) rel->push_back(r);

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "cp/cpu_backend.hpp"
+#include "cpu/backend.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
 namespace gdnv::cp {
@@ -54,7 +54,7 @@ RC_GTEST_PROP(CpuBackendProperties, GdrMatchesTheRecurrentOracleOnRandomPackedSe
   RC_PRE(c.h0 || c.cu.back() > static_cast<std::int64_t>(c.cu.size()) - 1);
   RC_LOG() << dtype_name(storage) << " N=" << c.cu.back() << " Hk=" << c.Hk << " Hv=" << c.Hv << " K=" << c.K
            << " V=" << c.V << "\n";
-  assert_all(gdnv::testing::compare_gdr(*make_cpu_backend(storage), c));
+  assert_all(gdnv::testing::compare_gdr(*cpu::make_backend(storage), c));
 }
 
 RC_GTEST_PROP(CpuBackendProperties, SpanMapsAndTheirFoldMatchTheOraclesAffineMaps, ()) {
@@ -69,7 +69,7 @@ RC_GTEST_PROP(CpuBackendProperties, SpanMapsAndTheirFoldMatchTheOraclesAffineMap
   c.seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
   RC_LOG() << dtype_name(storage) << " cu.size=" << c.cu.size() << " N=" << c.cu.back() << " Hv=" << c.Hv
            << " K=" << c.K << " V=" << c.V << "\n";
-  assert_all(gdnv::testing::compare_span_maps(*make_cpu_backend(storage), c));
+  assert_all(gdnv::testing::compare_span_maps(*cpu::make_backend(storage), c));
 }
 
 RC_GTEST_PROP(CpuBackendProperties, ConvMatchesTheOracleOfTheConcatenationWithTheHalo, ()) {
@@ -81,11 +81,11 @@ RC_GTEST_PROP(CpuBackendProperties, ConvMatchesTheOracleOfTheConcatenationWithTh
   c.bias = *rc::gen::arbitrary<bool>();
   c.halo = c.W >= 2 && *rc::gen::arbitrary<bool>();  // W = 1 reads no earlier token: no halo
   c.seed = *rc::gen::inRange<std::uint64_t>(0, 1000000);
-  assert_all(gdnv::testing::compare_conv(*make_cpu_backend(storage), c));
+  assert_all(gdnv::testing::compare_conv(*cpu::make_backend(storage), c));
 }
 
 RC_GTEST_PROP(CpuBackendProperties, ScatterRowsUndoesGatherRowsOfAPermutation, ()) {
-  const auto be = make_cpu_backend(DType::F32);
+  const auto be = cpu::make_backend(DType::F32);
   const auto rows = *rc::gen::inRange<std::int64_t>(1, 40), width = *rc::gen::inRange<std::int64_t>(1, 9);
   const DType dtype = *rc::gen::element(DType::F64, DType::F32, DType::BF16, DType::I64);
   std::vector<std::int64_t> perm(static_cast<std::size_t>(rows));

@@ -68,7 +68,7 @@ std::size_t sequence_of(const Ints& cu, std::int64_t g) {
 
 // --- three independent zigzag formulas ---
 
-// (1) Per position, from DESIGN.md §2: chunk c = offset/cl of its sequence goes to rank c (c < W) or
+// (1) Per position, from docs/DESIGN.md §2: chunk c = offset/cl of its sequence goes to rank c (c < W) or
 // 2W-1-c, at local row cu_i/W + offset within the rank's two chunks of that sequence.
 std::vector<Ints> zigzag_by_owner_formula(const Ints& cu, int W) {
   const std::int64_t T = cu.back();

@@ -16,7 +16,7 @@ using testing::Gates;
 using testing::GdrSpec;
 
 // Both forms are fp64 evaluations of one contracting recurrence (unit-norm k, beta in (0,1), g <= 0):
-// per element O(T K) roundings of eps = 1.1e-16 add to ~1e-14 relative at these sizes; the issue's
+// per element O(T K) roundings of eps = 1.1e-16 add to ~1e-14 relative at these sizes; docs/DESIGN.md §1.1's
 // bound 1e-12 leaves 100x headroom.
 constexpr double kFormsTol = 1e-12;
 

@@ -1,5 +1,5 @@
 #pragma once
-// Affine state maps of the gated delta rule, the primitive of chunkwise CP (DESIGN.md §3). Over a span
+// Affine state maps of the gated delta rule, the primitive of chunkwise CP (docs/DESIGN.md §3). Over a span
 // of tokens the final state is affine in the initial one, and the initial state's gradient is affine
 // in the final state's gradient:
 //   S_out  = M S_in + h_ext,       M = A_L ... A_1 [K, K],  h_ext = S_out for S_in = 0,

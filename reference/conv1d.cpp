@@ -1,4 +1,4 @@
-// Causal depthwise conv1d (DESIGN.md §1.2), token by token:
+// Causal depthwise conv1d (docs/DESIGN.md §1.2), token by token:
 //   y[t] = act(bias + sum_{i<W} w[:, i] * x[t - (W-1) + i]),
 // tokens before a sequence's start read initial_state slot (token - (-W)) or zero; nothing crosses
 // from one packed sequence into the next.

@@ -1,5 +1,5 @@
 #pragma once
-// fp64 oracle of FLA's causal depthwise conv1d (DESIGN.md §1.2).
+// fp64 oracle of FLA's causal depthwise conv1d (docs/DESIGN.md §1.2).
 #include <cstdint>
 #include <optional>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// fp64 oracle of the gated delta rule (DESIGN.md §1.1, FLA chunk_gated_delta_rule semantics).
+// fp64 oracle of the gated delta rule (docs/DESIGN.md §1.1, FLA chunk_gated_delta_rule semantics).
 // Two independent forms: recurrent (slow, obviously correct) and chunked WY/UT (fast).
 #include <cstdint>
 #include <optional>

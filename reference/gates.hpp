@@ -1,5 +1,5 @@
 #pragma once
-// The gates of the GatedDeltaNet layer (DESIGN.md §1.3), fp64, forward and backward:
+// The gates of the GatedDeltaNet layer (docs/DESIGN.md §1.3), fp64, forward and backward:
 //   g    = -exp(A_log) * softplus(a + dt_bias)   (log decay; Megatron computes it in fp32)
 //   beta = sigmoid(b)
 #include "core/tensor.hpp"

@@ -1,4 +1,4 @@
-// Chunked (WY / UT) form of the gated delta rule (DESIGN.md §1.1), the fast oracle. Per chunk of C
+// Chunked (WY / UT) form of the gated delta rule (docs/DESIGN.md §1.1), the fast oracle. Per chunk of C
 // tokens, with gamma = within-chunk cumsum of g and S the state entering the chunk:
 //   A[i,j] = beta_i (k_i.k_j) e^{gamma_i - gamma_j} (j < i),  T = (I + A)^-1,
 //   U = T (beta V),  W = T (beta e^gamma K),  V_new = U - W S,

@@ -1,4 +1,4 @@
-// Recurrent form of the gated delta rule (DESIGN.md §1.1), token by token, exactly as defined:
+// Recurrent form of the gated delta rule (docs/DESIGN.md §1.1), token by token, exactly as defined:
 //   S <- e^{g_t} S;   u_t = beta_t (v_t - S^T k_t);   S <- S + k_t u_t^T;   o_t = S^T (scale q_t).
 // The slow, obviously correct oracle; the chunked form is checked against it.
 #include <cmath>

@@ -25,7 +25,7 @@ Tensor take_required(TensorFile& file, const std::string& name, const std::strin
   auto t = take_f64(file, name, source);
   if (!t)
     throw FormatError(source + ": tensor '" + name + "' is missing; a kernel-level input needs q k v g beta " +
-                      "(DESIGN.md §5)");
+                      "(docs/DESIGN.md §5)");
   return std::move(*t);
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Kernel-level safetensors files of the gated delta rule (DESIGN.md §5): q k v g beta in (initial_state,
+// Kernel-level safetensors files of the gated delta rule (docs/DESIGN.md §5): q k v g beta in (initial_state,
 // cu_seqlens, do, dht optional; metadata scale, use_qk_l2norm, chunk_size), o final_state and the
 // gradients dq dk dv dg dbeta dh0 out.
 #include <optional>

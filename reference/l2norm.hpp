@@ -1,5 +1,5 @@
 #pragma once
-// The optional in-kernel L2 norm of q and k (DESIGN.md §1.1): x_hat = x / sqrt(sum x^2 + eps).
+// The optional in-kernel L2 norm of q and k (docs/DESIGN.md §1.1): x_hat = x / sqrt(sum x^2 + eps).
 #include <Eigen/Dense>
 
 #include "core/eigen.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// fp64 oracle of the Megatron-Core GatedDeltaNet layer (DESIGN.md §1.3), forward and hand-written
+// fp64 oracle of the Megatron-Core GatedDeltaNet layer (docs/DESIGN.md §1.3), forward and hand-written
 // backward. Three stages, each usable alone (the CP modes put their communication between them):
 //   in_proj  (token-local)   P = (rmsnorm(h) * ln_w) W_in^T, rows q,k,v,z,beta,alpha
 //   mixer    (per sequence)  conv+SiLU over [q,k,v] -> L2 norm q,k -> GVA -> gates -> core ->

@@ -37,7 +37,7 @@ LayerConfig layer_config_from_metadata(const Metadata& metadata, bool conv_bias,
     const auto v = meta_int(metadata, key, source);
     if (!v)
       throw FormatError(source + ": metadata '" + key +
-                        "' is missing; a layer file carries its config under Megatron's names (DESIGN.md §5)");
+                        "' is missing; a layer file carries its config under Megatron's names (docs/DESIGN.md §5)");
     return *v;
   };
   LayerConfig::Values v;

@@ -1,5 +1,5 @@
 #pragma once
-// Geometry of the Megatron-Core GatedDeltaNet layer (DESIGN.md §1.3), under Megatron's config names.
+// Geometry of the Megatron-Core GatedDeltaNet layer (docs/DESIGN.md §1.3), under Megatron's config names.
 #include <cstdint>
 #include <string>
 
@@ -43,7 +43,7 @@ class LayerConfig {
   Values v_;
 };
 
-// The config from file metadata under Megatron's names (DESIGN.md §5). The head and size keys are
+// The config from file metadata under Megatron's names (docs/DESIGN.md §5). The head and size keys are
 // required; linear_conv_kernel_dim defaults to 4 and layernorm_epsilon to 1e-6. conv_bias is not read
 // here: a layer file has it exactly when it holds conv1d.bias. FormatError names `source` and the key.
 LayerConfig layer_config_from_metadata(const Metadata& metadata, bool conv_bias, const std::string& source);

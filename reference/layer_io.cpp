@@ -59,7 +59,7 @@ LayerCase read_layer_case(const TensorFile& file, const std::string& source) {
         std::find(names.begin(), names.end(), name) == names.end())
       throw FormatError(source + ": unknown tensor '" + name +
                         "' in a layer file; expected hidden_states, grad_output, cu_seqlens and the parameters "
-                        "of DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, conv1d.weight, "
+                        "of docs/DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, conv1d.weight, "
                         "conv1d.bias, A_log, dt_bias, out_norm.weight, out_proj.weight)");
   LayerCase c{config, {}, float_tensor(file, kHidden, source), std::nullopt, std::nullopt};
   for (const auto& name : names) {

@@ -1,5 +1,5 @@
 #pragma once
-// Layer-level files for `gdn-verify reference` (DESIGN.md §5): hidden_states, the parameters of §1.3
+// Layer-level files for `gdn-verify reference` (docs/DESIGN.md §5): hidden_states, the parameters of §1.3
 // by name, optional cu_seqlens (THD) and grad_output in; config in metadata under Megatron's names.
 #include <string>
 

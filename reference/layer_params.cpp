@@ -48,7 +48,7 @@ void validate_params(const LayerConfig& config, const LayerParams& params) {
     if (std::find(names.begin(), names.end(), name) == names.end())
       throw ConfigError("unexpected parameter '" + name + "'" +
                         (name == kConvBias ? " (the config has conv_bias = false)" : "") +
-                        "; GatedDeltaNet parameters are those of DESIGN.md §1.3");
+                        "; GatedDeltaNet parameters are those of docs/DESIGN.md §1.3");
 }
 
 Tensor seeded_normal(std::uint64_t seed, std::string_view name, Shape shape, double std) {

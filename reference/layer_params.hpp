@@ -1,5 +1,5 @@
 #pragma once
-// Parameters of the GatedDeltaNet layer by their Megatron names (DESIGN.md §1.3), their validation,
+// Parameters of the GatedDeltaNet layer by their Megatron names (docs/DESIGN.md §1.3), their validation,
 // and deterministic generation of parameters and inputs.
 #include <cstdint>
 #include <map>

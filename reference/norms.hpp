@@ -1,5 +1,5 @@
 #pragma once
-// The two RMSNorms of the GatedDeltaNet layer (DESIGN.md §1.3), fp64, forward and backward:
+// The two RMSNorms of the GatedDeltaNet layer (docs/DESIGN.md §1.3), fp64, forward and backward:
 // the pre-norm fused into in_proj, and the per-head output norm gated by silu(z).
 #include "core/tensor.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// Tensor parallelism of the GatedDeltaNet layer (DESIGN.md §1.3). TP rank r of t owns key heads
+// Tensor parallelism of the GatedDeltaNet layer (docs/DESIGN.md §1.3). TP rank r of t owns key heads
 // [r*Hk/t, (r+1)*Hk/t) and value heads [r*Hv/t, (r+1)*Hv/t):
 //   in_proj.weight   column-parallel, each section q,k,v,z,beta,alpha cut by head (rows)
 //   conv1d.*         each channel section q,k,v cut by head

@@ -1,4 +1,4 @@
-// Chunkwise CP's micro-batch plan: its contexts are FLA's (../shared/vectors/fla_cp_context.json) on
+// Chunkwise CP's micro-batch plan: its contexts are FLA's (tests/data/vectors/fla_cp_context.json) on
 // every rank of an in-process group, and its route is built once per micro-batch, never inside a layer.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "comm/inprocess.hpp"
 #include "core/file.hpp"
-#include "cp/cpu_backend.hpp"
+#include "cpu/backend.hpp"
 #include "cp/layer.hpp"
 #include "reference/layer_params.hpp"
 
@@ -43,7 +43,7 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
     for (std::size_t i = 1; i < cu.size(); ++i) legal = legal && (cu[i] - cu[i - 1]) % (2 * W) == 0;
     (legal ? planned : rejected) += static_cast<int>(ranks.size());
     run_world(W, [&](Communicator& group) {
-      auto be = make_cpu_backend(DType::F32);
+      auto be = cpu::make_backend(DType::F32);
       const GdnCpLayer layer(kLayer, chunkwise(W), params, *be, group);
       SCOPED_TRACE(json(cu).dump() + " W=" + std::to_string(W) + " r=" + std::to_string(group.rank()));
       if (!legal) {
@@ -76,7 +76,7 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
 TEST(ChunkwisePlan, RouteIsBuiltOncePerMicroBatchAndReusedByEveryLayer) {
   const ref::LayerParams first = ref::init_params(kLayer, 1), second = ref::init_params(kLayer, 2);
   run_world(2, [&](Communicator& group) {
-    auto be = make_cpu_backend(DType::F32);
+    auto be = cpu::make_backend(DType::F32);
     const GdnCpLayer a(kLayer, chunkwise(2), first, *be, group), b(kLayer, chunkwise(2), second, *be, group);
     const Accounting& acc = group.accounting();
     std::shared_ptr<const MicroBatch> mb;

@@ -1,4 +1,4 @@
-// The cost models of cp/cost.hpp against what the implementation really does: for a sweep of
+// The cost models of cost/cost.hpp against what the implementation really does: for a sweep of
 // geometries (CP sizes 1, 2, 3, 4, 8; TP 1 and 2; THD with several sequences, spans shorter than the
 // conv width, SBHD, dynamic CP), every world rank's modeled collectives (calls and bytes per kind,
 // forward and backward) equal, exactly, the accounting measured on the in-process world; the modeled
@@ -7,9 +7,9 @@
 
 #include <sstream>
 
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
-#include "cp/roofline.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
+#include "cost/roofline.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -93,7 +93,7 @@ class CostModel : public ::testing::TestWithParam<Scenario> {};
 TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
   const RunSpec& spec = GetParam().spec;
   const auto geometries = planned_micro_batches(spec);
-  const auto runs = run_in_process(spec, make_cases(spec), make_cpu_backend);
+  const auto runs = run_in_process(spec, make_cases(spec), cpu::make_backend);
   ASSERT_EQ(runs.size(), geometries.size());
   for (std::size_t m = 0; m < runs.size(); ++m) {
     const int c = runs[m].cp_size;
@@ -103,7 +103,7 @@ TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
       SCOPED_TRACE("micro-batch " + std::to_string(m) + " (cp=" + std::to_string(c) + "), world rank " +
                    std::to_string(w));
       const RankOutput& got = runs[m].ranks[w];
-      const RankCost want = layer_cost(geometries[m], place_of(spec, static_cast<int>(w), c));
+      const cost::RankCost want = cost::layer_cost(geometries[m], place_of(spec, static_cast<int>(w), c));
       // Not a trivial pass: a layer computes, keeps activations, and talks whenever CP or TP > 1.
       ASSERT_GT(got.forward_flops, 0);
       ASSERT_GT(got.backward_flops, 0);
@@ -134,12 +134,12 @@ TEST(CostModel, AllGatherComputesTheWholeLayerOnEveryRank) {
   RunSpec one = base(CpMode::AllGather, 1, 1), four = base(CpMode::AllGather, 4, 1);
   one.lengths = four.lengths = {64, 128};
   one.layer = four.layer;
-  const RankCost whole = layer_cost(planned_micro_batches(one)[0], {0, 0});
-  const RankCost gathered = layer_cost(planned_micro_batches(four)[0], {2, 0});
+  const cost::RankCost whole = cost::layer_cost(planned_micro_batches(one)[0], {0, 0});
+  const cost::RankCost gathered = cost::layer_cost(planned_micro_batches(four)[0], {2, 0});
   EXPECT_EQ(gathered.forward.flops(), whole.forward.flops());
   EXPECT_GT(gathered.saved_bytes, whole.saved_bytes);  // plus the gathered hidden states
   four.cp.mode = CpMode::Headwise;
-  const RankCost split = layer_cost(planned_micro_batches(four)[0], {2, 0});
+  const cost::RankCost split = cost::layer_cost(planned_micro_batches(four)[0], {2, 0});
   EXPECT_NEAR(split.forward.flops() * 4, whole.forward.flops(), 1e-9 * whole.forward.flops());
 }
 
@@ -147,18 +147,18 @@ TEST(CostModel, AllGatherComputesTheWholeLayerOnEveryRank) {
 // latency and its larger direction over the link its group spans (TP inside a node here, CP 2 x 8
 // ranks across two nodes).
 TEST(Roofline, PricesOpsByTheirBoundAndCallsByTheirLink) {
-  const HardwareProfile hw;
-  PhaseCost phase;
+  const cost::HardwareProfile hw;
+  cost::PhaseCost phase;
   phase.ops = {{hw.bf16_tflops * 1e12, 1.0}, {1.0, hw.hbm_gbps * 1e9 * 2}};
-  phase.calls = {{Collective::AllReduce, Group::Tp, 2, 900'000'000, 900'000'000},
-                 {Collective::AllGather, Group::Cp, 8, 100'000'000, 700'000'000}};
-  const PhaseTime t = phase_time(phase, hw, DType::BF16, 2, 8);
+  phase.calls = {{Collective::AllReduce, cost::Group::Tp, 2, 900'000'000, 900'000'000},
+                 {Collective::AllGather, cost::Group::Cp, 8, 100'000'000, 700'000'000}};
+  const cost::PhaseTime t = cost::phase_time(phase, hw, DType::BF16, 2, 8);
   EXPECT_NEAR(t.compute_s, 1.0 + 2.0, 1e-12);
   const double tp_call = 2 * hw.intra_node_latency_us * 1e-6 + 9e8 / (hw.intra_node_gbps * 1e9);
   const double cp_call = 7 * hw.inter_node_latency_us * 1e-6 + 7e8 / (hw.inter_node_gbps * 1e9);
   EXPECT_NEAR(t.comm_s, tp_call + cp_call, 1e-12);
   // fp32 runs without tensor cores: the same op takes bf16/fp32 times longer.
-  EXPECT_NEAR(phase_time(phase, hw, DType::F32, 2, 8).compute_s, hw.bf16_tflops / hw.fp32_tflops + 2.0, 1e-9);
+  EXPECT_NEAR(cost::phase_time(phase, hw, DType::F32, 2, 8).compute_s, hw.bf16_tflops / hw.fp32_tflops + 2.0, 1e-9);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
-// The illegal-combination matrix of DESIGN.md §3.1: each rule fails with a message naming the fix,
+// The illegal-combination matrix of docs/DESIGN.md §3.1: each rule fails with a message naming the fix,
 // before any collective.
 #include <gtest/gtest.h>
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
-#include "cp/cpu_backend.hpp"
+#include "cpu/backend.hpp"
 #include "cp/layer.hpp"
 #include "reference/layer_params.hpp"
 
@@ -158,7 +158,7 @@ TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
 TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
   const ref::LayerParams params = ref::init_params(layer(), 1);
   run_world(2, [&](Communicator& world) {
-    auto be = make_cpu_backend(DType::F32);
+    auto be = cpu::make_backend(DType::F32);
     CpConfig bad = config(CpMode::Chunkwise, 2);
     bad.allgather_cp = true;
     {
@@ -185,7 +185,7 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
     const ref::LayerParams params = ref::init_params(l, 1);
     run_world(4, [&](Communicator& world) {
       const TpCpGrid grid = make_tp_cp_grid(world, 2);
-      auto be = make_cpu_backend(DType::F32);
+      auto be = cpu::make_backend(DType::F32);
       const ScopedCounter counter(world.accounting());
       try {
         GdnCpLayer(l, config(mode, 2, 2), params, *be, *grid.cp, grid.tp.get());
@@ -207,7 +207,7 @@ TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
   other.at(ref::kDtBias).set(0, 2.0);
   for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
     run_world(2, [&](Communicator& world) {
-      auto be = make_cpu_backend(DType::F32);
+      auto be = cpu::make_backend(DType::F32);
       CpConfig cp = config(mode, 2);
       cp.dynamic_cp = {1, 2};
       const GdnCpLayer gdn(layer(), cp, params, *be, world);

@@ -1,4 +1,4 @@
-// The CPU backend (cp/cpu_backend.hpp): data movement exactly, every leaf op forward and backward
+// The CPU backend (cpu/backend.hpp): data movement exactly, every leaf op forward and backward
 // against the fp64 oracle of reference/ on the same stored inputs, for fp64, fp32 and bf16 storage.
 #include <cmath>
 #include <functional>
@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "core/half.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/cpu_gdr_chunk.hpp"
+#include "cpu/backend.hpp"
+#include "cpu/gdr_chunk.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
 namespace gdnv::cp {
@@ -31,20 +31,20 @@ using gdnv::testing::test_name;
 // ---- factory ------------------------------------------------------------------------------------
 
 TEST(CpuBackendFactory, NamesItsStorageAndStateDtypes) {
-  const auto bf16 = make_cpu_backend(DType::BF16), fp64 = make_cpu_backend(DType::F64);
+  const auto bf16 = cpu::make_backend(DType::BF16), fp64 = cpu::make_backend(DType::F64);
   EXPECT_EQ(bf16->name(), "cpu/bf16");
   EXPECT_EQ(bf16->dtype(), DType::BF16);
   EXPECT_EQ(bf16->state_dtype(), DType::F32);
   EXPECT_EQ(bf16->memory(), Memory::Host);
   EXPECT_EQ(fp64->name(), "cpu/fp64");
   EXPECT_EQ(fp64->state_dtype(), DType::F64);
-  EXPECT_EQ(make_cpu_backend(DType::F32)->state_dtype(), DType::F32);
+  EXPECT_EQ(cpu::make_backend(DType::F32)->state_dtype(), DType::F32);
 }
 
 TEST(CpuBackendFactory, RejectsNonFloatStorageWithItsMessage) {
   for (const DType d : {DType::F16, DType::I64}) {
     try {
-      make_cpu_backend(d);
+      cpu::make_backend(d);
       ADD_FAILURE() << "no error for " << dtype_name(d);
     } catch (const ConfigError& e) {
       EXPECT_EQ(std::string(e.what()), "the CPU backend stores F64, F32 or BF16, not " + std::string(dtype_name(d)) +
@@ -56,13 +56,13 @@ TEST(CpuBackendFactory, RejectsNonFloatStorageWithItsMessage) {
 // ---- buffers and data movement ------------------------------------------------------------------
 
 TEST(CpuBackendData, AllocIsZeroFilledWithTheRequestedShape) {
-  const auto be = make_cpu_backend(DType::F32);
+  const auto be = cpu::make_backend(DType::F32);
   const Tensor t = be->download(be->alloc(DType::BF16, {3, 5}));
   EXPECT_TRUE(t.bitwise_equal(Tensor(DType::BF16, {3, 5})));
 }
 
 TEST(CpuBackendData, UploadRoundsToNearestEvenAndDownloadReturnsTheSameBytes) {
-  const auto be = make_cpu_backend(DType::BF16);
+  const auto be = cpu::make_backend(DType::BF16);
   const Tensor t = random_normal({4, 7}, 5, "upload");
   for (const DType d : {DType::F64, DType::F32, DType::BF16}) EXPECT_TRUE(be->download(be->upload(t, d)).bitwise_equal(t.to(d)));
   const Tensor ints = Tensor::from(std::vector<std::int32_t>{0, 3, -2}, {3});
@@ -70,15 +70,15 @@ TEST(CpuBackendData, UploadRoundsToNearestEvenAndDownloadReturnsTheSameBytes) {
 }
 
 TEST(CpuBackendData, GatherRowsPicksTheIndexedRowsAndScatterRowsPutsThemBack) {
-  gdnv::testing::expect_rows_move_exact_bytes(*make_cpu_backend(DType::F32));
+  gdnv::testing::expect_rows_move_exact_bytes(*cpu::make_backend(DType::F32));
 }
 
 TEST(CpuBackendData, GatherColumnsPicksTheIndexedColumnsAndScatterColumnsPutsThemBack) {
-  gdnv::testing::expect_columns_move_exact_bytes(*make_cpu_backend(DType::F64));
+  gdnv::testing::expect_columns_move_exact_bytes(*cpu::make_backend(DType::F64));
 }
 
 TEST(CpuBackendData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
-  const auto be = make_cpu_backend(DType::BF16);
+  const auto be = cpu::make_backend(DType::BF16);
   gdnv::testing::expect_bf16_accumulate_rounds_once(*be);
   const Tensor y64 = random_normal({5}, 9, "y64"), x64 = random_normal({5}, 9, "x64");
   Buffer acc = be->upload(y64, DType::F64);
@@ -91,7 +91,7 @@ TEST(CpuBackendData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
 // The comparisons live in tests/cpu_backend_testing.hpp, shared with the gpu/ kernel-backend suite.
 class CpuBackendOps : public ::testing::TestWithParam<DType> {
  protected:
-  std::unique_ptr<Backend> be = make_cpu_backend(GetParam());
+  std::unique_ptr<Backend> be = cpu::make_backend(GetParam());
 };
 
 TEST_P(CpuBackendOps, RmsNormForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_rmsnorm(*be, 7)); }
@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Storage, CpuBackendOps, ::testing::Values(DType::F64, D
 class CpuBackendConv : public ::testing::TestWithParam<std::tuple<DType, NamedConv>> {};
 
 TEST_P(CpuBackendConv, MatchesTheOracleOnTheConcatenationWithTheHalo) {
-  const auto be = make_cpu_backend(std::get<0>(GetParam()));
+  const auto be = cpu::make_backend(std::get<0>(GetParam()));
   expect_all(gdnv::testing::compare_conv(*be, std::get<1>(GetParam()).c));
 }
 
@@ -124,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendConv,
 class CpuBackendGdr : public ::testing::TestWithParam<std::tuple<DType, NamedGdr>> {};
 
 TEST_P(CpuBackendGdr, ChunkedMatchesTheRecurrentOracle) {
-  const auto be = make_cpu_backend(std::get<0>(GetParam()));
+  const auto be = cpu::make_backend(std::get<0>(GetParam()));
   expect_all(gdnv::testing::compare_gdr(*be, std::get<1>(GetParam()).c));
 }
 
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuBackendGdr,
 
 // The kernel runs (sequence, key head) tasks on several threads: the bits must not depend on the schedule.
 TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {
-  const auto be = make_cpu_backend(DType::F32);
+  const auto be = cpu::make_backend(DType::F32);
   const std::vector<std::int64_t> cu{0, 70, 71, 200};
   const std::int64_t N = 200, Hk = 2, Hv = 4, K = 6, V = 5;
   const Buffer q = be->upload(random_normal({N, Hk, K}, 51, "q"), DType::F32);
@@ -162,7 +162,7 @@ TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {
 // bf16 storage is the fp32 kernel with each output rounded to nearest even: same bits as rounding
 // the fp32 backend's outputs on the same stored inputs.
 TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
-  const auto bf16 = make_cpu_backend(DType::BF16), fp32 = make_cpu_backend(DType::F32);
+  const auto bf16 = cpu::make_backend(DType::BF16), fp32 = cpu::make_backend(DType::F32);
   const Tensor x = random_normal({24, 10}, 31, "x").to(DType::BF16), w = random_normal({10, 4}, 31, "w").to(DType::BF16);
   const std::vector<std::int64_t> cu{0, 7, 24};
   const auto conv = [&](Backend& be) {
@@ -292,7 +292,7 @@ void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
 class CpuBackendErrors : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(CpuBackendErrors, RejectsTheArgumentWithItsMessage) {
-  const auto be = make_cpu_backend(DType::F32);
+  const auto be = cpu::make_backend(DType::F32);
   try {
     GetParam().call(*be);
     ADD_FAILURE() << "no error";

@@ -22,7 +22,7 @@
 
 namespace gdnv::testing {
 
-// Relative-RMS tolerances per storage dtype (DESIGN.md §4).
+// Relative-RMS tolerances per storage dtype (docs/DESIGN.md §4).
 struct Tolerance {
   double act;    // outputs of single ops (norms, GEMM, conv, gates) stored in dtype()
   double gdr;    // gated delta rule outputs stored in dtype()
@@ -33,17 +33,17 @@ inline Tolerance tolerance(DType storage) {
   switch (storage) {
     // fp64: unit roundoff 1.1e-16; the deepest sums here (a <= 200-token state chain, 64-row chunk
     // GEMMs, condition of the unit-lower (I + A) ~ 1e2) stay near 1e-13; chunked and recurrent
-    // forms agree to ~1e-12 (DESIGN.md §1.1). 1e-10 leaves two orders of margin.
+    // forms agree to ~1e-12 (docs/DESIGN.md §1.1). 1e-10 leaves two orders of margin.
     case DType::F64: return {1e-10, 1e-10, 1e-10};
     // fp32: unit roundoff 6e-8; sums of <= 64 terms per chunk in blocked form grow it to ~5e-7, times a
-    // condition ~10 for the chunk solve: the DESIGN.md §4 gate 1e-5.
+    // condition ~10 for the chunk solve: the docs/DESIGN.md §4 gate 1e-5.
     case DType::F32: return {1e-5, 1e-5, 1e-5};
     // bf16 storage: values stored in bf16 are compared with the oracle rounded to bf16, what an exact
-    // kernel stores (the ThunderKittens convention of STYLE.md 4). Against the unrounded oracle the
+    // kernel stores (ThunderKittens' convention: round the reference too). Against the unrounded oracle the
     // storage rounding alone is 2^-7 / sqrt(12 E[m^2]) ~ 1.5e-3 relative RMS for mantissas m log-uniform
     // in [1, 2), above the 1e-3 conv gate whatever the kernel does. Rounded on both sides, an output
     // differs only where the fp32 error (~1e-6 relative) straddles a rounding boundary: one bf16 ulp
-    // (<= 2^-7) with probability ~1e-6 / 2^-8, ~1e-5 relative RMS, well inside the DESIGN.md §4 gates
+    // (<= 2^-7) with probability ~1e-6 / 2^-8, ~1e-5 relative RMS, well inside the docs/DESIGN.md §4 gates
     // (bf16 conv 1e-3, used for every single op; bf16 GDN 2e-3). Outputs kept in fp32 (gates, rstd,
     // states, dg, dbeta, parameter gradients) see fp32 math on the same stored inputs: the fp32 gate.
     case DType::BF16: return {1e-3, 2e-3, 1e-5};

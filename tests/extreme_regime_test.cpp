@@ -1,4 +1,4 @@
-// The extreme input regime (cp/harness.hpp GateRegime::Extreme): the generated case reaches every range
+// The extreme input regime (harness/harness.hpp GateRegime::Extreme): the generated case reaches every range
 // it promises, and the fp64 oracle stays exact there.
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/faults.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "core/faults.hpp"
+#include "harness/harness.hpp"
 #include "reference/layer.hpp"
 
 namespace gdnv::cp {
@@ -118,7 +118,7 @@ TEST_P(ExtremeOnCpu, EveryTensorMatchesTheOracleWithoutNanOrInf) {
   const Case k = make_case(spec);
   const Answer oracle = oracle_answer(k);
   const auto gates = oracle_gates(k, oracle, dtype);
-  const auto runs = run_in_process(spec, k, make_cpu_backend);
+  const auto runs = run_in_process(spec, k, cpu::make_backend);
   const auto check = [&](const std::string& name, const Tensor& want, const Tensor& got) {
     const Metrics m = compare(want, got);
     EXPECT_TRUE(m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0)
@@ -135,7 +135,7 @@ TEST(ExtremeOnCpuUnderFault, NaiveSoftplusMakesDaLogNan) {
   RunSpec spec = extreme_spec(DType::F32, {8, 4});
   const Case k = make_case(spec);
   const ScopedFault fault(Fault::SoftplusOverflows);
-  const auto runs = run_in_process(spec, k, make_cpu_backend);
+  const auto runs = run_in_process(spec, k, cpu::make_backend);
   EXPECT_GT(compare(oracle_answer(k).grads.at(ref::kALog), runs.at(0).answer.grads.at(ref::kALog)).nan_cand, 0);
 }
 

@@ -11,7 +11,7 @@
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "core/sha256.hpp"
-#include "cp/faults.hpp"
+#include "core/faults.hpp"
 #include "fixtures/fixtures.hpp"
 #include "fixtures/manifest.hpp"
 #include "cli_harness.hpp"
@@ -73,10 +73,10 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
-// Every planted fault of the CP implementation (cp/faults.hpp) moves some CP run of the committed
+// Every planted fault of the CP implementation (core/faults.hpp) moves some CP run of the committed
 // catalog outside its gate: the catalog is strong enough to catch each of them.
 TEST(FixturesCli, CommittedCatalogCatchesEveryPlantedFault) {
-  for (const auto& fault : cp::all_faults()) {
+  for (const auto& fault : all_faults()) {
     ::setenv("GDNV_FAULT", std::string(fault.name).c_str(), 1);
     const CliResult r = run_cli("fixtures verify --dir " + committed());
     ::unsetenv("GDNV_FAULT");

@@ -1,5 +1,5 @@
-// White-box tests of fixtures/: the catalog covers what issue 10 asks for, the CP runs a case allows
-// follow DESIGN.md §3.1, the manifest round-trips and rejects paths outside its directory, and the
+// White-box tests of fixtures/: the catalog covers what docs/DESIGN.md §9 lists, the CP runs a case allows
+// follow docs/DESIGN.md §3.1, the manifest round-trips and rejects paths outside its directory, and the
 // committed catalog under fixtures/data is what the catalog generates (inputs) with non-trivial outputs.
 #include <algorithm>
 #include <cmath>
@@ -34,7 +34,7 @@ std::vector<std::string> labels(const std::vector<CpRun>& runs) {
 
 LayerFixture fixture_of(const FixtureCase& c) { return layer_fixture(case_inputs(c), c.name); }
 
-TEST(FixturesCatalog, DefaultCoversTheIssuesVariety) {
+TEST(FixturesCatalog, DefaultCoversTheDesignedVariety) {
   bool kernel = false, thd = false, sbhd = false, gva = false, short_seq = false, weak = false, strong = false,
        cp4 = false, tp2 = false, non_f64 = false;
   std::set<std::string> names, modes_at_cp_gt1;

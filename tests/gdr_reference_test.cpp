@@ -19,8 +19,8 @@ using testing::random_normal;
 
 // Recurrent vs chunked: both are fp64 evaluations of the same contracting recurrence (unit-norm k,
 // beta in (0,1), g <= 0); each output element is a sum of O(T K) terms whose rounding errors of
-// eps = 1.1e-16 add to ~1e-14 relative at these sizes. 1e-12 leaves 100x headroom and is the bound
-// the issue sets.
+// eps = 1.1e-16 add to ~1e-14 relative at these sizes. 1e-12 leaves 100x headroom and is the bound of
+// docs/DESIGN.md §1.1.
 constexpr double kFormsTol = 1e-12;
 
 Tensor from(const std::vector<double>& values, Shape shape) { return Tensor::from(values, std::move(shape)); }

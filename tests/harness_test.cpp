@@ -4,8 +4,8 @@
 
 #include "core/error.hpp"
 #include "core/metrics.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -95,7 +95,7 @@ TEST(Harness, EachMicroBatchRunsOnItsOwnInputsAgainstItsOwnOracle) {
   EXPECT_TRUE(cases[0].hidden.bitwise_equal(make_case(single).hidden));
   for (const auto& [name, t] : cases[0].params) EXPECT_TRUE(t.bitwise_equal(cases[2].params.at(name))) << name;
 
-  const auto runs = run_in_process(s, cases, make_cpu_backend);
+  const auto runs = run_in_process(s, cases, cpu::make_backend);
   ASSERT_EQ(runs.size(), 3u);
   for (std::size_t m = 0; m < runs.size(); ++m) {
     EXPECT_EQ(runs[m].cp_size, s.micro_batches[m]);
@@ -112,10 +112,10 @@ TEST(Harness, RunInProcessTakesOneCasePerMicroBatchOrOneForAll) {
   const RunSpec s = dynamic_spec();
   std::vector<Case> two = make_cases(s);
   two.pop_back();
-  EXPECT_EQ(config_error_of([&] { (void)run_in_process(s, two, make_cpu_backend); }),
+  EXPECT_EQ(config_error_of([&] { (void)run_in_process(s, two, cpu::make_backend); }),
             "2 cases for 3 micro-batch(es): give one per micro-batch (make_cases), or one for all");
   // One case for all, packed for CP 2: the CP 4 micro-batch rejects it before any rank starts.
-  EXPECT_EQ(config_error_of([&] { (void)run_in_process(s, make_case(s, 1), make_cpu_backend); }),
+  EXPECT_EQ(config_error_of([&] { (void)run_in_process(s, make_case(s, 1), cpu::make_backend); }),
             "micro-batch 1/3 (cp=4, lengths 4,12): sequence lengths 4,12 are not divisible by 2*cp = 8 (zigzag "
             "layout): pad each sequence to a multiple of 8");
 }

@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "core/half.hpp"
-#include "cp/cpu_backend.hpp"
-#include "cp/faults.hpp"
-#include "cp/harness.hpp"
+#include "cpu/backend.hpp"
+#include "core/faults.hpp"
+#include "harness/harness.hpp"
 #include "core/metrics.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
@@ -171,7 +171,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SuiteGdr,
 // the sum of their errors: 2e-5 relative RMS.
 TEST(SuiteVsCpu, ChunkedCoreForwardAndBackwardAgreeWithTheCpuBackend) {
   GDNV_SUITE_SKIP_WITHOUT_BACKEND();
-  const auto be = suite_backend(DType::F32), cpu = make_cpu_backend(DType::F32);
+  const auto be = suite_backend(DType::F32), cpu = cpu::make_backend(DType::F32);
   const gdnv::testing::GdrCase c{{0, 70, 71, 200}, 2, 4, 6, 5, true, true, 51};
   const ref::GdrInputs in = gdnv::testing::stored_gdr_inputs(c, DType::F32, DType::F32);
   const Tensor h0 = random_normal({c.Hv, c.K, c.V}, 51, "h0", 0.5);
@@ -195,7 +195,7 @@ TEST(SuiteVsCpu, ChunkedCoreForwardAndBackwardAgreeWithTheCpuBackend) {
 // the bias was kept.
 TEST(SuiteFaults, GateSoftplusMissingDtBiasDropsTheBiasLikeTheCpuBackend) {
   GDNV_SUITE_SKIP_WITHOUT_BACKEND();
-  const auto be = suite_backend(DType::F32), cpu = make_cpu_backend(DType::F32);
+  const auto be = suite_backend(DType::F32), cpu = cpu::make_backend(DType::F32);
   const Tensor a = random_normal({20, 3}, 61, "a"), b = random_normal({20, 3}, 61, "b");
   const Tensor A_log = random_normal({3}, 61, "A", 0.5), dt_bias = around_one(3, 61, "dt");
   const auto g_of = [&](Backend& x) {
@@ -213,7 +213,7 @@ TEST(SuiteFaults, GateSoftplusMissingDtBiasDropsTheBiasLikeTheCpuBackend) {
 // fp32, so g = -inf where the correct gate is -1000.
 TEST(SuiteFaults, SoftplusOverflowsMakesTheGateInfiniteLikeTheCpuBackend) {
   GDNV_SUITE_SKIP_WITHOUT_BACKEND();
-  const auto be = suite_backend(DType::F32), cpu = make_cpu_backend(DType::F32);
+  const auto be = suite_backend(DType::F32), cpu = cpu::make_backend(DType::F32);
   const Tensor a = Tensor::from(std::vector<double>{1e3, -1e3}, {1, 2}), zeros(DType::F64, {2});
   const auto g_of = [&](Backend& x) {
     return x.download(x.gates(x.upload(a, DType::F32), x.upload(a, DType::F32), x.upload(zeros, DType::F32),
@@ -271,7 +271,7 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SuiteModes,
                                   std::to_string(std::get<1>(p.param)) + "_" + storage_name(std::get<2>(p.param));
                          });
 
-// The extreme input regime (cp/harness.hpp) in every mode, at CP=2 (lengths divisible by 2*cp) and at
+// The extreme input regime (harness/harness.hpp) in every mode, at CP=2 (lengths divisible by 2*cp) and at
 // CP=1 with two one-token sequences, as the gate runs it (cli/gate_steps_cp.cpp): every tensor within
 // its oracle gate and none NaN or Inf.
 class SuiteExtreme : public ::testing::TestWithParam<std::tuple<CpMode, int, DType>> {

@@ -1,4 +1,4 @@
-// Layer-level safetensors files (DESIGN.md §5): what run_layer_file writes, dtype handling, and
+// Layer-level safetensors files (docs/DESIGN.md §5): what run_layer_file writes, dtype handling, and
 // one clear error per malformed file.
 #include <cmath>
 
@@ -76,13 +76,13 @@ std::string error_of_file(const std::function<void(TensorFile&)>& edit) {
 TEST(LayerIo, EachMalformedFileGetsOneClearError) {
   EXPECT_EQ(error_of_file([](TensorFile& f) { f.tensors.emplace("conv1d.bais", f.tensors.at("conv1d.bias")); }),
             "case.safetensors: unknown tensor 'conv1d.bais' in a layer file; expected hidden_states, grad_output, "
-            "cu_seqlens and the parameters of DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, "
+            "cu_seqlens and the parameters of docs/DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, "
             "conv1d.weight, conv1d.bias, A_log, dt_bias, out_norm.weight, out_proj.weight)");
   EXPECT_EQ(error_of_file([](TensorFile& f) { f.tensors.erase("out_proj.weight"); }),
             "case.safetensors: parameter 'out_proj.weight' [8, 12] is missing from the layer file");
   EXPECT_EQ(error_of_file([](TensorFile& f) { f.metadata.erase("hidden_size"); }),
             "case.safetensors: metadata 'hidden_size' is missing; a layer file carries its config under Megatron's "
-            "names (DESIGN.md §5)");
+            "names (docs/DESIGN.md §5)");
   EXPECT_EQ(error_of_file([](TensorFile& f) { f.metadata.insert_or_assign("linear_num_key_heads", std::string("3")); }),
             "case.safetensors: layer config: linear_num_value_heads = 4 is not a multiple of linear_num_key_heads = "
             "3; GVA maps Hv/Hk value heads onto each key head, so choose Hv divisible by Hk");

@@ -69,7 +69,7 @@ TEST(LayerConfig, RejectsNonPositiveEpsilon) {
 
 TEST(LayerConfig, SizesFollowTheDesignTable) {
   const LayerConfig c(small_values());
-  // DESIGN.md §1.3: in_proj rows 2*Hk*dk + 2*Hv*dv + 2*Hv = 16 + 48 + 16; conv channels 2*Hk*dk + Hv*dv.
+  // docs/DESIGN.md §1.3: in_proj rows 2*Hk*dk + 2*Hv*dv + 2*Hv = 16 + 48 + 16; conv channels 2*Hk*dk + Hv*dv.
   EXPECT_EQ(c.in_proj_dim(), 80);
   EXPECT_EQ(c.conv_dim(), 40);
 }
@@ -97,7 +97,7 @@ TEST(LayerConfig, MetadataErrorsNameFileAndKey) {
   m.erase("linear_key_head_dim");
   EXPECT_EQ(error_of([&] { layer_config_from_metadata(m, false, "x.safetensors"); }),
             "x.safetensors: metadata 'linear_key_head_dim' is missing; a layer file carries its config under "
-            "Megatron's names (DESIGN.md §5)");
+            "Megatron's names (docs/DESIGN.md §5)");
   write_layer_config(LayerConfig(small_values()), m);
   m.insert_or_assign("linear_num_key_heads", std::string("3"));
   EXPECT_NE(error_of([&] { layer_config_from_metadata(m, false, "x.safetensors"); })
@@ -120,7 +120,7 @@ TEST(LayerParams, ValidateNamesWrongShapeMissingAndUnexpected) {
   p = init_params(c, 1);
   p["conv1d.biases"] = Tensor(DType::F64, {40});
   EXPECT_EQ(error_of([&] { validate_params(c, p); }),
-            "unexpected parameter 'conv1d.biases'; GatedDeltaNet parameters are those of DESIGN.md §1.3");
+            "unexpected parameter 'conv1d.biases'; GatedDeltaNet parameters are those of docs/DESIGN.md §1.3");
   p = init_params(c, 1);
   p[kALog] = p[kALog].to(DType::F32);
   EXPECT_EQ(error_of([&] { validate_params(c, p); }),

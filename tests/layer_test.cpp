@@ -1,4 +1,4 @@
-// The GatedDeltaNet layer oracle (DESIGN.md §1.3): gradients against finite differences, THD vs SBHD,
+// The GatedDeltaNet layer oracle (docs/DESIGN.md §1.3): gradients against finite differences, THD vs SBHD,
 // packed sequences vs each alone (and no leakage between them), chunked vs recurrent core, TP shards
 // vs the unsharded layer, input errors.
 #include <cmath>
@@ -84,7 +84,7 @@ void expect_bitwise_equal(const LayerRun& a, const LayerRun& b, const std::strin
 
 // ---- gradients against central differences -----------------------------------------------------
 
-// Relative error (whole tensor) < 1e-6, the bound. With h = 6e-6 the central difference is
+// Relative error (whole tensor) < 1e-6, docs/DESIGN.md §4's bound. With h = 6e-6 the central difference is
 // off by ~h^2 |f'''| + 1e-16 |L| / h ~ 1e-10 relative for this O(1) layer; 1e-6 is the margin for
 // the conditioning of the chain (L2 norm, gates, RMSNorms).
 constexpr double kFdRelTol = 1e-6;
@@ -189,7 +189,7 @@ TEST(Layer, ZeroLengthPlaceholderSequencesChangeNothing) {
 
 // ---- chunked core == recurrent core ------------------------------------------------------------
 
-// The bound: the two core forms agree to ~1e-13 (different association of the same sums
+// docs/DESIGN.md §1.1's bound: the two core forms agree to ~1e-13 (different association of the same sums
 // over <= 22 tokens); every other stage runs the same operations, so the layer inherits that bound
 // times the O(1) conditioning of the gated norm and out_proj. Measured relative to max |ref|.
 constexpr double kFormTol = 1e-12;

@@ -1,4 +1,4 @@
-// The real `gdn-verify layout` binary: its JSON agrees with the library and the issue's examples, and
+// The real `gdn-verify layout` binary: its JSON agrees with the library and docs/DESIGN.md §2's examples, and
 // every bad input is one line on stderr, exit 3, nothing on stdout.
 #include <gtest/gtest.h>
 
@@ -48,7 +48,7 @@ TEST(LayoutCli, ThdIndicesMatchLibraryForEveryRank) {
   }
 }
 
-TEST(LayoutCli, RouteOfIssueExample) {
+TEST(LayoutCli, RouteOfTheDesignExample) {
   const auto j = json_of(run_cli("layout --layout contiguous --cp 2 --rank 0 --cu-seqlens 0,8,12,16 --route"));
   EXPECT_EQ(j["indices"].get<Ints>(), (Ints{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(j["route"]["index"].get<Ints>(), (Ints{0, 1, 6, 7, 2, 3, 4, 5}));

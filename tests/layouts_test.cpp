@@ -1,4 +1,4 @@
-// White-box tests of layouts/: the fixed examples of the issue, the external Megatron-Core and FLA vectors,
+// White-box tests of layouts/: the worked examples of docs/DESIGN.md §2, the external Megatron-Core and FLA vectors,
 // the halo and headwise index maps on hand-checked geometries, and every validation message.
 #include <gtest/gtest.h>
 
@@ -46,9 +46,9 @@ std::string config_error_of(F&& f) {
   return "(no ConfigError)";
 }
 
-// --- fixed examples (DESIGN.md §2, issue 5) ---
+// --- fixed examples (docs/DESIGN.md §2) ---
 
-TEST(LayoutsFixed, TwoSequencesAtW2GiveIssueExampleForRank0) {
+TEST(LayoutsFixed, TwoSequencesAtW2GiveTheDesignExampleForRank0) {
   const Ints cu = {0, 16, 40};
   EXPECT_EQ(thd_partition(Layout::zigzag, cu, 2, 0).positions(),
             concat({range(0, 4), range(12, 16), range(16, 22), range(34, 40)}));
@@ -63,7 +63,7 @@ TEST(LayoutsFixed, RouteOfRank0ForThreeShortSequencesAtW2) {
   EXPECT_FALSE(route.is_identity());
 }
 
-TEST(LayoutsFixed, SbhdW3SwapMovesTheIssuesChunkCounts) {
+TEST(LayoutsFixed, SbhdW3SwapMovesWholeChunks) {
   constexpr std::int64_t chunk = 5;  // S = 2W chunks of 5 tokens
   EXPECT_EQ(sbhd_zigzag_contiguous_route(6 * chunk, 3, 0).send_counts, (Ints{chunk, 0, chunk}));
   EXPECT_EQ(sbhd_zigzag_contiguous_route(6 * chunk, 3, 1).recv_counts, (Ints{0, 0, 2 * chunk}));

@@ -1,4 +1,4 @@
-// The comparison metrics of DESIGN.md §4 on cases whose values follow from their definitions.
+// The comparison metrics of docs/DESIGN.md §4 on cases whose values follow from their definitions.
 #include <cmath>
 #include <limits>
 

@@ -104,7 +104,7 @@ TEST_F(ReferenceCli, UpcastsF32InputsAndWritesOnlyForwardWithoutDo) {
 TEST_F(ReferenceCli, MissingTensorIsRejected) {
   TensorFile f = valid_file();
   f.tensors.erase("beta");
-  expect_rejected(f, "tensor 'beta' is missing; a kernel-level input needs q k v g beta (DESIGN.md §5)");
+  expect_rejected(f, "tensor 'beta' is missing; a kernel-level input needs q k v g beta (docs/DESIGN.md §5)");
 }
 
 TEST_F(ReferenceCli, ShapeMismatchIsRejected) {

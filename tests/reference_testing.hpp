@@ -1,6 +1,6 @@
 #pragma once
 // Helpers of the reference oracle's tests: seeded random inputs (core/rng.hpp) and whole-tensor
-// comparison by max abs and relative RMS (DESIGN.md §4).
+// comparison by max abs and relative RMS (docs/DESIGN.md §4).
 #include <cmath>
 #include <cstdint>
 #include <optional>

@@ -1,0 +1,79 @@
+#include "core/faults.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace gdnv {
+namespace {
+
+std::atomic<Fault> g_override{Fault::None};
+std::atomic<bool> g_override_set{false};
+
+Fault from_environment() {
+  const char* env = std::getenv("GDNV_FAULT");
+  if (!env || !*env) return Fault::None;
+  for (const auto& f : all_faults())
+    if (f.name == env) return f.fault;
+  std::string known;
+  for (const auto& f : all_faults()) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  throw ConfigError("GDNV_FAULT='" + std::string(env) + "' is not a known fault: use one of " + known +
+                    " (gdn-verify gate --list-faults), or unset it");
+}
+
+}  // namespace
+
+const std::vector<FaultInfo>& all_faults() {
+  static const std::vector<FaultInfo> table = {
+      {Fault::AllGatherNoReduceScatter, "allgather_no_reduce_scatter",
+       "all_gather backward keeps each rank's own input-gradient rows instead of reduce-scattering the sum"},
+      {Fault::HeadwiseHeadPermShift, "headwise_head_perm_shift",
+       "headwise sends CP rank j the heads of rank j+1 (section permutation shifted by one rank)"},
+      {Fault::MissingGradReductionOverCp, "missing_grad_reduction_over_cp",
+       "parameter gradients are left as per-rank partials, not summed over the CP group"},
+      {Fault::ChunkwiseBf16StateChain, "chunkwise_bf16_state_chain",
+       "chunkwise exchanges and folds the (M, h_ext) state chain in bf16 instead of fp32"},
+      {Fault::ConvHaloWrongRank, "conv_halo_wrong_rank",
+       "chunkwise reads each conv halo piece from the next rank instead of the rank that owns it"},
+      {Fault::ConvHaloOneRank, "conv_halo_one_rank",
+       "chunkwise takes the conv halo from the previous rank only, zeros where it reaches further back"},
+      {Fault::RouteOffByOne, "route_off_by_one",
+       "the zigzag -> contiguous route puts every received row one row past where it belongs"},
+      {Fault::DynamicCpUsesStaticGroup, "dynamic_cp_uses_static_group",
+       "a dynamic-CP micro-batch runs its collectives on the static CP group instead of its sub-group"},
+      {Fault::ZigzagSwapHalves, "zigzag_swap_halves",
+       "the zigzag shard is read as chunk 2W-1-r before chunk r of every sequence (headwise, all_gather)"},
+      {Fault::GateSoftplusMissingDtBias, "gate_softplus_missing_dt_bias",
+       "the gate is computed as -exp(A_log) * softplus(a), without dt_bias"},
+      {Fault::L2normEpsDropped, "l2norm_eps_dropped", "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
+      {Fault::SoftplusOverflows, "softplus_overflows",
+       "the gate's softplus is log(1 + e^x): inf past x = 88 in fp32, and imprecise for x << 0"},
+  };
+  return table;
+}
+
+std::string_view fault_name(Fault f) {
+  for (const auto& info : all_faults())
+    if (info.fault == f) return info.name;
+  return "none";
+}
+
+Fault active_fault() {
+  if (g_override_set.load()) return g_override.load();
+  static const Fault env = from_environment();
+  return env;
+}
+
+ScopedFault::ScopedFault(Fault f) : previous_(g_override.load()) {
+  g_override.store(f);
+  g_override_set.store(true);
+}
+
+ScopedFault::~ScopedFault() {
+  g_override.store(previous_);
+  g_override_set.store(previous_ != Fault::None);
+}
+
+}  // namespace gdnv

@@ -1,0 +1,51 @@
+#pragma once
+// Planted faults: runtime-selected bugs of the kind that have shipped in CP stacks, so the test suite
+// and the gate can prove they catch them. Selected by GDNV_FAULT=<name> (or ScopedFault in tests) and
+// honoured only by the implementation under test (cp/, gpu/), never by the oracle.
+#include <string_view>
+#include <vector>
+
+namespace gdnv {
+
+enum class Fault {
+  None,
+  AllGatherNoReduceScatter,     // all_gather backward keeps its own gradient rows, no reduce-scatter
+  HeadwiseHeadPermShift,        // headwise section permutation shifted by one CP rank
+  MissingGradReductionOverCp,   // parameter gradients not summed over the CP group
+  ChunkwiseBf16StateChain,      // chunkwise (M, h_ext) maps and folded states rounded to bf16
+  ConvHaloWrongRank,            // chunkwise conv halo read from the next rank instead of the owner
+  ConvHaloOneRank,              // chunkwise conv halo limited to the previous rank (zeros beyond)
+  RouteOffByOne,                // zigzag -> contiguous route index shifted by one row
+  DynamicCpUsesStaticGroup,     // a dynamic-CP micro-batch's collectives run on the static group
+  ZigzagSwapHalves,             // the zigzag shard's two chunks of each sequence taken in swapped order
+  GateSoftplusMissingDtBias,    // g = -exp(A_log) softplus(a), dt_bias dropped
+  L2normEpsDropped,             // the core's q/k L2 norm without its 1e-6 epsilon
+  SoftplusOverflows,            // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
+};
+
+struct FaultInfo {
+  Fault fault;
+  std::string_view name;
+  std::string_view what;
+};
+const std::vector<FaultInfo>& all_faults();
+std::string_view fault_name(Fault f);  // "none" for Fault::None
+
+// The active fault: a ScopedFault's if one is alive, else GDNV_FAULT's (an unknown name is a
+// ConfigError listing the known ones).
+Fault active_fault();
+inline bool fault_active(Fault f) { return active_fault() == f; }
+
+// Test-only override of GDNV_FAULT for the whole process while alive.
+class ScopedFault {
+ public:
+  explicit ScopedFault(Fault f);
+  ~ScopedFault();
+  ScopedFault(const ScopedFault&) = delete;
+  ScopedFault& operator=(const ScopedFault&) = delete;
+
+ private:
+  Fault previous_;
+};
+
+}  // namespace gdnv

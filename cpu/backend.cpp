@@ -1,0 +1,336 @@
+// The CPU Backend: argument checks, storage conversion (bf16 rounding at every op's outputs) and data
+// movement here; the math in cpu/kernels_*.cpp, in the compute type.
+#include "cpu/backend.hpp"
+
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "cpu/kernels.hpp"
+#include "core/faults.hpp"
+
+namespace gdnv::cpu {
+namespace {
+
+using namespace cp;  // the Backend interface this file implements
+
+// Storage type S -> compute type C: fp64 computes in double, fp32 and bf16 in float.
+template <class S>
+using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
+
+const char* storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
+
+// Row r of a buffer seen as [rows, row_bytes].
+std::byte* row_ptr(Buffer& b, std::int64_t r, std::size_t row_bytes) { return b.as<std::byte>() + r * row_bytes; }
+const std::byte* row_ptr(const Buffer& b, std::int64_t r, std::size_t row_bytes) {
+  return b.as<std::byte>() + r * row_bytes;
+}
+
+// The I64 index buffer as a list, each entry checked against [0, limit).
+std::vector<std::int64_t> indices(const Buffer& index, std::int64_t limit, const char* op) {
+  if (index.dtype() != DType::I64 || index.rank() != 1)
+    throw Error(std::string(op) + ": index is " + std::string(dtype_name(index.dtype())) + " " +
+                shape_str(index.shape()) + "; expected I64 [M]");
+  std::vector<std::int64_t> idx(index.as<std::int64_t>(), index.as<std::int64_t>() + index.numel());
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    if (idx[i] < 0 || idx[i] >= limit)
+      throw Error(std::string(op) + ": index[" + std::to_string(i) + "] = " + std::to_string(idx[i]) +
+                  " is outside [0, " + std::to_string(limit) + ")");
+  return idx;
+}
+
+// Rows of a buffer: its first dimension; a row is everything after it.
+std::int64_t row_count(const Buffer& b) { return b.rank() == 0 ? 1 : b.dim(0); }
+std::size_t row_bytes(const Buffer& b) { return row_count(b) == 0 ? 0 : b.nbytes() / row_count(b); }
+
+template <class S>
+class CpuBackend final : public Backend {
+  using C = Compute<S>;
+
+ public:
+  std::string name() const override { return std::string("cpu/") + storage_name(dtype()); }
+  DType dtype() const override { return dtype_of<S>(); }
+  DType state_dtype() const override { return std::is_same_v<S, double> ? DType::F64 : DType::F32; }
+  Memory memory() const override { return Memory::Host; }
+
+  Buffer alloc(DType dtype, Shape shape) override { return cpu::host_buffer(dtype, std::move(shape)); }
+
+  Buffer upload(const Tensor& t, DType as) override {
+    const Tensor converted = t.to(as);
+    Buffer b = cpu::host_buffer(as, converted.shape());
+    if (converted.nbytes()) std::memcpy(b.data(), converted.bytes(), converted.nbytes());  // empty: bytes() is null
+    return b;
+  }
+
+  Tensor download(const Buffer& b) override {
+    const auto* p = b.as<std::uint8_t>();
+    return Tensor(b.dtype(), b.shape(), std::vector<std::uint8_t>(p, p + b.nbytes()));
+  }
+
+  Buffer gather_rows(const Buffer& x, const Buffer& index) override {
+    const std::vector<std::int64_t> idx = indices(index, row_count(x), "gather_rows");
+    Shape shape = x.shape();
+    shape.at(0) = static_cast<std::int64_t>(idx.size());
+    Buffer out = cpu::host_buffer(x.dtype(), shape);
+    const std::size_t n = row_bytes(x);
+    for (std::size_t i = 0; i < idx.size(); ++i) std::memcpy(row_ptr(out, i, n), row_ptr(x, idx[i], n), n);
+    return out;
+  }
+
+  void scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
+    const std::vector<std::int64_t> idx = indices(index, row_count(out), "scatter_rows");
+    const std::size_t n = row_bytes(out);
+    if (x.dtype() != out.dtype() || row_count(x) != static_cast<std::int64_t>(idx.size()) || row_bytes(x) != n)
+      throw Error("scatter_rows: x " + std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
+                  " does not match " + std::to_string(idx.size()) + " rows of out " +
+                  std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()));
+    for (std::size_t i = 0; i < idx.size(); ++i) std::memcpy(row_ptr(out, idx[i], n), row_ptr(x, i, n), n);
+  }
+
+  Buffer gather_columns(const Buffer& x, const Buffer& index) override {
+    expect_rank(x, "gather_columns", "x", 2, "[N, D]");
+    const std::vector<std::int64_t> idx = indices(index, x.dim(1), "gather_columns");
+    Buffer out = cpu::host_buffer(x.dtype(), {x.dim(0), static_cast<std::int64_t>(idx.size())});
+    copy_columns(x, out, idx, true);
+    return out;
+  }
+
+  void scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
+    expect_rank(out, "scatter_columns", "out", 2, "[N, D]");
+    const std::vector<std::int64_t> idx = indices(index, out.dim(1), "scatter_columns");
+    expect(x, "scatter_columns", "x", out.dtype(), {out.dim(0), static_cast<std::int64_t>(idx.size())}, "[N, E]");
+    copy_columns(x, out, idx, false);
+  }
+
+  void accumulate(Buffer& y, const Buffer& x) override {
+    cpu::expect_accumulable(y, x);
+    if (y.dtype() == DType::F64) return add_into<double>(y, x);
+    add_into<float>(y, x);
+  }
+
+  RmsNormOut rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
+    const auto [N, D] = rows_and_width(x, w, "rmsnorm");
+    auto r = cpu::Norm<C>::rmsnorm(act(x), act(w), eps);
+    return {act_out(r.y, x.shape()), state_out(r.rstd, {N})};
+  }
+
+  RmsNormGrads rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override {
+    const auto [N, D] = rows_and_width(x, w, "rmsnorm_backward");
+    expect(dy, "rmsnorm_backward", "dy", dtype(), x.shape(), "[N, D]");
+    expect(rstd, "rmsnorm_backward", "rstd", state_dtype(), {N}, "[N]");
+    auto g = cpu::Norm<C>::rmsnorm_backward(act(dy), act(x), act(w), state(rstd));
+    return {act_out(g.dx, x.shape()), state_out(g.dw, {D})};
+  }
+
+  Buffer linear(const Buffer& x, const Buffer& w) override {
+    const auto [N, in, out] = linear_dims(x, w, "linear");
+    return act_out(cpu::Linear<C>::forward(act(x), act(w), in, out), {N, out});
+  }
+
+  LinearGrads linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
+    const auto [N, in, out] = linear_dims(x, w, "linear_backward");
+    expect(dy, "linear_backward", "dy", dtype(), {N, out}, "[N, out]");
+    auto g = cpu::Linear<C>::backward(act(dy), act(x), act(w), in, out);
+    return {act_out(g.dx, x.shape()), state_out(g.dw, w.shape())};
+  }
+
+  Buffer conv1d(const ConvArgs& args) override {
+    return act_out(cpu::Conv<C>::forward(conv_input(args, "conv1d")), args.x.shape());
+  }
+
+  ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy) override {
+    const auto in = conv_input(args, "conv1d_backward");
+    expect(dy, "conv1d_backward", "dy", dtype(), args.x.shape(), "[N, D]");
+    auto g = cpu::Conv<C>::backward(in, act(dy));
+    ConvGrads out{act_out(g.dx, args.x.shape()), state_out(g.dw, args.weight.shape()), {}, {}};
+    if (args.bias) out.dbias = state_out(g.dbias, args.bias->shape());
+    if (!args.halo.empty()) out.dhalo = act_out(g.dhalo, args.halo.shape());
+    return out;
+  }
+
+  Gates gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
+    check_gate_inputs(a, b, A_log, dt_bias, "gates");
+    auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), gate_bias(dt_bias));
+    return {state_out(r.g, a.shape()), state_out(r.beta, a.shape())};
+  }
+
+  GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                           const Buffer& A_log, const Buffer& dt_bias) override {
+    check_gate_inputs(a, b, A_log, dt_bias, "gates_backward");
+    expect(dg, "gates_backward", "dg", state_dtype(), a.shape(), "[N, Hv]");
+    expect(dbeta, "gates_backward", "dbeta", state_dtype(), a.shape(), "[N, Hv]");
+    auto g = cpu::GateMath<C>::backward(state(dg), state(dbeta), act(a), act(b), act(A_log), gate_bias(dt_bias));
+    return {act_out(g.da, a.shape()), act_out(g.db, a.shape()), state_out(g.dA_log, A_log.shape()),
+            state_out(g.ddt_bias, dt_bias.shape())};
+  }
+
+  GdrOut gdr(const GdrArgs& args) override {
+    const auto in = gdr_input(args, "gdr");
+    auto r = cpu::Gdr<C>::forward(in);
+    return {act_out(r.o, args.v.shape()), state_out(r.final_state, {in.Hv, in.K, in.V})};
+  }
+
+  GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
+    const auto in = gdr_input(args, "gdr_backward");
+    expect(d_o, "gdr_backward", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
+    if (!dht.empty()) expect(dht, "gdr_backward", "dht", state_dtype(), {in.Hv, in.K, in.V}, "[Hv, dk, dv]");
+    auto g = cpu::Gdr<C>::backward(in, act(d_o), dht.empty() ? Array<C>{} : state(dht));
+    return {act_out(g.dq, args.q.shape()),        act_out(g.dk, args.k.shape()),
+            act_out(g.dv, args.v.shape()),        state_out(g.dg, args.g.shape()),
+            state_out(g.dbeta, args.beta.shape()), state_out(g.dh0, {in.Hv, in.K, in.V})};
+  }
+
+  Buffer gdr_last_map(const GdrArgs& args) override {
+    const auto in = gdr_input(args, "gdr_last_map");
+    return state_out(cpu::Gdr<C>::last_map(in), {in.Hv, in.K, in.V + in.K});
+  }
+
+  Buffer gdr_first_adjoint(const GdrArgs& args, const Buffer& d_o) override {
+    const auto in = gdr_input(args, "gdr_first_adjoint");
+    expect(d_o, "gdr_first_adjoint", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
+    return state_out(cpu::Gdr<C>::first_adjoint(in, act(d_o)), {in.Hv, in.K, in.V + in.K});
+  }
+
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) override {
+    expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
+    const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
+    expect(maps, "fold_span_maps", "maps", state_dtype(), maps.shape(), "[cp, Hv, dk, dv+dk]");
+    if (V < 1 || begin < 0 || begin > end || end > ranks)
+      throw Error("fold_span_maps: ranks [" + std::to_string(begin) + ", " + std::to_string(end) + ") of maps " +
+                  shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
+    return state_out(cpu::Gdr<C>::fold(state(maps), Hv, K, V, begin, end, adjoint), {Hv, K, V});
+  }
+
+  GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
+    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm");
+    auto r = cpu::Norm<C>::gated(act(o), act(z), act(w), eps);
+    return {act_out(r.y, o.shape()), state_out(r.rstd, {N, Hv})};
+  }
+
+  GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                     const Buffer& rstd, double /*eps: rstd carries it*/) override {
+    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm_backward");
+    expect(dy, "gated_norm_backward", "dy", dtype(), o.shape(), "[N, Hv, dv]");
+    expect(rstd, "gated_norm_backward", "rstd", state_dtype(), {N, Hv}, "[N, Hv]");
+    auto g = cpu::Norm<C>::gated_backward(act(dy), act(o), act(z), act(w), state(rstd));
+    return {act_out(g.dx, o.shape()), act_out(g.dz, z.shape()), state_out(g.dw, w.shape())};
+  }
+
+ private:
+  // Activations and parameters (dtype()) and states (state_dtype()) in, converted to C; outputs back.
+  Array<C> act(const Buffer& b) const { return cpu::to_compute<C>(b); }
+  Array<C> state(const Buffer& b) const { return cpu::to_compute<C>(b); }
+  Buffer act_out(const Array<C>& v, Shape shape) const { return cpu::from_compute(v, dtype(), std::move(shape)); }
+  // dt_bias as the gates use it (zeros under the planted fault that drops it).
+  Array<C> gate_bias(const Buffer& dt_bias) const {
+    if (fault_active(Fault::GateSoftplusMissingDtBias)) return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
+    return act(dt_bias);
+  }
+  Buffer state_out(const Array<C>& v, Shape shape) const {
+    return cpu::from_compute(v, state_dtype(), std::move(shape));
+  }
+
+  static void copy_columns(const Buffer& from, Buffer& to, const std::vector<std::int64_t>& idx, bool gather) {
+    const std::size_t e = dtype_size(from.dtype());
+    const std::int64_t N = from.dim(0), from_w = from.dim(1), to_w = to.dim(1);
+    for (std::int64_t r = 0; r < N; ++r)
+      for (std::size_t j = 0; j < idx.size(); ++j) {
+        const std::int64_t src = gather ? idx[j] : static_cast<std::int64_t>(j);
+        const std::int64_t dst = gather ? static_cast<std::int64_t>(j) : idx[j];
+        std::memcpy(to.as<std::byte>() + (r * to_w + dst) * e, from.as<std::byte>() + (r * from_w + src) * e, e);
+      }
+  }
+
+  // y += x in T (double for F64 y, float otherwise), rounded once to y's dtype.
+  template <class T>
+  static void add_into(Buffer& y, const Buffer& x) {
+    Array<T> sum = cpu::to_compute<T>(y);
+    const Array<T> xs = cpu::to_compute<T>(x);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += xs[i];
+    y = cpu::from_compute(sum, y.dtype(), y.shape());
+  }
+
+  std::pair<std::int64_t, std::int64_t> rows_and_width(const Buffer& x, const Buffer& w, const char* op) const {
+    expect_rank(x, op, "x", 2, "[N, D]");
+    expect(w, op, "w", dtype(), {x.dim(1)}, "[D]");
+    expect(x, op, "x", dtype(), x.shape(), "[N, D]");
+    return {x.dim(0), x.dim(1)};
+  }
+
+  std::tuple<std::int64_t, std::int64_t, std::int64_t> linear_dims(const Buffer& x, const Buffer& w,
+                                                                    const char* op) const {
+    expect_rank(x, op, "x", 2, "[N, in]");
+    expect_rank(w, op, "w", 2, "[out, in]");
+    expect(x, op, "x", dtype(), x.shape(), "[N, in]");
+    expect(w, op, "w", dtype(), {w.dim(0), x.dim(1)}, "[out, in]");
+    return {x.dim(0), x.dim(1), w.dim(0)};
+  }
+
+  typename cpu::Conv<C>::Input conv_input(const ConvArgs& a, const char* op) const {
+    expect_rank(a.x, op, "x", 2, "[N, D]");
+    expect_rank(a.weight, op, "weight", 2, "[D, W]");
+    const std::int64_t N = a.x.dim(0), D = a.x.dim(1), W = a.weight.dim(1);
+    expect(a.x, op, "x", dtype(), {N, D}, "[N, D]");
+    expect(a.weight, op, "weight", dtype(), {D, W}, "[D, W]");
+    if (a.bias) expect(*a.bias, op, "bias", dtype(), {D}, "[D]");
+    if (!a.halo.empty()) expect(a.halo, op, "halo", dtype(), {W - 1, D}, "[W-1, D]");
+    cpu::expect_varlen(a.seqs.host, N, op);
+    return {act(a.x), act(a.weight), a.bias ? act(*a.bias) : Array<C>{}, a.halo.empty() ? Array<C>{} : act(a.halo),
+            a.seqs.host, D, W};
+  }
+
+  void check_gate_inputs(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias,
+                         const char* op) const {
+    expect_rank(a, op, "a", 2, "[N, Hv]");
+    expect(a, op, "a", dtype(), a.shape(), "[N, Hv]");
+    expect(b, op, "b", dtype(), a.shape(), "[N, Hv]");
+    expect(A_log, op, "A_log", dtype(), {a.dim(1)}, "[Hv]");
+    expect(dt_bias, op, "dt_bias", dtype(), {a.dim(1)}, "[Hv]");
+  }
+
+  typename cpu::Gdr<C>::Input gdr_input(const GdrArgs& a, const char* op) const {
+    expect_rank(a.q, op, "q", 3, "[N, Hk, dk]");
+    expect_rank(a.v, op, "v", 3, "[N, Hv, dv]");
+    const std::int64_t N = a.q.dim(0), Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
+    expect(a.q, op, "q", dtype(), {N, Hk, K}, "[N, Hk, dk]");
+    expect(a.k, op, "k", dtype(), {N, Hk, K}, "[N, Hk, dk]");
+    expect(a.v, op, "v", dtype(), {N, Hv, V}, "[N, Hv, dv]");
+    expect(a.g, op, "g", state_dtype(), {N, Hv}, "[N, Hv]");
+    expect(a.beta, op, "beta", state_dtype(), {N, Hv}, "[N, Hv]");
+    if (!a.h0.empty()) expect(a.h0, op, "h0", state_dtype(), {Hv, K, V}, "[Hv, dk, dv]");
+    if (Hk < 1 || Hv % Hk != 0)
+      throw Error(std::string(op) + ": " + std::to_string(Hv) + " value heads cannot share " + std::to_string(Hk) +
+                  " key heads; GVA needs Hv % Hk == 0");
+    cpu::expect_varlen(a.seqs.host, N, op);
+    const double l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;
+    return {act(a.q), act(a.k), act(a.v), state(a.g), state(a.beta), a.h0.empty() ? Array<C>{} : state(a.h0),
+            a.seqs.host, Hk, Hv, K, V, a.scale, l2_eps};
+  }
+
+  std::pair<std::int64_t, std::int64_t> check_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w,
+                                                         const char* op) const {
+    expect_rank(o, op, "o", 3, "[N, Hv, dv]");
+    expect(o, op, "o", dtype(), o.shape(), "[N, Hv, dv]");
+    expect(z, op, "z", dtype(), o.shape(), "[N, Hv, dv]");
+    expect(w, op, "w", dtype(), {o.dim(2)}, "[dv]");
+    return {o.dim(0), o.dim(1)};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(DType storage) {
+  switch (storage) {
+    case DType::F64: return std::make_unique<CpuBackend<double>>();
+    case DType::F32: return std::make_unique<CpuBackend<float>>();
+    case DType::BF16: return std::make_unique<CpuBackend<bf16_t>>();
+    default:
+      throw ConfigError("the CPU backend stores F64, F32 or BF16, not " + std::string(dtype_name(storage)) +
+                        "; choose --dtype fp64, fp32 or bf16");
+  }
+}
+
+}  // namespace gdnv::cpu

@@ -1,0 +1,371 @@
+#include "harness/harness.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "comm/groups.hpp"
+#include "comm/inprocess.hpp"
+#include "cost/counting_backend.hpp"
+#include "core/metrics.hpp"
+#include "core/rng.hpp"
+#include "cp/layer.hpp"
+#include "layouts/apply.hpp"
+#include "layouts/partition.hpp"
+#include "layouts/validate.hpp"
+#include "reference/tp_sharding.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+Tensor rounded(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::F64); }
+
+// Writes the ranks' shard rows back at their natural positions.
+void put_rows(const Tensor& shard, const std::vector<std::int64_t>& rows, Tensor& full) {
+  layouts::scatter_rows(shard.bytes(), rows, shard.nbytes() / std::max<std::size_t>(rows.size(), 1), full.bytes());
+}
+
+// A_log with A = exp(A_log) log-uniform in [lo, hi], one value per head.
+Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double hi) {
+  const Rng rng(seed, "A_log/regime");
+  Tensor t(DType::F64, {heads});
+  for (std::int64_t i = 0; i < heads; ++i) t.set(i, det_log(lo) + (det_log(hi) - det_log(lo)) * rng.uniform(i));
+  return t;
+}
+
+std::string joined(const std::vector<std::int64_t>& values) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
+std::vector<std::int64_t> lengths_in(const Case& k) {
+  std::vector<std::int64_t> lengths;
+  if (!k.cu_seqlens) return lengths;
+  const std::vector<std::int64_t>& cu = *k.cu_seqlens;
+  for (std::size_t i = 1; i < cu.size(); ++i) lengths.push_back(cu[i] - cu[i - 1]);
+  return lengths;
+}
+
+void check_lengths_per_micro_batch(const RunSpec& s) {
+  const std::size_t n = micro_batch_sizes(s).size();
+  if (s.micro_batch_lengths.empty() || s.micro_batch_lengths.size() == n) return;
+  throw ConfigError(std::to_string(s.micro_batch_lengths.size()) + " lists of sequence lengths for " +
+                    std::to_string(n) + " micro-batch(es): give one list per micro-batch, in micro-batch order");
+}
+
+// docs/DESIGN.md §3.1 for micro-batch m of CP size c with these THD lengths, as GdnCpLayer::prepare checks it:
+// run_rank passes a per-micro-batch group exactly when c is not the static size. Several micro-batches:
+// the message says which one.
+int validate_micro_batch_of(const RunSpec& s, const ref::LayerConfig& config, const std::vector<std::int64_t>& lengths,
+                            std::size_t m) {
+  const std::vector<int> sizes = micro_batch_sizes(s);
+  const int c = sizes[m];
+  const bool dynamic = c != s.cp.cp;
+  const MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch,
+                              s.format == Format::Thd ? lengths : std::vector<std::int64_t>{s.seq_len}, dynamic,
+                              dynamic ? c : 0, dynamic ? c : 0};
+  try {
+    return validate_micro_batch(s.cp, config, shape);
+  } catch (const ConfigError& e) {
+    if (sizes.size() == 1) throw;
+    throw ConfigError("micro-batch " + std::to_string(m + 1) + "/" + std::to_string(sizes.size()) + " (cp=" +
+                      std::to_string(c) + (s.format == Format::Thd ? ", lengths " + joined(lengths) : "") +
+                      "): " + e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<int> micro_batch_sizes(const RunSpec& spec) {
+  return spec.micro_batches.empty() ? std::vector<int>{spec.cp.cp} : spec.micro_batches;
+}
+
+const std::vector<std::int64_t>& lengths_of(const RunSpec& spec, std::size_t micro_batch) {
+  return spec.micro_batch_lengths.empty() ? spec.lengths : spec.micro_batch_lengths.at(micro_batch);
+}
+
+void validate_run(const RunSpec& s) { (void)planned_micro_batches(s); }
+
+GateRegime parse_gate_regime(std::string_view name) {
+  if (name == "default") return GateRegime::Default;
+  if (name == "weak") return GateRegime::Weak;
+  if (name == "strong") return GateRegime::Strong;
+  if (name == "extreme") return GateRegime::Extreme;
+  throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak, strong or extreme");
+}
+
+Case make_case(const RunSpec& spec, std::size_t micro_batch) {
+  const ref::LayerConfig config(spec.layer);
+  Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};
+  if (spec.gates == GateRegime::Weak) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 1e-3, 1e-2);
+  if (spec.gates == GateRegime::Strong) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 8.0, 32.0);
+  if (spec.gates == GateRegime::Extreme) shape_extreme_params(config, k.params);
+  for (auto& [name, t] : k.params) t = rounded(t, spec.dtype);
+  Shape shape;
+  if (spec.format == Format::Thd) {
+    std::vector<std::int64_t> cu{0};
+    for (auto L : lengths_of(spec, micro_batch)) cu.push_back(cu.back() + L);
+    shape = {cu.back(), 1, config.hidden()};
+    k.cu_seqlens = cu;
+  } else {
+    shape = {spec.seq_len, spec.batch, config.hidden()};
+  }
+  // Each micro-batch its own tokens; micro-batch 0 keeps the streams of a one-micro-batch run.
+  const std::string stream = micro_batch ? "/micro-batch " + std::to_string(micro_batch) : "";
+  k.hidden = rounded(ref::seeded_normal(spec.seed, "hidden_states" + stream, shape), spec.dtype);
+  k.grad_output = rounded(ref::seeded_normal(spec.seed, "grad_output" + stream, shape), spec.dtype);
+  if (spec.gates == GateRegime::Extreme) k.hidden = rounded(extreme_rows(k.hidden, k.cu_seqlens), spec.dtype);
+  return k;
+}
+
+std::vector<Case> make_cases(const RunSpec& spec) {
+  std::vector<Case> cases{make_case(spec)};
+  for (std::size_t m = 1; m < spec.micro_batch_lengths.size(); ++m) cases.push_back(make_case(spec, m));
+  return cases;
+}
+
+void shape_extreme_params(const ref::LayerConfig& config, ref::LayerParams& params) {
+  const std::int64_t Hv = config.Hv(), dk = config.dk(), qk = config.qk_dim(), hidden = config.hidden();
+  const std::int64_t beta_row = config.conv_dim() + config.v_dim(), alpha_row = beta_row + Hv;
+  const double root = std::sqrt(static_cast<double>(hidden));  // x_0 of a spike row
+  Tensor& A_log = params[ref::kALog];
+  Tensor& dt_bias = params[ref::kDtBias];
+  Tensor& W = params[ref::kInProj];  // [in_proj_dim, hidden]
+  for (std::int64_t h = 0; h < Hv; ++h) {
+    const bool even = h % 2 == 0;
+    if (even) {
+      A_log.set(h, det_log(1e3));
+      dt_bias.set(h, -10.0);
+    }
+    W.set((alpha_row + h) * hidden, ((even ? 1e3 : -1e3) - dt_bias.get(h)) / root);
+    W.set((beta_row + h) * hidden, (even ? 50.0 : -50.0) / root);
+  }
+  const std::int64_t tiny_k = (2 * qk - dk) * hidden;  // first element of the k rows of key head Hk-1
+  for (std::int64_t j = 0; j < dk * hidden; ++j) {
+    W.set(j, 0.0);  // q rows of key head 0
+    W.set(tiny_k + j, 1e-29 * W.get(tiny_k + j));
+  }
+}
+
+Tensor extreme_rows(const Tensor& hidden, const ref::CuSeqlens& cu_seqlens) {
+  Tensor out = hidden;
+  const std::int64_t width = hidden.dim(-1), batch = hidden.dim(1);
+  // Row r of token t of sequence i (THD: cu_seqlens; SBHD [S, B, hidden]: sequence i is batch column i).
+  std::vector<std::int64_t> starts, lengths;
+  if (cu_seqlens) {
+    for (std::size_t i = 1; i < cu_seqlens->size(); ++i)
+      starts.push_back((*cu_seqlens)[i - 1]), lengths.push_back((*cu_seqlens)[i] - (*cu_seqlens)[i - 1]);
+  } else {
+    for (std::int64_t b = 0; b < batch; ++b) starts.push_back(b), lengths.push_back(hidden.dim(0));
+  }
+  const std::int64_t stride = cu_seqlens ? 1 : batch;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::int64_t L = lengths[i];
+    for (std::int64_t t = 0; t < L; ++t) {
+      const std::int64_t r = (starts[i] + t * stride) * width;
+      const bool zero = t == 0 && i % 2 == 0, spike = !zero && t == L / 2, large = !zero && !spike && t == L - 1;
+      for (std::int64_t j = 0; j < width; ++j)
+        out.set(r + j, zero || spike || j == 0 ? 0.0 : large ? 1e4 * hidden.get(r + j) : hidden.get(r + j));
+      if (spike) out.set(r, 1e4);
+    }
+  }
+  return out;
+}
+
+Answer oracle_answer(const Case& k) {
+  const ref::LayerForward fwd = ref::layer_forward(k.config, k.params, k.hidden, k.cu_seqlens);
+  ref::LayerGrads grads = ref::layer_backward(k.config, k.params, fwd, k.grad_output);
+  return {fwd.out, grads.grad_hidden, std::move(grads.params)};
+}
+
+namespace {
+
+// Per-tensor condition numbers of the layer, measured: the oracle rerun with hidden_states,
+// grad_output and every parameter perturbed elementwise by a relative N(0, delta^2), delta =
+// 2^-9/sqrt(3) (the RMS of one bf16 rounding); kappa = rel_rms(change) / delta. Perturbing the
+// parameters moves every internal tensor (p, q, k, v, g, beta, o) the way rounding them does.
+// Gradients that are sums over every token with cancellation (A_log, dt_bias) get kappa >> 1.
+std::map<std::string, double> condition_numbers(const Case& k, const Answer& oracle) {
+  constexpr double delta = 0x1.0p-9 / 1.7320508075688772;
+  auto perturbed = [&](const Tensor& t, const std::string& stream) {
+    Tensor out = t;
+    const Rng rng(k.params.size(), stream);
+    for (std::int64_t i = 0; i < t.numel(); ++i) out.set(i, t.get(i) * (1.0 + delta * rng.normal(i)));
+    return out;
+  };
+  std::map<std::string, double> kappa;
+  auto record = [&](const std::string& name, const Tensor& ref, const Tensor& moved) {
+    kappa[name] = std::max(kappa[name], compare(ref, moved).rel_rms / delta);
+  };
+  // One random direction can miss a small tensor's worst case ([Hv] gradients): take the largest of
+  // three draws.
+  for (int draw = 0; draw < 3; ++draw) {
+    const std::string tag = "condition/" + std::to_string(draw) + "/";
+    Case moved = k;
+    moved.hidden = perturbed(k.hidden, tag + "hidden");
+    moved.grad_output = perturbed(k.grad_output, tag + "grad_output");
+    for (auto& [name, t] : moved.params) t = perturbed(t, tag + name);
+    const Answer other = oracle_answer(moved);
+    record("out", oracle.out, other.out);
+    record("grad_hidden", oracle.grad_hidden, other.grad_hidden);
+    for (const auto& [name, t] : oracle.grads) record("grad::" + name, t, other.grads.at(name));
+  }
+  return kappa;
+}
+
+}  // namespace
+
+std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, DType dtype) {
+  std::map<std::string, double> gates;
+  if (dtype != DType::F64) {
+    // Storing a tensor in the storage dtype perturbs it by a relative RMS delta = 2^-p / sqrt(3) (p = 9
+    // for bf16, 24 for fp32); kappa_t measures how such a perturbation of every input and parameter
+    // moves tensor t. The implementation rounds ~14 tensors on the longest path (x, p, conv, q/k/v, o,
+    // y, out and their gradients), none worse conditioned than the whole layer; in quadrature
+    // sqrt(14) ~ 3.7, so the gate is 4 delta kappa_t (bf16 errors measured at 0.5-1.1 delta kappa_t,
+    // kappa_out from 4.7 on the README's geometry to 39 on 2-token, 4-dim heads). Floors, for the
+    // well-conditioned tensors (kappa < 4.4 in bf16) where three random draws may underestimate kappa:
+    //  bf16: sqrt(14) u (u = 1.13e-3, one rounding) = 4.2e-3, times up to ~4 through the backward of
+    //        the L2 norm, the RMSNorms (head dims down to 4) and the gated product: 2e-2.
+    //  fp32: docs/DESIGN.md §4's gate, 1e-5 relative RMS vs the fp64 oracle.
+    const double delta = (dtype == DType::BF16 ? 0x1.0p-9 : 0x1.0p-24) / 1.7320508075688772;
+    const double floor = dtype == DType::BF16 ? 2e-2 : 1e-5;
+    for (const auto& [name, kap] : condition_numbers(k, oracle)) gates[name] = std::max(floor, 4.0 * delta * kap);
+    return gates;
+  }
+  // fp64: the CP modes only reorder fp64 sums; the chunked core agrees with the recurrent oracle to
+  // ~1e-12, so 1e-10 leaves two orders of magnitude for reordering while catching any real bug.
+  const double gate = 1e-10;
+  gates["out"] = gates["grad_hidden"] = gate;
+  for (const auto& [name, t] : oracle.grads) gates["grad::" + name] = gate;
+  return gates;
+}
+
+std::vector<std::int64_t> zigzag_rows(const Case& k, int c, int r) {
+  if (k.cu_seqlens) return layouts::thd_partition(layouts::Layout::zigzag, *k.cu_seqlens, c, r).positions();
+  return layouts::sbhd_partition(layouts::Layout::zigzag, k.hidden.dim(0), c, r).positions();
+}
+
+std::vector<cost::CostGeometry> planned_micro_batches(const RunSpec& spec) {
+  const ref::LayerConfig config(spec.layer);
+  validate_static(spec.cp, config);
+  check_lengths_per_micro_batch(spec);
+  std::vector<cost::CostGeometry> out;
+  for (std::size_t m = 0; m < micro_batch_sizes(spec).size(); ++m) {
+    std::vector<std::int64_t> cu{0};
+    if (spec.format == Format::Thd) {
+      for (auto L : lengths_of(spec, m)) cu.push_back(cu.back() + L);
+      cu = layouts::checked_cu_seqlens(cu);
+    } else {
+      for (std::int64_t b = 1; b <= spec.batch; ++b) cu.push_back(b * spec.seq_len);
+    }
+    const int c = validate_micro_batch_of(spec, config, lengths_of(spec, m), m);
+    out.push_back({config, spec.cp, spec.dtype, spec.format, std::move(cu), c});
+  }
+  return out;
+}
+
+cost::RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
+  return {(world_rank / spec.cp.tp) % cp_size, world_rank % spec.cp.tp};
+}
+
+std::vector<RankOutput> run_rank(const RunSpec& spec, std::span<const Case> cases, std::unique_ptr<Backend> backend,
+                                 Communicator& world) {
+  const int tp = spec.cp.tp, cp = spec.cp.cp;
+  const TpCpGrid grid = make_tp_cp_grid(world, tp);
+  cost::CountingBackend be(std::move(backend));
+  be.count_host_syncs(world.shared_accounting());
+  const GdnCpLayer layer(cases[0].config, spec.cp, cases[0].params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
+  std::vector<RankOutput> outputs;
+  const std::vector<int> sizes = micro_batch_sizes(spec);
+  for (std::size_t m = 0; m < sizes.size(); ++m) {
+    const int c = sizes[m];
+    const Case& k = cases[cases.size() == 1 ? 0 : m];
+    Communicator* group = c == cp ? nullptr : &layer.dynamic_group(c);
+    const MicroBatchSpec mbs{spec.format, k.cu_seqlens.value_or(std::vector<std::int64_t>{}), spec.seq_len, spec.batch};
+    auto mb = layer.prepare(mbs, group, group ? c : 0);
+    const auto rows = zigzag_rows(k, c, mb->cp_rank);
+    RankOutput o;
+    o.cp_size = c;
+    o.cp_rank = mb->cp_rank;
+    const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
+    Context ctx;
+    Buffer out;
+    {
+      ScopedCounter counter(world.accounting());
+      const std::int64_t live = be.live_bytes();
+      const double flops = be.flops();
+      out = layer.forward(mb, hidden, ctx);
+      o.forward = counter.delta();
+      o.forward_flops = be.flops() - flops;
+      o.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
+    }
+    const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
+    ScopedCounter counter(world.accounting());
+    const double flops = be.flops();
+    LayerBackward back = layer.backward(ctx, grad_output);
+    o.backward = counter.delta();
+    o.backward_flops = be.flops() - flops;
+    o.out = be.download(out).to(DType::F64);
+    o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
+    o.grads = download_grads(be, back.grads);
+    outputs.push_back(std::move(o));
+  }
+  return outputs;
+}
+
+RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType dtype) {
+  RankBackends out;
+  for (int r = 0; r < ranks; ++r) {
+    out.backends.push_back(factory(dtype));
+    out.options.movers.push_back(out.backends.back()->data_mover());
+  }
+  return out;
+}
+
+std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const Case> cases,
+                                          const BackendFactory& factory) {
+  const int tp = spec.cp.tp, n = tp * spec.cp.cp;
+  const std::size_t micro_batches = micro_batch_sizes(spec).size();
+  if (cases.empty() || (cases.size() != 1 && cases.size() != micro_batches))
+    throw ConfigError(std::to_string(cases.size()) + " cases for " + std::to_string(micro_batches) +
+                      " micro-batch(es): give one per micro-batch (make_cases), or one for all");
+  validate_static(spec.cp, cases[0].config);
+  for (std::size_t m = 0; m < micro_batches; ++m)
+    (void)validate_micro_batch_of(spec, cases[0].config, lengths_in(cases[cases.size() == 1 ? 0 : m]), m);
+  std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n));
+  RankBackends ranks = make_rank_backends(n, factory, spec.dtype);
+  run_world(
+      n,
+      [&](Communicator& world) {
+        const auto r = static_cast<std::size_t>(world.rank());
+        outputs[r] = run_rank(spec, cases, std::move(ranks.backends[r]), world);
+      },
+      ranks.options);
+
+  std::vector<MicroBatchRun> runs;
+  for (std::size_t m = 0; m < outputs[0].size(); ++m) {
+    const Case& k = cases[cases.size() == 1 ? 0 : m];
+    const int c = outputs[0][m].cp_size;
+    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
+                      outputs[0][m].forward, outputs[0][m].backward, {}};
+    std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
+    // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
+    // answer, and its CP rank 0 each TP rank's gradient shard.
+    for (int rank = 0; rank < c * tp; ++rank) {
+      const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
+      if (rank % tp == 0) {
+        const auto rows = zigzag_rows(k, c, o.cp_rank);
+        put_rows(o.out, rows, run.answer.out);
+        put_rows(o.grad_hidden, rows, run.answer.grad_hidden);
+      }
+      if (rank < tp) tp_grads[static_cast<std::size_t>(rank)] = o.grads;
+    }
+    run.answer.grads = ref::tp_unshard(k.config, tp_grads);
+    for (auto& rank_outputs : outputs) run.ranks.push_back(std::move(rank_outputs[m]));
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+}  // namespace gdnv::cp
