@@ -4,10 +4,11 @@
 //   conv  the W_conv - 1 tokens before the span, possibly held by several earlier ranks: every rank's
 //         tail rows of the conv input are all-gathered; backward reduce-scatters the halo's gradient
 //         back to the owners.
-//   core  the state entering the first local sequence: every rank's (M, h_ext) of its last local
-//         sequence are all-gathered (state dtype: fp32, fp64 in fp64) and folded S = M_j S + h_j over
-//         the ranks the first local sequence continues from. Backward mirrors it with the adjoint maps
-//         of the first local sequences, folded from later ranks into the last local sequence's dht.
+//   core  the state entering the first local sequence: every rank's span map (M, h_ext) of its last
+//         local sequence is all-gathered (state dtype: fp32, fp64 in fp64) and folded S = M_j S + h_j
+//         over the ranks the first local sequence continues from. Backward mirrors it with the backward
+//         span maps of the first local sequences, folded from later ranks into the last local sequence's
+//         dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width.
 #include "core/faults.hpp"
@@ -68,18 +69,18 @@ void return_halo_grad(Backend& be, const MicroBatch& mb, const MixerParams& mp, 
   be.scatter_rows(rows, plan.tail_rows, dp);
 }
 
-// The state chain as exchanged: unchanged, or rounded to bf16 under the planted fault.
-Buffer state_chain(Backend& be, const Buffer& x) {
+// A span map or folded state as exchanged: unchanged, or rounded to bf16 under the planted fault.
+Buffer as_exchanged(Backend& be, const Buffer& x) {
   if (!fault_active(Fault::ChunkwiseBf16StateChain) || x.empty()) return x;
   return be.upload(be.download(x).to(DType::BF16), be.state_dtype());
 }
 
-// Every rank's map [Hv, dk, dv+dk] (zeros where no other rank reads it) -> [cp, Hv, dk, dv+dk].
+// Every rank's span map [Hv, dk, dv+dk] (zeros where no other rank reads it) -> [cp, Hv, dk, dv+dk].
 Buffer exchange_maps(Backend& be, const MicroBatch& mb, const Buffer& local) {
   Shape shape = local.shape();
   shape.insert(shape.begin(), mb.cp_size);
   Buffer maps = be.alloc(local.dtype(), shape);
-  mb.cp->all_gather(state_chain(be, local).view(), maps.mut());
+  mb.cp->all_gather(as_exchanged(be, local).view(), maps.mut());
   return maps;
 }
 
@@ -92,10 +93,11 @@ Buffer fold_initial_state(Backend& be, const MicroBatch& mb, const MixerParams& 
   const ChunkwisePlan& plan = *mb.chunkwise;
   if (!plan.state_exchange) return {};
   const bool read_by_later = plan.context.post_num_ranks > 0;
-  const Buffer maps = exchange_maps(be, mb, read_by_later ? be.gdr_last_map(core_args(mp, saved)) : zero_map(be, mp));
+  const Buffer local = read_by_later ? be.gdr_last_span_map(core_args(mp, saved)) : zero_map(be, mp);
+  const Buffer maps = exchange_maps(be, mb, local);
   const int r = mb.cp_rank, pre = plan.context.pre_num_ranks;
   if (pre == 0) return {};
-  return state_chain(be, be.fold_span_maps(maps, r - pre, r, false));
+  return as_exchanged(be, be.fold_span_maps(maps, r - pre, r, FoldDirection::Forward));
 }
 
 // The gradient of the last local sequence's final state (empty: it ends on this rank).
@@ -104,11 +106,11 @@ Buffer fold_final_state_grad(Backend& be, const MicroBatch& mb, const MixerParam
   const ChunkwisePlan& plan = *mb.chunkwise;
   if (!plan.state_exchange) return {};
   const bool read_by_earlier = plan.context.pre_num_ranks > 0;
-  const Buffer maps =
-      exchange_maps(be, mb, read_by_earlier ? be.gdr_first_adjoint(core_args(mp, saved), d_o) : zero_map(be, mp));
+  const Buffer local = read_by_earlier ? be.gdr_first_backward_span_map(core_args(mp, saved), d_o) : zero_map(be, mp);
+  const Buffer maps = exchange_maps(be, mb, local);
   const int r = mb.cp_rank, post = plan.context.post_num_ranks;
   if (post == 0) return {};
-  return state_chain(be, be.fold_span_maps(maps, r + 1, r + 1 + post, true));
+  return as_exchanged(be, be.fold_span_maps(maps, r + 1, r + 1 + post, FoldDirection::Backward));
 }
 
 }  // namespace
