@@ -115,26 +115,31 @@ Buffer fold_final_state_grad(Backend& be, const MicroBatch& mb, const MixerParam
 
 }  // namespace
 
-Buffer chunkwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
+Buffer chunkwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
   Backend& be = parts.be;
-  const Buffer p = in_proj_forward(be, parts.proj, to_contiguous(be, mb, h), ctx.in);
-  mixer_core_inputs(be, parts.mixer, p, mb.chunkwise->span, exchange_halo(be, mb, parts.mixer, p), ctx.mix);
+  const Buffer hidden_span = to_contiguous(be, mb, hidden);
+  const Buffer p = in_proj_forward(be, parts.proj, hidden_span, ctx.in);
+  const Buffer halo = exchange_halo(be, mb, parts.mixer, p);
+  mixer_core_inputs(be, parts.mixer, p, mb.chunkwise->span, halo, ctx.mix);
   const Buffer h0 = fold_initial_state(be, mb, parts.mixer, ctx.mix);
   ctx.y = mixer_core(be, parts.mixer, h0, ctx.mix).y;
-  return to_zigzag(be, mb, out_proj_forward(parts, ctx.y));
+  const Buffer out_span = out_proj_forward(parts, ctx.y);
+  return to_zigzag(be, mb, out_span);
 }
 
 LocalGrads chunkwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout) {
   const MicroBatch& mb = *ctx.mb;
   Backend& be = parts.be;
-  LinearGrads out = be.linear_backward(to_contiguous(be, mb, dout), ctx.y, parts.proj.out_proj);
+  const Buffer dout_span = to_contiguous(be, mb, dout);
+  LinearGrads out = be.linear_backward(dout_span, ctx.y, parts.proj.out_proj);
   const GatedNormGrads norm = mixer_norm_backward(be, parts.mixer, ctx.mix, out.dx);
   const Buffer dht = fold_final_state_grad(be, mb, parts.mixer, ctx.mix, norm.d_o);
   MixerGrads mixer = mixer_core_backward(be, parts.mixer, ctx.mix, norm, dht);
   return_halo_grad(be, mb, parts.mixer, mixer.dhalo, mixer.dp);
   InProjGrads in = in_proj_backward(be, parts.proj, ctx.in, mixer.dp, parts.tp);
-  return {to_zigzag(be, mb, in.dh), in.d_ln_w, in.d_in_proj, out.dw, mixer};
+  const Buffer dhidden = to_zigzag(be, mb, in.dhidden);
+  return {dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }
 
 }  // namespace gdnv::cp
