@@ -92,20 +92,20 @@ GdrGrads CountingBackend::gdr_backward(const GdrArgs& a, const Buffer& d_o, cons
   return {tracked(r.dq), tracked(r.dk), tracked(r.dv), tracked(r.dg), tracked(r.dbeta), tracked(r.dh0)};
 }
 
-Buffer CountingBackend::gdr_last_map(const GdrArgs& a) {
+Buffer CountingBackend::gdr_last_span_map(const GdrArgs& a) {
   count(span_map_cost(kFlopsOnly, lengths_of(a.seqs).back(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
-  return tracked(inner_->gdr_last_map(a));
+  return tracked(inner_->gdr_last_span_map(a));
 }
 
-Buffer CountingBackend::gdr_first_adjoint(const GdrArgs& a, const Buffer& d_o) {
+Buffer CountingBackend::gdr_first_backward_span_map(const GdrArgs& a, const Buffer& d_o) {
   count(span_map_cost(kFlopsOnly, lengths_of(a.seqs).front(), a.q.dim(1), a.v.dim(1), a.q.dim(2), a.v.dim(2)).flops);
-  return tracked(inner_->gdr_first_adjoint(a, d_o));
+  return tracked(inner_->gdr_first_backward_span_map(a, d_o));
 }
 
-Buffer CountingBackend::fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) {
+Buffer CountingBackend::fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) {
   const std::int64_t K = maps.dim(2);
   count(fold_cost(kFlopsOnly, end - begin, maps.dim(1), K, maps.dim(3) - K).flops);
-  return tracked(inner_->fold_span_maps(maps, begin, end, adjoint));
+  return tracked(inner_->fold_span_maps(maps, begin, end, direction));
 }
 
 GatedNormOut CountingBackend::gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) {

@@ -53,9 +53,9 @@ class CountingBackend final : public Backend {
                            const Buffer& A_log, const Buffer& dt_bias) override;
   GdrOut gdr(const GdrArgs& args) override;
   GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override;
-  Buffer gdr_last_map(const GdrArgs& args) override;
-  Buffer gdr_first_adjoint(const GdrArgs& args, const Buffer& d_o) override;
-  Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) override;
+  Buffer gdr_last_span_map(const GdrArgs& args) override;
+  Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) override;
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override;
   GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override;
   GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
                                      const Buffer& rstd, double eps) override;

@@ -36,7 +36,7 @@ OpCost gdr_cost(ElementSizes z, std::span<const std::int64_t> lengths, std::int6
 // Backward: the chunk states recomputed (one forward) plus the two gradient passes (two forwards).
 OpCost gdr_backward_cost(ElementSizes z, std::span<const std::int64_t> lengths, std::int64_t Hk, std::int64_t Hv,
                          std::int64_t dk, std::int64_t dv);
-// gdr_last_map / gdr_first_adjoint: one sequence of `length` tokens carrying the state [dk, dv + dk]
+// gdr_last_span_map / gdr_first_backward_span_map: one sequence of `length` tokens carrying the state [dk, dv + dk]
 // ([h | M]) instead of [dk, dv].
 OpCost span_map_cost(ElementSizes z, std::int64_t length, std::int64_t Hk, std::int64_t Hv, std::int64_t dk,
                      std::int64_t dv);

@@ -6,29 +6,29 @@
 #include "core/faults.hpp"
 
 namespace gdnv::cp {
-Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
+Buffer all_gather_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
-  const std::int64_t hidden = h.dim(1);
-  Buffer gathered = parts.be.alloc(h.dtype(), {mb.full.tokens(), hidden});
-  mb.cp->all_gather_v(h.view(), gathered.mut(), mb.element_counts(hidden));
-  const Buffer h_full = parts.be.gather_rows(gathered, mb.natural_from_received);
-  const Buffer out_full = plain_forward(parts, mb.full, h_full, ctx);
+  const std::int64_t D = hidden.dim(1);
+  Buffer gathered = parts.be.alloc(hidden.dtype(), {mb.full.tokens(), D});
+  mb.cp->all_gather_v(hidden.view(), gathered.mut(), mb.element_counts(D));
+  const Buffer hidden_full = parts.be.gather_rows(gathered, mb.natural_from_received);
+  const Buffer out_full = plain_forward(parts, mb.full, hidden_full, ctx);
   return parts.be.gather_rows(out_full, mb.own_positions);
 }
 
 LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout) {
   const MicroBatch& mb = *ctx.mb;
-  const std::int64_t hidden = dout.dim(1);
-  Buffer dout_full = parts.be.alloc(dout.dtype(), {mb.full.tokens(), hidden});
+  const std::int64_t D = dout.dim(1);
+  Buffer dout_full = parts.be.alloc(dout.dtype(), {mb.full.tokens(), D});
   parts.be.scatter_rows(dout, mb.own_positions, dout_full);
   LocalGrads grads = plain_backward(parts, ctx, dout_full);
-  const Buffer dh_received = parts.be.gather_rows(grads.dh, mb.received_from_natural);
+  const Buffer dhidden_received = parts.be.gather_rows(grads.dhidden, mb.received_from_natural);
   if (fault_active(Fault::AllGatherNoReduceScatter)) {
-    grads.dh = parts.be.gather_rows(grads.dh, mb.own_positions);  // this rank's own contribution only
+    grads.dhidden = parts.be.gather_rows(grads.dhidden, mb.own_positions);  // this rank's own contribution only
     return grads;
   }
-  grads.dh = parts.be.alloc(dout.dtype(), {mb.local_tokens, hidden});
-  mb.cp->reduce_scatter_v(dh_received.view(), grads.dh.mut(), mb.element_counts(hidden));
+  grads.dhidden = parts.be.alloc(dout.dtype(), {mb.local_tokens, D});
+  mb.cp->reduce_scatter_v(dhidden_received.view(), grads.dhidden.mut(), mb.element_counts(D));
   return grads;
 }
 

@@ -5,7 +5,7 @@
 //
 // Precision contract (docs/DESIGN.md §4): activations and parameters are stored in dtype() (fp64, fp32 or
 // bf16; bf16 rounded to nearest even at every op boundary, as a GPU stack stores them); arithmetic
-// accumulates in fp32 (fp64 for fp64); gates, recurrent states, the (M, h_ext) chain and parameter
+// accumulates in fp32 (fp64 for fp64); gates, recurrent states, the span maps (M, h_ext) and parameter
 // gradients are stored in state_dtype() (fp32; fp64 for fp64).
 //
 // Shapes: N = local tokens (sequences packed back to back, described by a Varlen), D = channels.
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/inprocess.hpp"
+#include "core/span_map.hpp"
 #include "cp/buffer.hpp"
 
 namespace gdnv::cp {
@@ -151,14 +152,15 @@ class Backend {
   virtual GdrOut gdr(const GdrArgs& args) = 0;
   // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
   virtual GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
-  // Chunkwise CP's span maps (docs/DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value head [h | M].
-  // gdr_last_map: the LAST local sequence's state map from a zero state, S_out = M S_in + h (args.h0
-  // ignored). gdr_first_adjoint: the FIRST local sequence's adjoint map for d_o, dS_in = M^T dS_out + h.
-  virtual Buffer gdr_last_map(const GdrArgs& args) = 0;
-  virtual Buffer gdr_first_adjoint(const GdrArgs& args, const Buffer& d_o /*[N, Hv, dv]*/) = 0;
-  // maps [cp, Hv, dk, dv+dk] (every rank's, all-gathered): S = M_j S + h_j over ranks j = begin .. end-1
-  // from zero, or with `adjoint` dS = M_j^T dS + h_j over j = end-1 .. begin. [Hv, dk, dv] state_dtype().
-  virtual Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) = 0;
+  // Chunkwise CP's span maps (core/span_map.hpp, docs/DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value
+  // head [h | M]. gdr_last_span_map: the LAST local sequence's forward map, S_out = M S_in + h_ext (args.h0
+  // ignored). gdr_first_backward_span_map: the FIRST local sequence's backward map for d_o,
+  // dS_in = M^T dS_out + dh_ext.
+  virtual Buffer gdr_last_span_map(const GdrArgs& args) = 0;
+  virtual Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o /*[N, Hv, dv]*/) = 0;
+  // maps [cp, Hv, dk, dv+dk] (every rank's, all-gathered): Forward S = M_j S + h_j over ranks j = begin .. end-1
+  // from zero, Backward dS = M_j^T dS + h_j over j = end-1 .. begin. [Hv, dk, dv] state_dtype().
+  virtual Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) = 0;
   virtual GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
                                   const Buffer& w /*[dv]*/, double eps) = 0;
   virtual GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,

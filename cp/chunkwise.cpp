@@ -4,10 +4,11 @@
 //   conv  the W_conv - 1 tokens before the span, possibly held by several earlier ranks: every rank's
 //         tail rows of the conv input are all-gathered; backward reduce-scatters the halo's gradient
 //         back to the owners.
-//   core  the state entering the first local sequence: every rank's (M, h_ext) of its last local
-//         sequence are all-gathered (state dtype: fp32, fp64 in fp64) and folded S = M_j S + h_j over
-//         the ranks the first local sequence continues from. Backward mirrors it with the adjoint maps
-//         of the first local sequences, folded from later ranks into the last local sequence's dht.
+//   core  the state entering the first local sequence: every rank's span map (M, h_ext) of its last
+//         local sequence is all-gathered (state dtype: fp32, fp64 in fp64) and folded S = M_j S + h_j
+//         over the ranks the first local sequence continues from. Backward mirrors it with the backward
+//         span maps of the first local sequences, folded from later ranks into the last local sequence's
+//         dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width.
 #include "core/faults.hpp"
@@ -68,18 +69,18 @@ void return_halo_grad(Backend& be, const MicroBatch& mb, const MixerParams& mp, 
   be.scatter_rows(rows, plan.tail_rows, dp);
 }
 
-// The state chain as exchanged: unchanged, or rounded to bf16 under the planted fault.
-Buffer state_chain(Backend& be, const Buffer& x) {
+// A span map or folded state as exchanged: unchanged, or rounded to bf16 under the planted fault.
+Buffer as_exchanged(Backend& be, const Buffer& x) {
   if (!fault_active(Fault::ChunkwiseBf16StateChain) || x.empty()) return x;
   return be.upload(be.download(x).to(DType::BF16), be.state_dtype());
 }
 
-// Every rank's map [Hv, dk, dv+dk] (zeros where no other rank reads it) -> [cp, Hv, dk, dv+dk].
+// Every rank's span map [Hv, dk, dv+dk] (zeros where no other rank reads it) -> [cp, Hv, dk, dv+dk].
 Buffer exchange_maps(Backend& be, const MicroBatch& mb, const Buffer& local) {
   Shape shape = local.shape();
   shape.insert(shape.begin(), mb.cp_size);
   Buffer maps = be.alloc(local.dtype(), shape);
-  mb.cp->all_gather(state_chain(be, local).view(), maps.mut());
+  mb.cp->all_gather(as_exchanged(be, local).view(), maps.mut());
   return maps;
 }
 
@@ -92,10 +93,11 @@ Buffer fold_initial_state(Backend& be, const MicroBatch& mb, const MixerParams& 
   const ChunkwisePlan& plan = *mb.chunkwise;
   if (!plan.state_exchange) return {};
   const bool read_by_later = plan.context.post_num_ranks > 0;
-  const Buffer maps = exchange_maps(be, mb, read_by_later ? be.gdr_last_map(core_args(mp, saved)) : zero_map(be, mp));
+  const Buffer local = read_by_later ? be.gdr_last_span_map(core_args(mp, saved)) : zero_map(be, mp);
+  const Buffer maps = exchange_maps(be, mb, local);
   const int r = mb.cp_rank, pre = plan.context.pre_num_ranks;
   if (pre == 0) return {};
-  return state_chain(be, be.fold_span_maps(maps, r - pre, r, false));
+  return as_exchanged(be, be.fold_span_maps(maps, r - pre, r, FoldDirection::Forward));
 }
 
 // The gradient of the last local sequence's final state (empty: it ends on this rank).
@@ -104,35 +106,40 @@ Buffer fold_final_state_grad(Backend& be, const MicroBatch& mb, const MixerParam
   const ChunkwisePlan& plan = *mb.chunkwise;
   if (!plan.state_exchange) return {};
   const bool read_by_earlier = plan.context.pre_num_ranks > 0;
-  const Buffer maps =
-      exchange_maps(be, mb, read_by_earlier ? be.gdr_first_adjoint(core_args(mp, saved), d_o) : zero_map(be, mp));
+  const Buffer local = read_by_earlier ? be.gdr_first_backward_span_map(core_args(mp, saved), d_o) : zero_map(be, mp);
+  const Buffer maps = exchange_maps(be, mb, local);
   const int r = mb.cp_rank, post = plan.context.post_num_ranks;
   if (post == 0) return {};
-  return state_chain(be, be.fold_span_maps(maps, r + 1, r + 1 + post, true));
+  return as_exchanged(be, be.fold_span_maps(maps, r + 1, r + 1 + post, FoldDirection::Backward));
 }
 
 }  // namespace
 
-Buffer chunkwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
+Buffer chunkwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
   Backend& be = parts.be;
-  const Buffer p = in_proj_forward(be, parts.proj, to_contiguous(be, mb, h), ctx.in);
-  mixer_core_inputs(be, parts.mixer, p, mb.chunkwise->span, exchange_halo(be, mb, parts.mixer, p), ctx.mix);
+  const Buffer hidden_span = to_contiguous(be, mb, hidden);
+  const Buffer p = in_proj_forward(be, parts.proj, hidden_span, ctx.in);
+  const Buffer halo = exchange_halo(be, mb, parts.mixer, p);
+  mixer_core_inputs(be, parts.mixer, p, mb.chunkwise->span, halo, ctx.mix);
   const Buffer h0 = fold_initial_state(be, mb, parts.mixer, ctx.mix);
   ctx.y = mixer_core(be, parts.mixer, h0, ctx.mix).y;
-  return to_zigzag(be, mb, out_proj_forward(parts, ctx.y));
+  const Buffer out_span = out_proj_forward(parts, ctx.y);
+  return to_zigzag(be, mb, out_span);
 }
 
 LocalGrads chunkwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout) {
   const MicroBatch& mb = *ctx.mb;
   Backend& be = parts.be;
-  LinearGrads out = be.linear_backward(to_contiguous(be, mb, dout), ctx.y, parts.proj.out_proj);
+  const Buffer dout_span = to_contiguous(be, mb, dout);
+  LinearGrads out = be.linear_backward(dout_span, ctx.y, parts.proj.out_proj);
   const GatedNormGrads norm = mixer_norm_backward(be, parts.mixer, ctx.mix, out.dx);
   const Buffer dht = fold_final_state_grad(be, mb, parts.mixer, ctx.mix, norm.d_o);
   MixerGrads mixer = mixer_core_backward(be, parts.mixer, ctx.mix, norm, dht);
   return_halo_grad(be, mb, parts.mixer, mixer.dhalo, mixer.dp);
   InProjGrads in = in_proj_backward(be, parts.proj, ctx.in, mixer.dp, parts.tp);
-  return {to_zigzag(be, mb, in.dh), in.d_ln_w, in.d_in_proj, out.dw, mixer};
+  const Buffer dhidden = to_zigzag(be, mb, in.dhidden);
+  return {dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }
 
 }  // namespace gdnv::cp

@@ -29,9 +29,9 @@ Buffer gather_heads(Backend& be, const MicroBatch& mb, const Buffer& y) {
 
 }  // namespace
 
-Buffer headwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx) {
+Buffer headwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
-  const Buffer p = in_proj_forward(parts.be, parts.proj, h, ctx.in);
+  const Buffer p = in_proj_forward(parts.be, parts.proj, hidden, ctx.in);
   const Buffer p_heads = scatter_heads(parts.be, mb, p);
   const Buffer y_heads = mixer_forward(parts.be, parts.mixer, p_heads, mb.full, {}, {}, ctx.mix).y;
   ctx.y = gather_heads(parts.be, mb, y_heads);
@@ -41,10 +41,11 @@ Buffer headwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx) 
 LocalGrads headwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout) {
   const MicroBatch& mb = *ctx.mb;
   LinearGrads out = parts.be.linear_backward(dout, ctx.y, parts.proj.out_proj);
-  MixerGrads mixer = mixer_backward(parts.be, parts.mixer, ctx.mix, scatter_heads(parts.be, mb, out.dx), {});
+  const Buffer dy_heads = scatter_heads(parts.be, mb, out.dx);
+  MixerGrads mixer = mixer_backward(parts.be, parts.mixer, ctx.mix, dy_heads, {});
   const Buffer dp = gather_heads(parts.be, mb, mixer.dp);
   InProjGrads in = in_proj_backward(parts.be, parts.proj, ctx.in, dp, parts.tp);
-  return {in.dh, in.d_ln_w, in.d_in_proj, out.dw, mixer};
+  return {in.dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }
 
 }  // namespace gdnv::cp

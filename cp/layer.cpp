@@ -167,16 +167,16 @@ Buffer GdnCpLayer::forward(const std::shared_ptr<const MicroBatch>& plan, const 
     throw ConfigError("hidden_states " + shape_str(hidden.shape()) + " hold " + std::to_string(hidden.numel() / width) +
                       " tokens but this rank's zigzag partition has " + std::to_string(mb.local_tokens) +
                       ": pass the rank's zigzag shard of the micro-batch");
-  Buffer h = hidden.reshaped({mb.local_tokens, width});
-  if (mb.format == Format::Sbhd) h = be_.gather_rows(h, mb.sbhd_to_rows);
+  Buffer hidden_rows = hidden.reshaped({mb.local_tokens, width});
+  if (mb.format == Format::Sbhd) hidden_rows = be_.gather_rows(hidden_rows, mb.sbhd_to_rows);
   ctx = Context{};
   ctx.mb = plan;
   const LayerParts p = parts(mb);
   Buffer out;
-  if (mb.cp_size == 1) out = plain_forward(p, mb.full, h, ctx);
-  else if (cp_.mode == CpMode::Headwise) out = headwise_forward(p, h, ctx);
-  else if (cp_.mode == CpMode::AllGather) out = all_gather_forward(p, h, ctx);
-  else out = chunkwise_forward(p, h, ctx);
+  if (mb.cp_size == 1) out = plain_forward(p, mb.full, hidden_rows, ctx);
+  else if (cp_.mode == CpMode::Headwise) out = headwise_forward(p, hidden_rows, ctx);
+  else if (cp_.mode == CpMode::AllGather) out = all_gather_forward(p, hidden_rows, ctx);
+  else out = chunkwise_forward(p, hidden_rows, ctx);
   if (mb.format == Format::Sbhd) out = be_.gather_rows(out, mb.rows_to_sbhd);
   return out.reshaped(hidden.shape());
 }
@@ -191,8 +191,8 @@ LayerBackward GdnCpLayer::backward(const Context& ctx, const Buffer& grad_output
   else if (cp_.mode == CpMode::Headwise) g = headwise_backward(p, ctx, dout);
   else if (cp_.mode == CpMode::AllGather) g = all_gather_backward(p, ctx, dout);
   else g = chunkwise_backward(p, ctx, dout);
-  Buffer dh = mb.format == Format::Sbhd ? be_.gather_rows(g.dh, mb.rows_to_sbhd) : g.dh;
-  return {dh.reshaped(grad_output.shape()), reduce_grads(mb, g)};
+  Buffer grad_hidden = mb.format == Format::Sbhd ? be_.gather_rows(g.dhidden, mb.rows_to_sbhd) : g.dhidden;
+  return {grad_hidden.reshaped(grad_output.shape()), reduce_grads(mb, g)};
 }
 
 BufferGrads GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) const {

@@ -26,7 +26,7 @@ struct Context {
 };
 
 struct LocalGrads {
-  Buffer dh;                              // [N_loc, hidden]
+  Buffer dhidden;                         // [N_loc, hidden]
   Buffer d_ln_w, d_in_proj, d_out_proj;  // this rank's partial gradients of ProjParams
   MixerGrads mixer;                       // and of its MixerParams slice
 };
@@ -34,16 +34,16 @@ struct LocalGrads {
 // out = y W_out^T, partial sums all-reduced over TP (row-parallel out_proj).
 Buffer out_proj_forward(const LayerParts& parts, const Buffer& y);
 
-Buffer plain_forward(const LayerParts& parts, const Varlen& seqs, const Buffer& h, Context& ctx);
+Buffer plain_forward(const LayerParts& parts, const Varlen& seqs, const Buffer& hidden, Context& ctx);
 LocalGrads plain_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
 
-Buffer headwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
+Buffer headwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx);
 LocalGrads headwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
 
-Buffer chunkwise_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
+Buffer chunkwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx);
 LocalGrads chunkwise_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
 
-Buffer all_gather_forward(const LayerParts& parts, const Buffer& h, Context& ctx);
+Buffer all_gather_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx);
 LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, const Buffer& dout);
 
 }  // namespace gdnv::cp

@@ -9,8 +9,8 @@ Buffer out_proj_forward(const LayerParts& parts, const Buffer& y) {
   return out;
 }
 
-Buffer plain_forward(const LayerParts& parts, const Varlen& seqs, const Buffer& h, Context& ctx) {
-  const Buffer p = in_proj_forward(parts.be, parts.proj, h, ctx.in);
+Buffer plain_forward(const LayerParts& parts, const Varlen& seqs, const Buffer& hidden, Context& ctx) {
+  const Buffer p = in_proj_forward(parts.be, parts.proj, hidden, ctx.in);
   ctx.y = mixer_forward(parts.be, parts.mixer, p, seqs, {}, {}, ctx.mix).y;
   return out_proj_forward(parts, ctx.y);
 }
@@ -19,7 +19,7 @@ LocalGrads plain_backward(const LayerParts& parts, const Context& ctx, const Buf
   LinearGrads out = parts.be.linear_backward(dout, ctx.y, parts.proj.out_proj);
   MixerGrads mixer = mixer_backward(parts.be, parts.mixer, ctx.mix, out.dx, {});
   InProjGrads in = in_proj_backward(parts.be, parts.proj, ctx.in, mixer.dp, parts.tp);
-  return {in.dh, in.d_ln_w, in.d_in_proj, out.dw, mixer};
+  return {in.dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }
 
 }  // namespace gdnv::cp

@@ -25,9 +25,9 @@ void plan_mixer_columns(Backend& be, MixerParams& mp) {
   mp.cols_v = index_buffer(be, 2 * g.qk_dim(), v);
 }
 
-Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& h, InProjSaved& saved) {
-  RmsNormOut norm = be.rmsnorm(h, pp.ln_w, pp.eps);
-  saved = {h, norm.y, norm.rstd};
+Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& hidden, InProjSaved& saved) {
+  RmsNormOut norm = be.rmsnorm(hidden, pp.ln_w, pp.eps);
+  saved = {hidden, norm.y, norm.rstd};
   return be.linear(norm.y, pp.in_proj);
 }
 
@@ -35,7 +35,7 @@ InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSave
                              Communicator* tp_group) {
   LinearGrads lin = be.linear_backward(dp, saved.x, pp.in_proj);
   if (tp_group && tp_group->size() > 1) tp_group->all_reduce(lin.dx.mut());  // column-parallel in_proj
-  RmsNormGrads norm = be.rmsnorm_backward(lin.dx, saved.h, pp.ln_w, saved.rstd);
+  RmsNormGrads norm = be.rmsnorm_backward(lin.dx, saved.hidden, pp.ln_w, saved.rstd);
   return {norm.dx, norm.dw, lin.dw};
 }
 

@@ -46,13 +46,13 @@ struct MixerParams {
 void plan_mixer_columns(Backend& backend, MixerParams& params);
 
 struct InProjSaved {
-  Buffer h;     // [N, hidden]
-  Buffer x;     // [N, hidden] rmsnorm(h) * ln_w
-  Buffer rstd;  // [N]
+  Buffer hidden;  // [N, hidden]
+  Buffer x;       // [N, hidden] rmsnorm(hidden) * ln_w
+  Buffer rstd;    // [N]
 };
-Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& h, InProjSaved& saved);  // [N, P]
+Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& hidden, InProjSaved& saved);  // [N, P]
 struct InProjGrads {
-  Buffer dh, d_ln_w, d_in_proj;
+  Buffer dhidden, d_ln_w, d_in_proj;
 };
 // dp [N, P]; `reduce_dx` all-reduces d(rmsnorm output) over TP before the norm's backward (nullptr: none).
 InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,

@@ -183,25 +183,25 @@ class CpuBackend final : public Backend {
             state_out(g.dbeta, args.beta.shape()), state_out(g.dh0, {in.Hv, in.K, in.V})};
   }
 
-  Buffer gdr_last_map(const GdrArgs& args) override {
-    const auto in = gdr_input(args, "gdr_last_map");
-    return state_out(cpu::Gdr<C>::last_map(in), {in.Hv, in.K, in.V + in.K});
+  Buffer gdr_last_span_map(const GdrArgs& args) override {
+    const auto in = gdr_input(args, "gdr_last_span_map");
+    return state_out(cpu::Gdr<C>::last_span_map(in), {in.Hv, in.K, in.V + in.K});
   }
 
-  Buffer gdr_first_adjoint(const GdrArgs& args, const Buffer& d_o) override {
-    const auto in = gdr_input(args, "gdr_first_adjoint");
-    expect(d_o, "gdr_first_adjoint", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
-    return state_out(cpu::Gdr<C>::first_adjoint(in, act(d_o)), {in.Hv, in.K, in.V + in.K});
+  Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) override {
+    const auto in = gdr_input(args, "gdr_first_backward_span_map");
+    expect(d_o, "gdr_first_backward_span_map", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
+    return state_out(cpu::Gdr<C>::first_backward_span_map(in, act(d_o)), {in.Hv, in.K, in.V + in.K});
   }
 
-  Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) override {
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
     expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
     const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
     expect(maps, "fold_span_maps", "maps", state_dtype(), maps.shape(), "[cp, Hv, dk, dv+dk]");
     if (V < 1 || begin < 0 || begin > end || end > ranks)
       throw Error("fold_span_maps: ranks [" + std::to_string(begin) + ", " + std::to_string(end) + ") of maps " +
                   shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
-    return state_out(cpu::Gdr<C>::fold(state(maps), Hv, K, V, begin, end, adjoint), {Hv, K, V});
+    return state_out(cpu::Gdr<C>::fold_span_maps(state(maps), Hv, K, V, begin, end, direction), {Hv, K, V});
   }
 
   GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {

@@ -128,8 +128,8 @@ void ChunkStages<C>::output(const Intra<C>& in, const Mat<C>& S, const Mat<C>& v
 }
 
 template <class C>
-AffineMap<C> ChunkStages<C>::transition(const Intra<C>& in) {
-  AffineMap<C> map;
+SpanMap<C> ChunkStages<C>::span_map(const Intra<C>& in) {
+  SpanMap<C> map;
   const Index K = in.k_tail.cols();
   map.M = in.e_C * Mat<C>::Identity(K, K);
   map.M.noalias() -= in.k_tail.transpose() * in.W();
@@ -138,7 +138,7 @@ AffineMap<C> ChunkStages<C>::transition(const Intra<C>& in) {
 }
 
 template <class C>
-void ChunkStages<C>::adjoint(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS) {
+void ChunkStages<C>::fold_backward(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS) {
   Mat<C> q_eff = in.q_dec;
   q_eff.noalias() -= in.P.template triangularView<Eigen::Lower>() * in.W();
   Mat<C> dS_in = M.transpose() * dS;

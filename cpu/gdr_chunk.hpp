@@ -11,8 +11,8 @@
 // than e^{gamma_i - gamma_j} of two fp32 cumsums (absolute error eps |gamma|, ~3e-5 at gamma ~ -500
 // in a strongly decaying chunk); dg is assembled from sums without cancellation (see backward).
 // T is applied by triangular solves, never formed; products with the triangular A, P and their
-// gradients compute only the triangle. transition() is the chunk's affine map (M, h_ext), the building
-// block of the chunkwise-CP pre-pass.
+// gradients compute only the triangle. span_map() is the chunk's span map (M, h_ext) (core/span_map.hpp),
+// the building block of the chunkwise-CP pre-pass.
 #include <cstdint>
 
 #include <Eigen/Dense>
@@ -58,9 +58,9 @@ struct Intra {
   auto W() const { return UW.rightCols(k_tail.cols()); }              // [c, K]
 };
 
-// The chunk's state update as an affine map: S_out = M S + h_ext.
+// The chunk's state update as its span map: S_out = M S + h_ext.
 template <class C>
-struct AffineMap {
+struct SpanMap {
   Mat<C> M;      // [K, K]  e^{gamma_C} I - k_tail^T W
   Mat<C> h_ext;  // [K, V]  k_tail^T U
 };
@@ -81,10 +81,11 @@ struct ChunkStages {
   static void advance(const Intra<C>& in, const Mat<C>& v_new, Mat<C>& S);
   // o [c, V] = scale [q_dec S + P v_new], S the entering state.
   static void output(const Intra<C>& in, const Mat<C>& S, const Mat<C>& v_new, C scale, MatMap<C> o);
-  static AffineMap<C> transition(const Intra<C>& in);
-  // The chunk's adjoint map with the gradient d_o of its outputs, M = transition(in).M: dS <- M^T dS +
-  // scale (q_dec - P W)^T d_o, the gradient of the entering state (o = scale [(q_dec - P W) S + P U]).
-  static void adjoint(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS);
+  static SpanMap<C> span_map(const Intra<C>& in);
+  // Folds the chunk's backward span map for the gradient d_o of its outputs into dS, M = span_map(in).M:
+  // dS <- M^T dS + scale (q_dec - P W)^T d_o, the gradient of the entering state
+  // (o = scale [(q_dec - P W) S + P U]).
+  static void fold_backward(const Intra<C>& in, const Mat<C>& M, ConstMatMap<C> d_o, C scale, Mat<C>& dS);
   // S [K, V] entering the chunk and v_new = new_values(in, S); dS enters as the gradient of the
   // leaving state and leaves as that of S.
   static ChunkGrads<C> backward(const Chunk<C>& x, const Intra<C>& in, const Mat<C>& S, const Mat<C>& v_new,

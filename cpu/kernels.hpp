@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/span_map.hpp"
 #include "cpu/host.hpp"
 
 namespace gdnv::cpu {
@@ -102,15 +103,15 @@ struct Gdr {
   };
   static Out forward(const Input& in);
   // Chunkwise CP's span maps, [Hv, K, V+K] = [h | M] per value head (in.h0 ignored):
-  //   last_map:      h = h_ext of the LAST sequence (its final state from a zero state), M = prod A_t;
-  //   first_adjoint: h = dh_ext of the FIRST sequence (its initial state's gradient for d_o and a zero
-  //                  final-state gradient), M = prod A_t over that sequence.
-  static Array<C> last_map(const Input& in);
-  static Array<C> first_adjoint(const Input& in, const Array<C>& d_o);
-  // maps [cp, Hv, K, V+K]: S = M_j S + h_j for j = begin .. end-1 from S = 0 (forward), or
-  // dS = M_j^T dS + h_j for j = end-1 .. begin from dS = 0 (adjoint); returns [Hv, K, V].
-  static Array<C> fold(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin, int end,
-                       bool adjoint);
+  //   last_span_map:           h = h_ext of the LAST sequence (its final state from a zero state), M = prod A_t;
+  //   first_backward_span_map: h = dh_ext of the FIRST sequence (its initial state's gradient for d_o and a
+  //                            zero final-state gradient), M = prod A_t over that sequence.
+  static Array<C> last_span_map(const Input& in);
+  static Array<C> first_backward_span_map(const Input& in, const Array<C>& d_o);
+  // maps [cp, Hv, K, V+K]: S = M_j S + h_j for j = begin .. end-1 from S = 0 (Forward), or
+  // dS = M_j^T dS + h_j for j = end-1 .. begin from dS = 0 (Backward); returns [Hv, K, V].
+  static Array<C> fold_span_maps(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin,
+                                 int end, FoldDirection direction);
   // d_o [N, Hv, V]; dht [Hv, K, V] gradient of the last sequence's final state, or empty (zero).
   static Grads backward(const Input& in, const Array<C>& d_o, const Array<C>& dht);
 };

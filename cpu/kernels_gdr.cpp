@@ -191,14 +191,14 @@ void store_map(const Mat<C>& h, const Mat<C>& M, std::int64_t head, Array<C>& ma
 }  // namespace
 
 template <class C>
-Array<C> Gdr<C>::last_map(const Input& in) {
+Array<C> Gdr<C>::last_span_map(const Input& in) {
   const Heads<C> x(in);
   const std::int64_t s = x.sequences() - 1, K = in.K;
   Array<C> maps(static_cast<std::size_t>(in.Hv * K * (in.V + K)));
   parallel_for(in.Hv, 0, [&](std::int64_t h) {
     Mat<C> M = Mat<C>::Identity(K, K), h_ext = Mat<C>::Zero(K, in.V);
     for_each_chunk(x, s, [&](std::int64_t begin, std::int64_t c) {
-      const AffineMap<C> step = ChunkStages<C>::transition(ChunkStages<C>::intra(x.chunk(h, begin, c)));
+      const SpanMap<C> step = ChunkStages<C>::span_map(ChunkStages<C>::intra(x.chunk(h, begin, c)));
       h_ext = step.M * h_ext + step.h_ext;
       M = step.M * M;
     });
@@ -208,7 +208,7 @@ Array<C> Gdr<C>::last_map(const Input& in) {
 }
 
 template <class C>
-Array<C> Gdr<C>::first_adjoint(const Input& in, const Array<C>& d_o) {
+Array<C> Gdr<C>::first_backward_span_map(const Input& in, const Array<C>& d_o) {
   const Heads<C> x(in);
   const std::int64_t K = in.K, V = in.V;
   const Array<C> do_hm = head_major(d_o, x.N, in.Hv, V);
@@ -218,9 +218,9 @@ Array<C> Gdr<C>::first_adjoint(const Input& in, const Array<C>& d_o) {
     Mat<C> M = Mat<C>::Identity(K, K), dh_ext = Mat<C>::Zero(K, V);
     for (const auto& [begin, c] : chunks) {
       const Intra<C> intra = ChunkStages<C>::intra(x.chunk(h, begin, c));
-      const Mat<C> M_chunk = ChunkStages<C>::transition(intra).M;
-      ChunkStages<C>::adjoint(intra, M_chunk, ConstMatMap<C>(&do_hm[(h * x.N + begin) * V], c, V),
-                              static_cast<C>(in.scale), dh_ext);
+      const Mat<C> M_chunk = ChunkStages<C>::span_map(intra).M;
+      ChunkStages<C>::fold_backward(intra, M_chunk, ConstMatMap<C>(&do_hm[(h * x.N + begin) * V], c, V),
+                                    static_cast<C>(in.scale), dh_ext);
       M = M * M_chunk;
     }
     store_map(dh_ext, M, h, maps);
@@ -229,16 +229,17 @@ Array<C> Gdr<C>::first_adjoint(const Input& in, const Array<C>& d_o) {
 }
 
 template <class C>
-Array<C> Gdr<C>::fold(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin, int end,
-                      bool adjoint) {
+Array<C> Gdr<C>::fold_span_maps(const Array<C>& maps, std::int64_t Hv, std::int64_t K, std::int64_t V, int begin,
+                                int end, FoldDirection direction) {
+  const bool forward = direction == FoldDirection::Forward;
   Array<C> out(static_cast<std::size_t>(Hv * K * V));
   for (std::int64_t h = 0; h < Hv; ++h) {
     Mat<C> S = Mat<C>::Zero(K, V);
     for (int step = 0; step < end - begin; ++step) {
-      const int j = adjoint ? end - 1 - step : begin + step;
+      const int j = forward ? begin + step : end - 1 - step;
       const ConstMatMap<C> map(&maps[(j * Hv + h) * K * (V + K)], K, V + K);
-      if (adjoint) S = map.rightCols(K).transpose() * S + map.leftCols(V);
-      else S = map.rightCols(K) * S + map.leftCols(V);
+      if (forward) S = map.rightCols(K) * S + map.leftCols(V);
+      else S = map.rightCols(K).transpose() * S + map.leftCols(V);
     }
     store_state(S, h, out);
   }

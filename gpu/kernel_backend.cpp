@@ -241,27 +241,27 @@ class KernelBackend final : public cp::Backend {
     return g;
   }
 
-  Buffer gdr_last_map(const cp::GdrArgs& args) override {
-    Gdr x = gdr_setup(args, "gdr_last_map", false);
+  Buffer gdr_last_span_map(const cp::GdrArgs& args) override {
+    Gdr x = gdr_setup(args, "gdr_last_span_map", false);
     x.p.h0 = nullptr;  // the map is taken from a zero state
     Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
     x.p.maps = maps.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
-    k_->gdr_last_map(x.p, x.p.Hv);
+    k_->gdr_last_span_map(x.p, x.p.Hv);
     return maps;
   }
 
-  Buffer gdr_first_adjoint(const cp::GdrArgs& args, const Buffer& d_o) override {
-    Gdr x = gdr_setup(args, "gdr_first_adjoint", false);
-    expect(d_o, "gdr_first_adjoint", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
+  Buffer gdr_first_backward_span_map(const cp::GdrArgs& args, const Buffer& d_o) override {
+    Gdr x = gdr_setup(args, "gdr_first_backward_span_map", false);
+    expect(d_o, "gdr_first_backward_span_map", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
     Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
     x.p.d_o = d_o.data(), x.p.maps = maps.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
-    k_->gdr_first_adjoint(x.p, x.p.Hv);
+    k_->gdr_first_backward_span_map(x.p, x.p.Hv);
     return maps;
   }
 
-  Buffer fold_span_maps(const Buffer& maps, int begin, int end, bool adjoint) override {
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
     expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
     const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
     expect(maps, "fold_span_maps", "maps", DType::F32, maps.shape(), "[cp, Hv, dk, dv+dk]");
@@ -270,7 +270,7 @@ class KernelBackend final : public cp::Backend {
                   shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
     Buffer out = alloc(DType::F32, {Hv, K, V});
     const Buffer work = alloc(DType::F32, {Hv, K, V});
-    k_->fold({maps.as<float>(), out.as<float>(), mut(work), Hv, K, V, begin, end, adjoint}, Hv);
+    k_->fold_span_maps({maps.as<float>(), out.as<float>(), mut(work), Hv, K, V, begin, end, direction}, Hv);
     return out;
   }
 

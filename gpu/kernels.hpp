@@ -33,14 +33,14 @@ namespace gdnv::gpu {
   X(gates_forward, GateParams, gates_forward_item)    \
   X(gates_backward, GateParams, gates_backward_item)  \
   X(gates_param_grad, GateParams, gates_param_grad)
-#define GDNV_GPU_GDR_KERNELS(X)                             \
-  X(l2norm, GdrParams, l2norm_row)                          \
-  X(l2norm_backward, GdrParams, l2norm_backward_row)        \
-  X(gdr_forward, GdrParams, gdr_forward_task)               \
-  X(gdr_backward, GdrParams, gdr_backward_task)             \
-  X(gdr_last_map, GdrParams, gdr_last_map_task)             \
-  X(gdr_first_adjoint, GdrParams, gdr_first_adjoint_task)   \
-  X(fold, FoldParams, fold_task)
+#define GDNV_GPU_GDR_KERNELS(X)                                               \
+  X(l2norm, GdrParams, l2norm_row)                                            \
+  X(l2norm_backward, GdrParams, l2norm_backward_row)                          \
+  X(gdr_forward, GdrParams, gdr_forward_task)                                 \
+  X(gdr_backward, GdrParams, gdr_backward_task)                               \
+  X(gdr_last_span_map, GdrParams, gdr_last_span_map_task)                     \
+  X(gdr_first_backward_span_map, GdrParams, gdr_first_backward_span_map_task) \
+  X(fold_span_maps, FoldParams, fold_span_maps_task)
 #define GDNV_GPU_KERNELS(X) \
   GDNV_GPU_DATA_KERNELS(X)  \
   GDNV_GPU_NORM_KERNELS(X)  \

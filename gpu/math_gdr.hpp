@@ -103,8 +103,8 @@ GDNV_HD void identity_map(float* X, i64 K, i64 V) {
     for (i64 col = 0; col < V + K; ++col) X[a * (V + K) + col] = col == V + a ? 1.0f : 0.0f;
 }
 
-// The LAST sequence's map from a zero state: X = [h_ext | M] advanced through its chunks.
-GDNV_HD void gdr_last_map_task(const GdrParams& p, i64 h) {
+// The LAST sequence's forward span map from a zero state: X = [h_ext | M] advanced through its chunks.
+GDNV_HD void gdr_last_span_map_task(const GdrParams& p, i64 h) {
   const i64 s = p.n - 1, width = p.V + p.K, per_head = p.K * width;
   ChunkWork w = carve_work(p.work + h * p.work_stride, p.K, p.V);
   identity_map(w.S, p.K, p.V);
@@ -117,16 +117,16 @@ GDNV_HD void gdr_last_map_task(const GdrParams& p, i64 h) {
   copy_state(w.S, p.maps + h * per_head, per_head);
 }
 
-// The FIRST sequence's adjoint map for d_o: X = [dh_ext | M^T] taken back through its chunks, last
+// The FIRST sequence's backward span map for d_o: X = [dh_ext | M^T] taken back through its chunks, last
 // first; stored as [dh_ext | M].
-GDNV_HD void gdr_first_adjoint_task(const GdrParams& p, i64 h) {
+GDNV_HD void gdr_first_backward_span_map_task(const GdrParams& p, i64 h) {
   const i64 K = p.K, V = p.V, width = V + K;
   ChunkWork w = carve_work(p.work + h * p.work_stride, K, V);
   identity_map(w.S, K, V);
   for (i64 j = chunk_count(p, 0) - 1; j >= 0; --j) {
     const ChunkAt ch = chunk_at(p, 0, j, h);
     chunk_intra(p, ch, w);
-    chunk_adjoint(p, ch, w, w.S);
+    chunk_fold_backward(p, ch, w, w.S);
   }
   float* out = p.maps + h * K * width;
   for (i64 a = 0; a < K; ++a)
@@ -134,19 +134,21 @@ GDNV_HD void gdr_first_adjoint_task(const GdrParams& p, i64 h) {
       out[a * width + col] = col < V ? w.S[a * width + col] : w.S[(col - V) * width + V + a];
 }
 
-// Head h: S = M_j S + h_j for j = begin .. end-1 from zero, or dS = M_j^T dS + h_j for j = end-1 .. begin.
-GDNV_HD void fold_task(const FoldParams& p, i64 h) {
+// Head h: Forward S = M_j S + h_j for j = begin .. end-1 from zero, Backward dS = M_j^T dS + h_j for
+// j = end-1 .. begin.
+GDNV_HD void fold_span_maps_task(const FoldParams& p, i64 h) {
   const i64 K = p.K, V = p.V, width = V + K;
+  const bool forward = p.direction == FoldDirection::Forward;
   float* S = p.out + h * K * V;
   float* next = p.work + h * K * V;
   for (i64 e = 0; e < K * V; ++e) S[e] = 0.0f;
   for (int step = 0; step < p.end - p.begin; ++step) {
-    const int j = p.adjoint ? p.end - 1 - step : p.begin + step;
+    const int j = forward ? p.begin + step : p.end - 1 - step;
     const float* map = p.maps + (j * p.Hv + h) * K * width;
     for (i64 a = 0; a < K; ++a)
       for (i64 col = 0; col < V; ++col) {
         float x = 0;
-        for (i64 b = 0; b < K; ++b) x += (p.adjoint ? map[b * width + V + a] : map[a * width + V + b]) * S[b * V + col];
+        for (i64 b = 0; b < K; ++b) x += (forward ? map[a * width + V + b] : map[b * width + V + a]) * S[b * V + col];
         next[a * V + col] = x + map[a * width + col];
       }
     for (i64 e = 0; e < K * V; ++e) S[e] = next[e];

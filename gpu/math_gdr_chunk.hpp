@@ -32,7 +32,7 @@ struct ChunkWork {
   float *v_new;                        // [c, V+K]  (width V, or V+K for the span maps)
   float *S;                            // [K, V+K]  state (augmented for the span maps)
   float *dS, *dS_in;                   // [K, V]
-  float *q_eff;                        // [c, K]  e^gamma Q - P W (adjoint map)
+  float *q_eff;                        // [c, K]  e^gamma Q - P W (backward span map)
   float *dk_c;                         // [c, K]
   float *dv_new;                       // [c, V]
   float e_C;                           //         e^{gamma_C}
@@ -160,9 +160,10 @@ GDNV_HD void chunk_output(const GdrParams& p, const ChunkAt& ch, const ChunkWork
     }
 }
 
-// The chunk's adjoint on the augmented X = [dh | M^T] (K x (V+K)): X <- M_c^T X + [scale q_eff^T d_o | 0]
-// with M_c^T X = e^{gamma_C} X - W^T (k_tail X) and q_eff = q_dec - P W (o = scale [q_eff S + P U]).
-GDNV_HD void chunk_adjoint(const GdrParams& p, const ChunkAt& ch, ChunkWork& w, float* X) {
+// Folds the chunk's backward span map into the augmented X = [dh | M^T] (K x (V+K)):
+// X <- M_c^T X + [scale q_eff^T d_o | 0], with M_c^T X = e^{gamma_C} X - W^T (k_tail X) and
+// q_eff = q_dec - P W (o = scale [q_eff S + P U]).
+GDNV_HD void chunk_fold_backward(const GdrParams& p, const ChunkAt& ch, ChunkWork& w, float* X) {
   const i64 K = p.K, V = p.V, UWw = V + K, width = V + K, c = ch.c;
   for (i64 i = 0; i < c; ++i)
     for (i64 a = 0; a < K; ++a) {

@@ -4,6 +4,8 @@
 // math in gpu/math_*.hpp reads them, gpu/kernels.hpp launches over them.
 #include <cstdint>
 
+#include "core/span_map.hpp"
+
 namespace gdnv::gpu {
 
 // Set to `code` (the launch's number, from 1) by a kernel that meets an index outside its range; the
@@ -118,7 +120,7 @@ struct GdrParams {
   const float* beta;    // [N, Hv]
   const float* h0;      // [Hv, K, V] initial state of the first sequence, or nullptr (zero)
   const float* dht;     // [Hv, K, V] gradient of the last sequence's final state, or nullptr
-  const void* d_o;      // [N, Hv, V] backward and first_adjoint
+  const void* d_o;      // [N, Hv, V] backward and first_backward_span_map
   const std::int64_t* cu;  // [n+1] device-resident
   std::int64_t n, N, Hk, Hv, K, V;
   float scale;
@@ -146,14 +148,14 @@ struct GdrParams {
   float* maps;          // [Hv, K, V+K] span maps
 };
 
-// fold_span_maps: S = M_j S + h_j (or the adjoint) over ranks j in [begin, end).
+// fold_span_maps: S = M_j S + h_j (Forward) or dS = M_j^T dS + h_j (Backward) over ranks j in [begin, end).
 struct FoldParams {
   const float* maps;  // [cp, Hv, K, V+K]
   float* out;         // [Hv, K, V]
   float* work;        // [Hv, K*V]
   std::int64_t Hv, K, V;
   int begin, end;
-  bool adjoint;
+  FoldDirection direction;
 };
 
 }  // namespace gdnv::gpu

@@ -1,5 +1,5 @@
 // Chunkwise CP's hard cases against the fp64 oracle: contiguous spans shorter than the conv halo (the
-// halo reaches several ranks back, which FLA does not handle), and long state chains (W = 8, weak
+// halo reaches several ranks back, which FLA does not handle), and long span-map folds (W = 8, weak
 // gates: the fp32 (M, h_ext) fold carries the state over every rank).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -31,7 +31,7 @@ void check_short_spans() {
 RC_GTEST_PROP(Chunkwise, SpansShorterThanTheConvHaloMatchOracle, ()) { check_short_spans(); }
 
 // W = 8 with weak gates: the state entering rank 7 is the fold of seven maps.
-RC_GTEST_PROP(Chunkwise, LongFp32StateChainsStayWithin4xHeadwise, ()) {
+RC_GTEST_PROP(Chunkwise, LongFp32SpanMapFoldsStayWithin4xHeadwise, ()) {
   Geometry g = *gen_geometry(false);
   g.W = 8;
   g.tp = 1;

@@ -76,7 +76,7 @@ RunSpec fixed_spec(CpMode mode, DType dtype = DType::F64) {
 }
 
 // One sequence of 2W tokens at W = 4: every contiguous span is 2 tokens, so the conv halo (3 tokens)
-// reaches two ranks back and the state chain crosses all four; weak gates keep the chain alive.
+// reaches two ranks back and the span-map fold crosses all four; weak gates keep the state alive.
 RunSpec short_span_spec(CpMode mode) {
   Geometry g{4, 1, 4, 2, 6, 10, 24, 4, Format::Thd, {8}, 0, 1};
   g.gates = GateRegime::Weak;
@@ -107,8 +107,8 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
   EXPECT_EQ(run.backward[Collective::AllGather].calls, 0u) << run.backward;
 }
 
-// Forward: the hidden swap each way, the halo tails and the state maps. Backward: the swaps, the
-// adjoint maps, the halo gradient's reduce-scatter and the parameter sums. No route is built inside
+// Forward: the hidden swap each way, the halo tails and the span maps. Backward: the swaps, the
+// backward span maps, the halo gradient's reduce-scatter and the parameter sums. No route is built inside
 // the layer: the micro-batch's one route serves both swaps of both directions.
 TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Chunkwise);

@@ -57,7 +57,7 @@ RC_GTEST_PROP(CpuBackendProperties, GdrMatchesTheRecurrentOracleOnRandomPackedSe
   assert_all(gdnv::testing::compare_gdr(*cpu::make_backend(storage), c));
 }
 
-RC_GTEST_PROP(CpuBackendProperties, SpanMapsAndTheirFoldMatchTheOraclesAffineMaps, ()) {
+RC_GTEST_PROP(CpuBackendProperties, SpanMapsAndTheirFoldsMatchTheOracle, ()) {
   gdnv::testing::GdrCase c;
   const DType storage = *gen_storage();
   c.cu = *gen_offsets(140);

@@ -1,12 +1,12 @@
 // Properties of the gated delta rule oracle over generated shapes and gate regimes: the chunked form
-// equals the recurrent one on every output and gradient, and folding the affine maps of any split of
+// equals the recurrent one on every output and gradient, and folding the span maps of any split of
 // a sequence equals the unsplit run.
 #include <algorithm>
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "reference/affine_map.hpp"
+#include "reference/span_map.hpp"
 #include "tests/reference_testing.hpp"
 
 namespace gdnv {
@@ -91,7 +91,7 @@ RC_GTEST_PROP(GdrProperties, ChunkedEqualsRecurrentOnEveryOutputAndGradient, ())
   assert_close("dh0", cg.dh0, rg.dh0);
 }
 
-RC_GTEST_PROP(GdrProperties, FoldingAffineMapsOfAnySplitEqualsUnsplitRun, ()) {
+RC_GTEST_PROP(GdrProperties, FoldingSpanMapsOfAnySplitEqualsUnsplitRun, ()) {
   GdrSpec s = *gen_spec();
   s.cu_seqlens.reset();  // one sequence, cut at random points into spans
   s.initial_state = true;
@@ -109,12 +109,12 @@ RC_GTEST_PROP(GdrProperties, FoldingAffineMapsOfAnySplitEqualsUnsplitRun, ()) {
   const Tensor d_o = testing::random_normal({1, s.T, s.Hv, s.V}, s.seed, "do");
   const Tensor dht = testing::random_normal({1, s.Hv, s.K, s.V}, s.seed, "dht");
 
-  const ref::AffineMaps maps = ref::gdr_affine_maps(spans, C), adjoint = ref::gdr_adjoint_maps(spans, d_o, C);
+  const Tensor maps = ref::gdr_span_maps(spans, C), backward_maps = ref::gdr_backward_span_maps(spans, d_o, C);
   const auto n_spans = static_cast<std::int64_t>(cuts.size()) - 1;
   Tensor S = whole.initial_state->reshaped({s.Hv, s.K, s.V});
-  for (std::int64_t n = 0; n < n_spans; ++n) ref::fold_forward(maps, n, S);
+  for (std::int64_t n = 0; n < n_spans; ++n) ref::fold_span_map(maps, n, FoldDirection::Forward, S);
   Tensor dS = dht.reshaped({s.Hv, s.K, s.V});
-  for (std::int64_t n = n_spans - 1; n >= 0; --n) ref::fold_adjoint(adjoint, n, dS);
+  for (std::int64_t n = n_spans - 1; n >= 0; --n) ref::fold_span_map(backward_maps, n, FoldDirection::Backward, dS);
 
   // The unsplit run by the other form: the check is independent of the chunked code behind the maps.
   assert_close("folded final_state", S, ref::gdr_recurrent_forward(whole).final_state.reshaped(S.shape()));

@@ -180,9 +180,9 @@ TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
 
 // ---- chunk stages -------------------------------------------------------------------------------
 
-// The chunk's affine map (M, h_ext) reproduces its state update for any entering state S.
+// The chunk's span map (M, h_ext) reproduces its state update for any entering state S.
 template <class C>
-void expect_transition_is_the_state_update(double tol) {
+void expect_span_map_is_the_state_update(double tol) {
   using namespace cpu;
   const Eigen::Index c = 37, K = 5, V = 4;
   const auto rand = [](Eigen::Index r, Eigen::Index k, const char* s) {
@@ -197,7 +197,7 @@ void expect_transition_is_the_state_update(double tol) {
   const Chunk<C> x{ConstMatMap<C>(q.data(), c, K), ConstMatMap<C>(k.data(), c, K), ConstMatMap<C>(v.data(), c, V),
                    ConstVecMap<C>(g.data(), c), ConstVecMap<C>(beta.data(), c)};
   const Intra<C> in = ChunkStages<C>::intra(x);
-  const AffineMap<C> map = ChunkStages<C>::transition(in);
+  const SpanMap<C> map = ChunkStages<C>::span_map(in);
   Mat<C> S = rand(K, V, "S");
   const Mat<C> via_map = map.M * S + map.h_ext;
   ChunkStages<C>::advance(in, ChunkStages<C>::new_values(in, S), S);
@@ -208,8 +208,8 @@ void expect_transition_is_the_state_update(double tol) {
 }
 
 // fp64: a few roundings of O(1) terms over 37 tokens, ~1e-15; fp32 likewise ~1e-6.
-TEST(CpuGdrChunk, TransitionMapReproducesTheStateUpdateFp64) { expect_transition_is_the_state_update<double>(1e-12); }
-TEST(CpuGdrChunk, TransitionMapReproducesTheStateUpdateFp32) { expect_transition_is_the_state_update<float>(1e-5); }
+TEST(CpuGdrChunk, SpanMapReproducesTheStateUpdateFp64) { expect_span_map_is_the_state_update<double>(1e-12); }
+TEST(CpuGdrChunk, SpanMapReproducesTheStateUpdateFp32) { expect_span_map_is_the_state_update<float>(1e-5); }
 
 // ---- argument errors ----------------------------------------------------------------------------
 

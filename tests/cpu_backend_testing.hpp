@@ -13,7 +13,7 @@
 
 #include "core/half.hpp"
 #include "cp/backend.hpp"
-#include "reference/affine_map.hpp"
+#include "reference/span_map.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/gates.hpp"
@@ -31,7 +31,7 @@ struct Tolerance {
 
 inline Tolerance tolerance(DType storage) {
   switch (storage) {
-    // fp64: unit roundoff 1.1e-16; the deepest sums here (a <= 200-token state chain, 64-row chunk
+    // fp64: unit roundoff 1.1e-16; the deepest sums here (a <= 200-token state recurrence, 64-row chunk
     // GEMMs, condition of the unit-lower (I + A) ~ 1e2) stay near 1e-13; chunked and recurrent
     // forms agree to ~1e-12 (docs/DESIGN.md §1.1). 1e-10 leaves two orders of margin.
     case DType::F64: return {1e-10, 1e-10, 1e-10};
@@ -330,54 +330,36 @@ inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
           matches("dh0", be.download(gr.dh0), rows_of(g_ref.dh0.reshaped({n * S}), 0, S, state_shape), tol.state)};
 }
 
-// [h | M] per value head [Hv, K, V+K] of sequence j of the oracle's maps.
-inline Tensor map_of(const ref::AffineMaps& maps, std::int64_t j) {
-  const std::int64_t Hv = maps.M.dim(1), K = maps.M.dim(2), V = maps.h.dim(3);
-  Tensor out(DType::F64, {Hv, K, V + K});
-  for (std::int64_t h = 0; h < Hv; ++h)
-    for (std::int64_t r = 0; r < K; ++r) {
-      for (std::int64_t col = 0; col < V; ++col)
-        out.set((h * K + r) * (V + K) + col, maps.h.get(((j * Hv + h) * K + r) * V + col));
-      for (std::int64_t col = 0; col < K; ++col)
-        out.set((h * K + r) * (V + K) + V + col, maps.M.get(((j * Hv + h) * K + r) * K + col));
-    }
-  return out;
-}
-
-// Chunkwise CP's span maps against the oracle's affine maps (reference/affine_map.hpp) on the same
-// stored inputs: the last sequence's forward map, the first sequence's adjoint map, and the fold of
-// every sequence's maps stacked as if each were a rank, both directions.
+// Chunkwise CP's span maps against the oracle's (reference/span_map.hpp) on the same stored inputs: the
+// last sequence's forward map, the first sequence's backward map, and the fold of every sequence's maps
+// stacked as if each were a rank, both directions.
 inline Results compare_span_maps(cp::Backend& be, const GdrCase& c) {
   const DType act = be.dtype(), st = be.state_dtype();
   const Tolerance tol = tolerance(act);
   const std::int64_t N = c.cu.back(), n = static_cast<std::int64_t>(c.cu.size()) - 1;
   const ref::GdrInputs in = stored_gdr_inputs(c, act, st);
   const Tensor d_o = stored(random_normal({1, N, c.Hv, c.V}, c.seed, "do"), act);
-  const ref::AffineMaps fwd = ref::gdr_affine_maps(in), adj = ref::gdr_adjoint_maps(in, d_o);
+  const Tensor fwd = ref::gdr_span_maps(in), bwd = ref::gdr_backward_span_maps(in, d_o);
   // The fold's inputs as the backend stores them, for both sides.
-  const ref::AffineMaps fwd_st{stored(fwd.M, st), stored(fwd.h, st)}, adj_st{stored(adj.M, st), stored(adj.h, st)};
+  const Tensor fwd_st = stored(fwd, st), bwd_st = stored(bwd, st);
   const GdrBuffers bufs(be, in, c);
   const cp::Buffer do_b = be.upload(d_o.reshaped({N, c.Hv, c.V}), act);
 
-  const std::int64_t per_map = c.Hv * c.K * (c.V + c.K);
-  Tensor fwd_stack(DType::F64, {n, c.Hv, c.K, c.V + c.K}), adj_stack = fwd_stack;
+  const Shape map_shape{c.Hv, c.K, c.V + c.K};
   Tensor S(DType::F64, {c.Hv, c.K, c.V}), dS = S;
   for (std::int64_t j = 0; j < n; ++j) {
-    const Tensor f = map_of(fwd_st, j), a = map_of(adj_st, j);
-    for (std::int64_t i = 0; i < per_map; ++i) {
-      fwd_stack.set(j * per_map + i, f.get(i));
-      adj_stack.set(j * per_map + i, a.get(i));
-    }
-    ref::fold_forward(fwd_st, j, S);
-    ref::fold_adjoint(adj_st, n - 1 - j, dS);
+    ref::fold_span_map(fwd_st, j, FoldDirection::Forward, S);
+    ref::fold_span_map(bwd_st, n - 1 - j, FoldDirection::Backward, dS);
   }
-  const auto fold = [&](const Tensor& stack, bool adjoint) {
-    return be.download(be.fold_span_maps(be.upload(stack, st), 0, static_cast<int>(n), adjoint));
+  const auto fold = [&](const Tensor& stack, FoldDirection direction) {
+    return be.download(be.fold_span_maps(be.upload(stack, st), 0, static_cast<int>(n), direction));
   };
-  return {matches("last_map", be.download(be.gdr_last_map(bufs.args())), map_of(fwd, n - 1), tol.state),
-          matches("first_adjoint", be.download(be.gdr_first_adjoint(bufs.args(), do_b)), map_of(adj, 0), tol.state),
-          matches("fold", fold(fwd_stack, false), S, tol.state),
-          matches("fold_adjoint", fold(adj_stack, true), dS, tol.state)};
+  return {matches("last_span_map", be.download(be.gdr_last_span_map(bufs.args())), rows_of(fwd, n - 1, 1, map_shape),
+                  tol.state),
+          matches("first_backward_span_map", be.download(be.gdr_first_backward_span_map(bufs.args(), do_b)),
+                  rows_of(bwd, 0, 1, map_shape), tol.state),
+          matches("fold", fold(fwd_st, FoldDirection::Forward), S, tol.state),
+          matches("fold_backward", fold(bwd_st, FoldDirection::Backward), dS, tol.state)};
 }
 
 // ---- the fixed cases, named, that every backend's suite runs ----------------------------------------

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/affine_map.hpp"
+#include "reference/span_map.hpp"
 #include "reference/l2norm.hpp"
 #include "reference_testing.hpp"
 
@@ -369,9 +369,9 @@ TEST(GdrForms, ZeroLengthSequencePassesItsStateThrough) {
   }
 }
 
-// ---- Affine maps ----
+// ---- Span maps ----
 
-TEST(GdrAffineMap, FoldOfSplitEqualsUnsplitState) {
+TEST(GdrSpanMap, FoldOfSplitEqualsUnsplitState) {
   const GdrSpec s{.T = 50, .Hk = 1, .Hv = 2, .K = 4, .V = 3};
   const GdrInputs whole = random_gdr(s);
   const Tensor d_o = d_o_for(whole, 4), dht = dht_for(whole, 4);
@@ -380,23 +380,23 @@ TEST(GdrAffineMap, FoldOfSplitEqualsUnsplitState) {
   GdrInputs pieces = whole;  // the same tokens as three packed spans: [0, 7), [7, 31), [31, 50)
   pieces.cu_seqlens = std::vector<std::int64_t>{0, 7, 31, 50};
   pieces.initial_state.reset();
-  const ref::AffineMaps maps = ref::gdr_affine_maps(pieces, 16);
-  const ref::AffineMaps adjoint = ref::gdr_adjoint_maps(pieces, d_o, 16);
+  const Tensor maps = ref::gdr_span_maps(pieces, 16);
+  const Tensor backward_maps = ref::gdr_backward_span_maps(pieces, d_o, 16);
   Tensor S = whole.initial_state->reshaped({s.Hv, s.K, s.V});
-  for (std::int64_t n = 0; n < 3; ++n) ref::fold_forward(maps, n, S);
+  for (std::int64_t n = 0; n < 3; ++n) ref::fold_span_map(maps, n, FoldDirection::Forward, S);
   Tensor dS = dht.reshaped({s.Hv, s.K, s.V});
-  for (std::int64_t n = 2; n >= 0; --n) ref::fold_adjoint(adjoint, n, dS);
+  for (std::int64_t n = 2; n >= 0; --n) ref::fold_span_map(backward_maps, n, FoldDirection::Backward, dS);
   // A few K x K products on top of the forms' agreement.
   EXPECT_TRUE(close("folded final_state", S, want.final_state.reshaped(S.shape()), kFormsTol));
   EXPECT_TRUE(close("folded dh0", dS, want_dh0.reshaped(dS.shape()), kFormsTol));
 }
 
-TEST(GdrAffineMap, FoldRejectsStateOfWrongShape) {
+TEST(GdrSpanMap, FoldRejectsStateOfWrongShape) {
   const GdrSpec s{.initial_state = false};
-  const ref::AffineMaps maps = ref::gdr_affine_maps(random_gdr(s));
+  const Tensor maps = ref::gdr_span_maps(random_gdr(s));
   Tensor S(DType::F64, {1, s.K + 1, s.V});
   try {
-    ref::fold_forward(maps, 0, S);
+    ref::fold_span_map(maps, 0, FoldDirection::Forward, S);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "S is F64 [1, 5, 3], expected F64 [Hv, K, V] = [1, 4, 3]");
