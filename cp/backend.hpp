@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/inprocess.hpp"
@@ -107,6 +108,10 @@ struct GatedNormGrads {
   Buffer dw;       // [dv]         state_dtype()
 };
 
+// Every op is a non-virtual public entry that checks its arguments once, for every backend
+// (cp/backend.cpp: dtypes against dtype() and state_dtype(), shapes against each other, index lists,
+// sequence offsets), then runs the backend's protected do_<op>: a bad call gets the same message from
+// every backend, and a do_<op> may assume what the checks established.
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -123,48 +128,129 @@ class Backend {
   virtual void count_host_syncs(std::shared_ptr<Accounting> /*accounting*/) {}
 
   // ---- buffers and data movement --------------------------------------------------------------
-  virtual Buffer alloc(DType dtype, Shape shape) = 0;  // zero-filled
-  virtual Buffer upload(const Tensor& t, DType as) = 0;  // converted to `as`, RNE
-  virtual Tensor download(const Buffer& b) = 0;
+  Buffer alloc(DType dtype, Shape shape) { return do_alloc(dtype, std::move(shape)); }  // zero-filled
+  Buffer upload(const Tensor& t, DType as) { return do_upload(t, as); }  // converted to `as`, RNE
+  Tensor download(const Buffer& b) { return do_download(b); }
   // out[i, :] = x[index[i], :]; index I64 [M] where the backend computes.
-  virtual Buffer gather_rows(const Buffer& x /*[N, D]*/, const Buffer& index /*[M]*/) = 0;
+  Buffer gather_rows(const Buffer& x /*[N, D]*/, const Buffer& index /*[M]*/);
   // out[index[i], :] = x[i, :] for i < M.
-  virtual void scatter_rows(const Buffer& x /*[M, D]*/, const Buffer& index /*[M]*/, Buffer& out /*[N, D]*/) = 0;
+  void scatter_rows(const Buffer& x /*[M, D]*/, const Buffer& index /*[M]*/, Buffer& out /*[N, D]*/);
   // out[:, j] = x[:, index[j]]; index I64 [E].
-  virtual Buffer gather_columns(const Buffer& x /*[N, D]*/, const Buffer& index /*[E]*/) = 0;
+  Buffer gather_columns(const Buffer& x /*[N, D]*/, const Buffer& index /*[E]*/);
   // out[:, index[j]] = x[:, j].
-  virtual void scatter_columns(const Buffer& x /*[N, E]*/, const Buffer& index /*[E]*/, Buffer& out /*[N, D]*/) = 0;
+  void scatter_columns(const Buffer& x /*[N, E]*/, const Buffer& index /*[E]*/, Buffer& out /*[N, D]*/);
   // y += x, elementwise, accumulated in y's dtype.
-  virtual void accumulate(Buffer& y, const Buffer& x) = 0;
+  void accumulate(Buffer& y, const Buffer& x);
 
   // ---- leaf math --------------------------------------------------------------------------------
-  virtual RmsNormOut rmsnorm(const Buffer& x /*[N, D]*/, const Buffer& w /*[D]*/, double eps) = 0;
-  virtual RmsNormGrads rmsnorm_backward(const Buffer& dy /*[N, D]*/, const Buffer& x, const Buffer& w,
-                                        const Buffer& rstd /*[N]*/) = 0;
-  virtual Buffer linear(const Buffer& x /*[N, in]*/, const Buffer& w /*[out, in]*/) = 0;  // x w^T
-  virtual LinearGrads linear_backward(const Buffer& dy /*[N, out]*/, const Buffer& x, const Buffer& w) = 0;
-  virtual Buffer conv1d(const ConvArgs& args) = 0;  // [N, D]
-  virtual ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy /*[N, D]*/) = 0;
-  virtual Gates gates(const Buffer& a /*[N, Hv]*/, const Buffer& b /*[N, Hv]*/, const Buffer& A_log /*[Hv]*/,
-                      const Buffer& dt_bias /*[Hv]*/) = 0;
-  virtual GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
-                                   const Buffer& A_log, const Buffer& dt_bias) = 0;
-  virtual GdrOut gdr(const GdrArgs& args) = 0;
+  RmsNormOut rmsnorm(const Buffer& x /*[N, D]*/, const Buffer& w /*[D]*/, double eps);
+  RmsNormGrads rmsnorm_backward(const Buffer& dy /*[N, D]*/, const Buffer& x, const Buffer& w,
+                                const Buffer& rstd /*[N]*/);
+  Buffer linear(const Buffer& x /*[N, in]*/, const Buffer& w /*[out, in]*/);  // x w^T
+  LinearGrads linear_backward(const Buffer& dy /*[N, out]*/, const Buffer& x, const Buffer& w);
+  Buffer conv1d(const ConvArgs& args);  // [N, D]
+  ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy /*[N, D]*/);
+  Gates gates(const Buffer& a /*[N, Hv]*/, const Buffer& b /*[N, Hv]*/, const Buffer& A_log /*[Hv]*/,
+              const Buffer& dt_bias /*[Hv]*/);
+  GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                           const Buffer& A_log, const Buffer& dt_bias);
+  GdrOut gdr(const GdrArgs& args);
   // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
-  virtual GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
+  GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht);
   // Chunkwise CP's span maps (core/span_map.hpp, docs/DESIGN.md §3): [Hv, dk, dv+dk] state_dtype(), per value
   // head [h | M]. gdr_last_span_map: the LAST local sequence's forward map, S_out = M S_in + h_ext (args.h0
   // ignored). gdr_first_backward_span_map: the FIRST local sequence's backward map for d_o,
   // dS_in = M^T dS_out + dh_ext.
-  virtual Buffer gdr_last_span_map(const GdrArgs& args) = 0;
-  virtual Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o /*[N, Hv, dv]*/) = 0;
+  Buffer gdr_last_span_map(const GdrArgs& args);
+  Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o /*[N, Hv, dv]*/);
   // maps [cp, Hv, dk, dv+dk] (every rank's, all-gathered): Forward S = M_j S + h_j over ranks j = begin .. end-1
   // from zero, Backward dS = M_j^T dS + h_j over j = end-1 .. begin. [Hv, dk, dv] state_dtype().
-  virtual Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) = 0;
-  virtual GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
-                                  const Buffer& w /*[dv]*/, double eps) = 0;
-  virtual GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
-                                             const Buffer& rstd, double eps) = 0;
+  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction);
+  GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
+                          const Buffer& w /*[dv]*/, double eps);
+  GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                     const Buffer& rstd, double eps);
+
+ protected:
+  // Each op on arguments that passed its checks. A backend checks only what its own way of computing
+  // needs beyond them (an index's values, where the backend's sequence offsets live).
+  virtual Buffer do_alloc(DType dtype, Shape shape) = 0;
+  virtual Buffer do_upload(const Tensor& t, DType as) = 0;
+  virtual Tensor do_download(const Buffer& b) = 0;
+  virtual Buffer do_gather_rows(const Buffer& x, const Buffer& index) = 0;
+  virtual void do_scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) = 0;
+  virtual Buffer do_gather_columns(const Buffer& x, const Buffer& index) = 0;
+  virtual void do_scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) = 0;
+  virtual void do_accumulate(Buffer& y, const Buffer& x) = 0;
+  virtual RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) = 0;
+  virtual RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w,
+                                           const Buffer& rstd) = 0;
+  virtual Buffer do_linear(const Buffer& x, const Buffer& w) = 0;
+  virtual LinearGrads do_linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) = 0;
+  virtual Buffer do_conv1d(const ConvArgs& args) = 0;
+  virtual ConvGrads do_conv1d_backward(const ConvArgs& args, const Buffer& dy) = 0;
+  virtual Gates do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) = 0;
+  virtual GateGrads do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                                      const Buffer& A_log, const Buffer& dt_bias) = 0;
+  virtual GdrOut do_gdr(const GdrArgs& args) = 0;
+  virtual GdrGrads do_gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) = 0;
+  virtual Buffer do_gdr_last_span_map(const GdrArgs& args) = 0;
+  virtual Buffer do_gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) = 0;
+  virtual Buffer do_fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) = 0;
+  virtual GatedNormOut do_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) = 0;
+  virtual GatedNormGrads do_gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                                const Buffer& rstd, double eps) = 0;
+
+ private:
+  friend class BackendDecorator;  // runs the wrapped backend's do_<op>
+};
+
+// A Backend that runs each op on a wrapped one (cost/counting_backend.hpp observes them): a subclass
+// overrides the do_<op> it observes and calls BackendDecorator::do_<op> for the result. The arguments
+// are checked once, by this backend's public op: it reports the wrapped backend's dtype() and
+// state_dtype(), so the checks and their messages are the wrapped backend's own.
+class BackendDecorator : public Backend {
+ public:
+  explicit BackendDecorator(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  std::string name() const override { return inner_->name(); }
+  DType dtype() const override { return inner_->dtype(); }
+  DType state_dtype() const override { return inner_->state_dtype(); }
+  Memory memory() const override { return inner_->memory(); }
+  std::shared_ptr<DataMover> data_mover() override { return inner_->data_mover(); }
+  void count_host_syncs(std::shared_ptr<Accounting> accounting) override {
+    inner_->count_host_syncs(std::move(accounting));
+  }
+
+ protected:
+  Buffer do_alloc(DType dtype, Shape shape) override;
+  Buffer do_upload(const Tensor& t, DType as) override;
+  Tensor do_download(const Buffer& b) override;
+  Buffer do_gather_rows(const Buffer& x, const Buffer& index) override;
+  void do_scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override;
+  Buffer do_gather_columns(const Buffer& x, const Buffer& index) override;
+  void do_scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override;
+  void do_accumulate(Buffer& y, const Buffer& x) override;
+  RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) override;
+  RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override;
+  Buffer do_linear(const Buffer& x, const Buffer& w) override;
+  LinearGrads do_linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override;
+  Buffer do_conv1d(const ConvArgs& args) override;
+  ConvGrads do_conv1d_backward(const ConvArgs& args, const Buffer& dy) override;
+  Gates do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override;
+  GateGrads do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                              const Buffer& A_log, const Buffer& dt_bias) override;
+  GdrOut do_gdr(const GdrArgs& args) override;
+  GdrGrads do_gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override;
+  Buffer do_gdr_last_span_map(const GdrArgs& args) override;
+  Buffer do_gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) override;
+  Buffer do_fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override;
+  GatedNormOut do_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override;
+  GatedNormGrads do_gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                        const Buffer& rstd, double eps) override;
+
+ private:
+  std::unique_ptr<Backend> inner_;
 };
 
 // An I64 index list where the backend computes (gather/scatter indices, cu_seqlens).

@@ -1,10 +1,9 @@
-// The CPU Backend: argument checks, storage conversion (bf16 rounding at every op's outputs) and data
-// movement here; the math in cpu/kernels_*.cpp, in the compute type.
+// The CPU Backend: storage conversion (bf16 rounding at every op's outputs) and data movement here;
+// the math in cpu/kernels_*.cpp, in the compute type; the argument checks in cp/backend.cpp.
 #include "cpu/backend.hpp"
 
 #include <cstring>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -29,11 +28,8 @@ const std::byte* row_ptr(const Buffer& b, std::int64_t r, std::size_t row_bytes)
   return b.as<std::byte>() + r * row_bytes;
 }
 
-// The I64 index buffer as a list, each entry checked against [0, limit).
+// The I64 [M] index buffer as a list, each entry checked against [0, limit).
 std::vector<std::int64_t> indices(const Buffer& index, std::int64_t limit, const char* op) {
-  if (index.dtype() != DType::I64 || index.rank() != 1)
-    throw Error(std::string(op) + ": index is " + std::string(dtype_name(index.dtype())) + " " +
-                shape_str(index.shape()) + "; expected I64 [M]");
   std::vector<std::int64_t> idx(index.as<std::int64_t>(), index.as<std::int64_t>() + index.numel());
   for (std::size_t i = 0; i < idx.size(); ++i)
     if (idx[i] < 0 || idx[i] >= limit)
@@ -56,21 +52,22 @@ class CpuBackend final : public Backend {
   DType state_dtype() const override { return std::is_same_v<S, double> ? DType::F64 : DType::F32; }
   Memory memory() const override { return Memory::Host; }
 
-  Buffer alloc(DType dtype, Shape shape) override { return cpu::host_buffer(dtype, std::move(shape)); }
+ protected:
+  Buffer do_alloc(DType dtype, Shape shape) override { return cpu::host_buffer(dtype, std::move(shape)); }
 
-  Buffer upload(const Tensor& t, DType as) override {
+  Buffer do_upload(const Tensor& t, DType as) override {
     const Tensor converted = t.to(as);
     Buffer b = cpu::host_buffer(as, converted.shape());
     if (converted.nbytes()) std::memcpy(b.data(), converted.bytes(), converted.nbytes());  // empty: bytes() is null
     return b;
   }
 
-  Tensor download(const Buffer& b) override {
+  Tensor do_download(const Buffer& b) override {
     const auto* p = b.as<std::uint8_t>();
     return Tensor(b.dtype(), b.shape(), std::vector<std::uint8_t>(p, p + b.nbytes()));
   }
 
-  Buffer gather_rows(const Buffer& x, const Buffer& index) override {
+  Buffer do_gather_rows(const Buffer& x, const Buffer& index) override {
     const std::vector<std::int64_t> idx = indices(index, row_count(x), "gather_rows");
     Shape shape = x.shape();
     shape.at(0) = static_cast<std::int64_t>(idx.size());
@@ -80,70 +77,56 @@ class CpuBackend final : public Backend {
     return out;
   }
 
-  void scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
+  void do_scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
     const std::vector<std::int64_t> idx = indices(index, row_count(out), "scatter_rows");
     const std::size_t n = row_bytes(out);
-    if (x.dtype() != out.dtype() || row_count(x) != static_cast<std::int64_t>(idx.size()) || row_bytes(x) != n)
-      throw Error("scatter_rows: x " + std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
-                  " does not match " + std::to_string(idx.size()) + " rows of out " +
-                  std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()));
     for (std::size_t i = 0; i < idx.size(); ++i) std::memcpy(row_ptr(out, idx[i], n), row_ptr(x, i, n), n);
   }
 
-  Buffer gather_columns(const Buffer& x, const Buffer& index) override {
-    expect_rank(x, "gather_columns", "x", 2, "[N, D]");
+  Buffer do_gather_columns(const Buffer& x, const Buffer& index) override {
     const std::vector<std::int64_t> idx = indices(index, x.dim(1), "gather_columns");
     Buffer out = cpu::host_buffer(x.dtype(), {x.dim(0), static_cast<std::int64_t>(idx.size())});
     copy_columns(x, out, idx, true);
     return out;
   }
 
-  void scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
-    expect_rank(out, "scatter_columns", "out", 2, "[N, D]");
+  void do_scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
     const std::vector<std::int64_t> idx = indices(index, out.dim(1), "scatter_columns");
-    expect(x, "scatter_columns", "x", out.dtype(), {out.dim(0), static_cast<std::int64_t>(idx.size())}, "[N, E]");
     copy_columns(x, out, idx, false);
   }
 
-  void accumulate(Buffer& y, const Buffer& x) override {
-    cpu::expect_accumulable(y, x);
+  void do_accumulate(Buffer& y, const Buffer& x) override {
     if (y.dtype() == DType::F64) return add_into<double>(y, x);
     add_into<float>(y, x);
   }
 
-  RmsNormOut rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
-    const auto [N, D] = rows_and_width(x, w, "rmsnorm");
+  RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
     auto r = cpu::Norm<C>::rmsnorm(act(x), act(w), eps);
-    return {act_out(r.y, x.shape()), state_out(r.rstd, {N})};
+    return {act_out(r.y, x.shape()), state_out(r.rstd, {x.dim(0)})};
   }
 
-  RmsNormGrads rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override {
-    const auto [N, D] = rows_and_width(x, w, "rmsnorm_backward");
-    expect(dy, "rmsnorm_backward", "dy", dtype(), x.shape(), "[N, D]");
-    expect(rstd, "rmsnorm_backward", "rstd", state_dtype(), {N}, "[N]");
+  RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override {
     auto g = cpu::Norm<C>::rmsnorm_backward(act(dy), act(x), act(w), state(rstd));
-    return {act_out(g.dx, x.shape()), state_out(g.dw, {D})};
+    return {act_out(g.dx, x.shape()), state_out(g.dw, w.shape())};
   }
 
-  Buffer linear(const Buffer& x, const Buffer& w) override {
-    const auto [N, in, out] = linear_dims(x, w, "linear");
+  Buffer do_linear(const Buffer& x, const Buffer& w) override {
+    const std::int64_t N = x.dim(0), in = x.dim(1), out = w.dim(0);
     return act_out(cpu::Linear<C>::forward(act(x), act(w), in, out), {N, out});
   }
 
-  LinearGrads linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
-    const auto [N, in, out] = linear_dims(x, w, "linear_backward");
-    expect(dy, "linear_backward", "dy", dtype(), {N, out}, "[N, out]");
+  LinearGrads do_linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
+    const std::int64_t in = x.dim(1), out = w.dim(0);
     auto g = cpu::Linear<C>::backward(act(dy), act(x), act(w), in, out);
     return {act_out(g.dx, x.shape()), state_out(g.dw, w.shape())};
   }
 
-  Buffer conv1d(const ConvArgs& args) override {
-    return act_out(cpu::Conv<C>::forward(conv_input(args, "conv1d")), args.x.shape());
+  Buffer do_conv1d(const ConvArgs& args) override {
+    return act_out(cpu::Conv<C>::forward(conv_input(args)), args.x.shape());
   }
 
-  ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy) override {
-    const auto in = conv_input(args, "conv1d_backward");
-    expect(dy, "conv1d_backward", "dy", dtype(), args.x.shape(), "[N, D]");
+  ConvGrads do_conv1d_backward(const ConvArgs& args, const Buffer& dy) override {
+    const auto in = conv_input(args);
     auto g = cpu::Conv<C>::backward(in, act(dy));
     ConvGrads out{act_out(g.dx, args.x.shape()), state_out(g.dw, args.weight.shape()), {}, {}};
     if (args.bias) out.dbias = state_out(g.dbias, args.bias->shape());
@@ -151,70 +134,54 @@ class CpuBackend final : public Backend {
     return out;
   }
 
-  Gates gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
-    check_gate_inputs(a, b, A_log, dt_bias, "gates");
+  Gates do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
     auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), gate_bias(dt_bias));
     return {state_out(r.g, a.shape()), state_out(r.beta, a.shape())};
   }
 
-  GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
-                           const Buffer& A_log, const Buffer& dt_bias) override {
-    check_gate_inputs(a, b, A_log, dt_bias, "gates_backward");
-    expect(dg, "gates_backward", "dg", state_dtype(), a.shape(), "[N, Hv]");
-    expect(dbeta, "gates_backward", "dbeta", state_dtype(), a.shape(), "[N, Hv]");
+  GateGrads do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                              const Buffer& A_log, const Buffer& dt_bias) override {
     auto g = cpu::GateMath<C>::backward(state(dg), state(dbeta), act(a), act(b), act(A_log), gate_bias(dt_bias));
     return {act_out(g.da, a.shape()), act_out(g.db, a.shape()), state_out(g.dA_log, A_log.shape()),
             state_out(g.ddt_bias, dt_bias.shape())};
   }
 
-  GdrOut gdr(const GdrArgs& args) override {
-    const auto in = gdr_input(args, "gdr");
+  GdrOut do_gdr(const GdrArgs& args) override {
+    const auto in = gdr_input(args);
     auto r = cpu::Gdr<C>::forward(in);
     return {act_out(r.o, args.v.shape()), state_out(r.final_state, {in.Hv, in.K, in.V})};
   }
 
-  GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
-    const auto in = gdr_input(args, "gdr_backward");
-    expect(d_o, "gdr_backward", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
-    if (!dht.empty()) expect(dht, "gdr_backward", "dht", state_dtype(), {in.Hv, in.K, in.V}, "[Hv, dk, dv]");
+  GdrGrads do_gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
+    const auto in = gdr_input(args);
     auto g = cpu::Gdr<C>::backward(in, act(d_o), dht.empty() ? Array<C>{} : state(dht));
     return {act_out(g.dq, args.q.shape()),        act_out(g.dk, args.k.shape()),
             act_out(g.dv, args.v.shape()),        state_out(g.dg, args.g.shape()),
             state_out(g.dbeta, args.beta.shape()), state_out(g.dh0, {in.Hv, in.K, in.V})};
   }
 
-  Buffer gdr_last_span_map(const GdrArgs& args) override {
-    const auto in = gdr_input(args, "gdr_last_span_map");
+  Buffer do_gdr_last_span_map(const GdrArgs& args) override {
+    const auto in = gdr_input(args);
     return state_out(cpu::Gdr<C>::last_span_map(in), {in.Hv, in.K, in.V + in.K});
   }
 
-  Buffer gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) override {
-    const auto in = gdr_input(args, "gdr_first_backward_span_map");
-    expect(d_o, "gdr_first_backward_span_map", "d_o", dtype(), args.v.shape(), "[N, Hv, dv]");
+  Buffer do_gdr_first_backward_span_map(const GdrArgs& args, const Buffer& d_o) override {
+    const auto in = gdr_input(args);
     return state_out(cpu::Gdr<C>::first_backward_span_map(in, act(d_o)), {in.Hv, in.K, in.V + in.K});
   }
 
-  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
-    expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
-    const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
-    expect(maps, "fold_span_maps", "maps", state_dtype(), maps.shape(), "[cp, Hv, dk, dv+dk]");
-    if (V < 1 || begin < 0 || begin > end || end > ranks)
-      throw Error("fold_span_maps: ranks [" + std::to_string(begin) + ", " + std::to_string(end) + ") of maps " +
-                  shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
+  Buffer do_fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
+    const std::int64_t Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
     return state_out(cpu::Gdr<C>::fold_span_maps(state(maps), Hv, K, V, begin, end, direction), {Hv, K, V});
   }
 
-  GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
-    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm");
+  GatedNormOut do_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
     auto r = cpu::Norm<C>::gated(act(o), act(z), act(w), eps);
-    return {act_out(r.y, o.shape()), state_out(r.rstd, {N, Hv})};
+    return {act_out(r.y, o.shape()), state_out(r.rstd, {o.dim(0), o.dim(1)})};
   }
 
-  GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
-                                     const Buffer& rstd, double /*eps: rstd carries it*/) override {
-    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm_backward");
-    expect(dy, "gated_norm_backward", "dy", dtype(), o.shape(), "[N, Hv, dv]");
-    expect(rstd, "gated_norm_backward", "rstd", state_dtype(), {N, Hv}, "[N, Hv]");
+  GatedNormGrads do_gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                        const Buffer& rstd, double /*eps: rstd carries it*/) override {
     auto g = cpu::Norm<C>::gated_backward(act(dy), act(o), act(z), act(w), state(rstd));
     return {act_out(g.dx, o.shape()), act_out(g.dz, z.shape()), state_out(g.dw, w.shape())};
   }
@@ -253,70 +220,17 @@ class CpuBackend final : public Backend {
     y = cpu::from_compute(sum, y.dtype(), y.shape());
   }
 
-  std::pair<std::int64_t, std::int64_t> rows_and_width(const Buffer& x, const Buffer& w, const char* op) const {
-    expect_rank(x, op, "x", 2, "[N, D]");
-    expect(w, op, "w", dtype(), {x.dim(1)}, "[D]");
-    expect(x, op, "x", dtype(), x.shape(), "[N, D]");
-    return {x.dim(0), x.dim(1)};
-  }
-
-  std::tuple<std::int64_t, std::int64_t, std::int64_t> linear_dims(const Buffer& x, const Buffer& w,
-                                                                    const char* op) const {
-    expect_rank(x, op, "x", 2, "[N, in]");
-    expect_rank(w, op, "w", 2, "[out, in]");
-    expect(x, op, "x", dtype(), x.shape(), "[N, in]");
-    expect(w, op, "w", dtype(), {w.dim(0), x.dim(1)}, "[out, in]");
-    return {x.dim(0), x.dim(1), w.dim(0)};
-  }
-
-  typename cpu::Conv<C>::Input conv_input(const ConvArgs& a, const char* op) const {
-    expect_rank(a.x, op, "x", 2, "[N, D]");
-    expect_rank(a.weight, op, "weight", 2, "[D, W]");
-    const std::int64_t N = a.x.dim(0), D = a.x.dim(1), W = a.weight.dim(1);
-    expect(a.x, op, "x", dtype(), {N, D}, "[N, D]");
-    expect(a.weight, op, "weight", dtype(), {D, W}, "[D, W]");
-    if (a.bias) expect(*a.bias, op, "bias", dtype(), {D}, "[D]");
-    if (!a.halo.empty()) expect(a.halo, op, "halo", dtype(), {W - 1, D}, "[W-1, D]");
-    cpu::expect_varlen(a.seqs.host, N, op);
+  typename cpu::Conv<C>::Input conv_input(const ConvArgs& a) const {
+    const std::int64_t D = a.x.dim(1), W = a.weight.dim(1);
     return {act(a.x), act(a.weight), a.bias ? act(*a.bias) : Array<C>{}, a.halo.empty() ? Array<C>{} : act(a.halo),
             a.seqs.host, D, W};
   }
 
-  void check_gate_inputs(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias,
-                         const char* op) const {
-    expect_rank(a, op, "a", 2, "[N, Hv]");
-    expect(a, op, "a", dtype(), a.shape(), "[N, Hv]");
-    expect(b, op, "b", dtype(), a.shape(), "[N, Hv]");
-    expect(A_log, op, "A_log", dtype(), {a.dim(1)}, "[Hv]");
-    expect(dt_bias, op, "dt_bias", dtype(), {a.dim(1)}, "[Hv]");
-  }
-
-  typename cpu::Gdr<C>::Input gdr_input(const GdrArgs& a, const char* op) const {
-    expect_rank(a.q, op, "q", 3, "[N, Hk, dk]");
-    expect_rank(a.v, op, "v", 3, "[N, Hv, dv]");
-    const std::int64_t N = a.q.dim(0), Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
-    expect(a.q, op, "q", dtype(), {N, Hk, K}, "[N, Hk, dk]");
-    expect(a.k, op, "k", dtype(), {N, Hk, K}, "[N, Hk, dk]");
-    expect(a.v, op, "v", dtype(), {N, Hv, V}, "[N, Hv, dv]");
-    expect(a.g, op, "g", state_dtype(), {N, Hv}, "[N, Hv]");
-    expect(a.beta, op, "beta", state_dtype(), {N, Hv}, "[N, Hv]");
-    if (!a.h0.empty()) expect(a.h0, op, "h0", state_dtype(), {Hv, K, V}, "[Hv, dk, dv]");
-    if (Hk < 1 || Hv % Hk != 0)
-      throw Error(std::string(op) + ": " + std::to_string(Hv) + " value heads cannot share " + std::to_string(Hk) +
-                  " key heads; GVA needs Hv % Hk == 0");
-    cpu::expect_varlen(a.seqs.host, N, op);
+  typename cpu::Gdr<C>::Input gdr_input(const GdrArgs& a) const {
+    const std::int64_t Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
     const double l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;
     return {act(a.q), act(a.k), act(a.v), state(a.g), state(a.beta), a.h0.empty() ? Array<C>{} : state(a.h0),
             a.seqs.host, Hk, Hv, K, V, a.scale, l2_eps};
-  }
-
-  std::pair<std::int64_t, std::int64_t> check_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w,
-                                                         const char* op) const {
-    expect_rank(o, op, "o", 3, "[N, Hv, dv]");
-    expect(o, op, "o", dtype(), o.shape(), "[N, Hv, dv]");
-    expect(z, op, "z", dtype(), o.shape(), "[N, Hv, dv]");
-    expect(w, op, "w", dtype(), {o.dim(2)}, "[dv]");
-    return {o.dim(0), o.dim(1)};
   }
 };
 

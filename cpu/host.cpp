@@ -23,8 +23,6 @@ void convert(const From* from, std::int64_t n, To* to) {
   throw Error("cpu backend: " + std::string(dtype_name(d)) + " is not a float dtype (F64, F32 or BF16)");
 }
 
-std::string describe(DType dtype, const Shape& shape) { return std::string(dtype_name(dtype)) + " " + shape_str(shape); }
-
 }  // namespace
 
 Buffer host_buffer(DType dtype, Shape shape) {
@@ -63,38 +61,5 @@ template Array<float> to_compute(const Buffer&);
 template Array<double> to_compute(const Buffer&);
 template Buffer from_compute(const Array<float>&, DType, Shape);
 template Buffer from_compute(const Array<double>&, DType, Shape);
-
-void expect(const Buffer& b, std::string_view op, std::string_view arg, DType dtype, const Shape& shape,
-            std::string_view dims) {
-  if (b.empty() || b.dtype() != dtype || b.shape() != shape)
-    throw Error(std::string(op) + ": " + std::string(arg) + " is " +
-                (b.empty() ? std::string("empty") : describe(b.dtype(), b.shape())) + "; expected " +
-                std::string(dtype_name(dtype)) + " " + std::string(dims) + " = " + shape_str(shape));
-}
-
-void expect_rank(const Buffer& b, std::string_view op, std::string_view arg, int rank, std::string_view dims) {
-  if (b.empty() || b.rank() != rank)
-    throw Error(std::string(op) + ": " + std::string(arg) + " has shape " +
-                (b.empty() ? std::string("(empty)") : shape_str(b.shape())) + "; expected rank " +
-                std::to_string(rank) + " " + std::string(dims));
-}
-
-void expect_varlen(const std::vector<std::int64_t>& cu, std::int64_t tokens, std::string_view op) {
-  bool ok = cu.size() >= 2 && cu.front() == 0 && cu.back() == tokens;
-  for (std::size_t i = 1; ok && i < cu.size(); ++i) ok = cu[i] >= cu[i - 1];
-  if (!ok) {
-    std::string list;
-    for (const std::int64_t c : cu) list += (list.empty() ? "" : ",") + std::to_string(c);
-    throw Error(std::string(op) + ": sequence offsets [" + list + "] must start at 0, not decrease and end at the " +
-                std::to_string(tokens) + " local tokens");
-  }
-}
-
-void expect_accumulable(const Buffer& y, const Buffer& x) {
-  const auto ok = [](DType d) { return d == DType::F64 || d == DType::F32 || d == DType::BF16; };
-  if (y.shape() != x.shape() || !ok(y.dtype()) || !ok(x.dtype()))
-    throw Error("accumulate: y " + std::string(dtype_name(y.dtype())) + " " + shape_str(y.shape()) + " and x " +
-                std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) + " must be F64, F32 or BF16 of one shape");
-}
 
 }  // namespace gdnv::cpu

@@ -1,16 +1,14 @@
-// The Backend over gpu/kernels.hpp: checks like the CPU backend's (cpu/backend.cpp), outputs
-// allocated where the kernels run, each op a fixed sequence of launches on the kernels' stream. Only
+// The Backend over gpu/kernels.hpp, on arguments checked by cp/backend.cpp: outputs allocated where
+// the kernels run, each op a fixed sequence of launches on the kernels' stream. Only
 // download() waits for the stream; it and upload() (a pageable copy may wait too) each count one host
 // sync. A bad index found by a kernel is reported at the next download.
 #include "gpu/kernel_backend.hpp"
 
 #include <cstdint>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "cpu/host.hpp"
 #include "core/faults.hpp"
 #include "gpu/math_gdr.hpp"
 #include "gpu/stream_mover.hpp"
@@ -19,8 +17,6 @@ namespace gdnv::gpu {
 namespace {
 
 using cp::Buffer;
-using cpu::expect;
-using cpu::expect_rank;
 
 std::int64_t row_count(const Buffer& b) { return b.rank() == 0 ? 1 : b.dim(0); }
 
@@ -31,12 +27,6 @@ Storage storage_of(DType d, const char* op) {
     case DType::F64: return Storage::F64;
     default: throw Error(std::string(op) + ": no arithmetic on " + std::string(dtype_name(d)));
   }
-}
-
-void expect_index(const Buffer& index, const char* op) {
-  if (index.dtype() != DType::I64 || index.rank() != 1)
-    throw Error(std::string(op) + ": index is " + std::string(dtype_name(index.dtype())) + " " +
-                shape_str(index.shape()) + "; expected I64 [M]");
 }
 
 template <class T>
@@ -56,13 +46,14 @@ class KernelBackend final : public cp::Backend {
   std::shared_ptr<DataMover> data_mover() override { return make_stream_mover(k_->stream()); }
   void count_host_syncs(std::shared_ptr<Accounting> accounting) override { syncs_ = std::move(accounting); }
 
-  Buffer alloc(DType dtype, Shape shape) override {
+ protected:
+  Buffer do_alloc(DType dtype, Shape shape) override {
     const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
     return Buffer(dtype, std::move(shape), s_.alloc(bytes));
   }
 
   // A pageable host-to-device copy may wait for the stream: counted as a host sync.
-  Buffer upload(const Tensor& t, DType as) override {
+  Buffer do_upload(const Tensor& t, DType as) override {
     const Tensor converted = t.to(as);
     Buffer b = alloc(as, converted.shape());
     s_.upload(b.data(), converted.bytes(), converted.nbytes());
@@ -71,7 +62,7 @@ class KernelBackend final : public cp::Backend {
   }
 
   // One host sync: the bytes and, after indexed launches, the error flag.
-  Tensor download(const Buffer& b) override {
+  Tensor do_download(const Buffer& b) override {
     int code = 0;
     const std::vector<Indexed> launched = std::exchange(indexed_, {});
     if (!launched.empty()) s_.fetch(&code, error_.data(), sizeof code);
@@ -87,8 +78,7 @@ class KernelBackend final : public cp::Backend {
     return Tensor(b.dtype(), b.shape(), std::move(bytes));
   }
 
-  Buffer gather_rows(const Buffer& x, const Buffer& index) override {
-    expect_index(index, "gather_rows");
+  Buffer do_gather_rows(const Buffer& x, const Buffer& index) override {
     Shape shape = x.shape();
     shape.at(0) = index.numel();
     Buffer out = alloc(x.dtype(), shape);
@@ -96,40 +86,28 @@ class KernelBackend final : public cp::Backend {
     return out;
   }
 
-  void scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
-    expect_index(index, "scatter_rows");
-    const std::size_t n = row_count(out) == 0 ? 0 : out.nbytes() / row_count(out);
-    if (x.dtype() != out.dtype() || row_count(x) != index.numel() || (row_count(x) && x.nbytes() / row_count(x) != n))
-      throw Error("scatter_rows: x " + std::string(dtype_name(x.dtype())) + " " + shape_str(x.shape()) +
-                  " does not match " + std::to_string(index.numel()) + " rows of out " +
-                  std::string(dtype_name(out.dtype())) + " " + shape_str(out.shape()));
+  void do_scatter_rows(const Buffer& x, const Buffer& index, Buffer& out) override {
     copy_rows(x, index, out, false, row_count(out), "scatter_rows");
   }
 
-  Buffer gather_columns(const Buffer& x, const Buffer& index) override {
-    expect_rank(x, "gather_columns", "x", 2, "[N, D]");
-    expect_index(index, "gather_columns");
+  Buffer do_gather_columns(const Buffer& x, const Buffer& index) override {
     Buffer out = alloc(x.dtype(), {x.dim(0), index.numel()});
     copy_columns(x, index, out, true, "gather_columns");
     return out;
   }
 
-  void scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
-    expect_rank(out, "scatter_columns", "out", 2, "[N, D]");
-    expect_index(index, "scatter_columns");
-    expect(x, "scatter_columns", "x", out.dtype(), {out.dim(0), index.numel()}, "[N, E]");
+  void do_scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) override {
     copy_columns(x, index, out, false, "scatter_columns");
   }
 
-  void accumulate(Buffer& y, const Buffer& x) override {
-    cpu::expect_accumulable(y, x);
+  void do_accumulate(Buffer& y, const Buffer& x) override {
     k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
                     y.numel()},
                    y.numel());
   }
 
-  cp::RmsNormOut rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
-    const auto [N, D] = rows_and_width(x, w, "rmsnorm");
+  cp::RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
+    const std::int64_t N = x.dim(0), D = x.dim(1);
     cp::RmsNormOut out{alloc(dtype_, x.shape()), alloc(DType::F32, {N})};
     NormParams p = norm_params(x, nullptr, w, N, D, eps);
     p.y = out.y.data(), p.rstd = out.rstd.as<float>();
@@ -137,10 +115,9 @@ class KernelBackend final : public cp::Backend {
     return out;
   }
 
-  cp::RmsNormGrads rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) override {
-    const auto [N, D] = rows_and_width(x, w, "rmsnorm_backward");
-    expect(dy, "rmsnorm_backward", "dy", dtype_, x.shape(), "[N, D]");
-    expect(rstd, "rmsnorm_backward", "rstd", DType::F32, {N}, "[N]");
+  cp::RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w,
+                                       const Buffer& rstd) override {
+    const std::int64_t N = x.dim(0), D = x.dim(1);
     cp::RmsNormGrads g{alloc(dtype_, x.shape()), alloc(DType::F32, {D})};
     NormParams p = norm_params(x, nullptr, w, N, D, 0);
     p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.dx.data(), p.dw = g.dw.as<float>();
@@ -149,22 +126,21 @@ class KernelBackend final : public cp::Backend {
     return g;
   }
 
-  Buffer linear(const Buffer& x, const Buffer& w) override {
-    const auto [N, in, out] = linear_dims(x, w, "linear");
+  Buffer do_linear(const Buffer& x, const Buffer& w) override {
+    const std::int64_t N = x.dim(0), in = x.dim(1), out = w.dim(0);
     Buffer y = alloc(dtype_, {N, out});
     k_->linear_forward({x.data(), w.data(), nullptr, y.data(), nullptr, N, in, out, bf16()});
     return y;
   }
 
-  cp::LinearGrads linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
-    const auto [N, in, out] = linear_dims(x, w, "linear_backward");
-    expect(dy, "linear_backward", "dy", dtype_, {N, out}, "[N, out]");
+  cp::LinearGrads do_linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) override {
+    const std::int64_t N = x.dim(0), in = x.dim(1), out = w.dim(0);
     cp::LinearGrads g{alloc(dtype_, x.shape()), alloc(DType::F32, w.shape())};
     k_->linear_backward({x.data(), w.data(), dy.data(), g.dx.data(), g.dw.as<float>(), N, in, out, bf16()});
     return g;
   }
 
-  Buffer conv1d(const cp::ConvArgs& args) override {
+  Buffer do_conv1d(const cp::ConvArgs& args) override {
     ConvParams p = conv_params(args, "conv1d");
     Buffer y = alloc(dtype_, args.x.shape());
     p.y = y.data();
@@ -172,9 +148,8 @@ class KernelBackend final : public cp::Backend {
     return y;
   }
 
-  cp::ConvGrads conv1d_backward(const cp::ConvArgs& args, const Buffer& dy) override {
+  cp::ConvGrads do_conv1d_backward(const cp::ConvArgs& args, const Buffer& dy) override {
     ConvParams p = conv_params(args, "conv1d_backward");
-    expect(dy, "conv1d_backward", "dy", dtype_, args.x.shape(), "[N, D]");
     cp::ConvGrads g{alloc(dtype_, args.x.shape()), alloc(DType::F32, args.weight.shape()), {}, {}};
     if (args.bias) g.dbias = alloc(DType::F32, args.bias->shape());
     if (!args.halo.empty()) g.dhalo = alloc(dtype_, args.halo.shape());
@@ -189,19 +164,17 @@ class KernelBackend final : public cp::Backend {
     return g;
   }
 
-  cp::Gates gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
-    GateParams p = gate_params(a, b, A_log, dt_bias, "gates");
+  cp::Gates do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
+    GateParams p = gate_params(a, b, A_log, dt_bias);
     cp::Gates out{alloc(DType::F32, a.shape()), alloc(DType::F32, a.shape())};
     p.g = out.g.as<float>(), p.beta = out.beta.as<float>();
     k_->gates_forward(p, p.N * p.Hv);
     return out;
   }
 
-  cp::GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
-                               const Buffer& A_log, const Buffer& dt_bias) override {
-    GateParams p = gate_params(a, b, A_log, dt_bias, "gates_backward");
-    expect(dg, "gates_backward", "dg", DType::F32, a.shape(), "[N, Hv]");
-    expect(dbeta, "gates_backward", "dbeta", DType::F32, a.shape(), "[N, Hv]");
+  cp::GateGrads do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                                  const Buffer& A_log, const Buffer& dt_bias) override {
+    GateParams p = gate_params(a, b, A_log, dt_bias);
     cp::GateGrads g{alloc(dtype_, a.shape()), alloc(dtype_, a.shape()), alloc(DType::F32, A_log.shape()),
                     alloc(DType::F32, dt_bias.shape())};
     p.dg = dg.as<float>(), p.dbeta = dbeta.as<float>(), p.da = g.da.data(), p.db = g.db.data();
@@ -211,7 +184,7 @@ class KernelBackend final : public cp::Backend {
     return g;
   }
 
-  cp::GdrOut gdr(const cp::GdrArgs& args) override {
+  cp::GdrOut do_gdr(const cp::GdrArgs& args) override {
     Gdr x = gdr_setup(args, "gdr", true);
     cp::GdrOut out{alloc(dtype_, args.v.shape()), alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V})};
     x.p.o = out.o.data(), x.p.final_state = out.final_state.as<float>();
@@ -220,11 +193,9 @@ class KernelBackend final : public cp::Backend {
     return out;
   }
 
-  cp::GdrGrads gdr_backward(const cp::GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
+  cp::GdrGrads do_gdr_backward(const cp::GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
     Gdr x = gdr_setup(args, "gdr_backward", true);
     GdrParams& p = x.p;
-    expect(d_o, "gdr_backward", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
-    if (!dht.empty()) expect(dht, "gdr_backward", "dht", DType::F32, {p.Hv, p.K, p.V}, "[Hv, dk, dv]");
     cp::GdrGrads g{alloc(dtype_, args.q.shape()),  alloc(dtype_, args.k.shape()),  alloc(dtype_, args.v.shape()),
                    alloc(DType::F32, args.g.shape()), alloc(DType::F32, args.beta.shape()),
                    alloc(DType::F32, {p.Hv, p.K, p.V})};
@@ -241,7 +212,7 @@ class KernelBackend final : public cp::Backend {
     return g;
   }
 
-  Buffer gdr_last_span_map(const cp::GdrArgs& args) override {
+  Buffer do_gdr_last_span_map(const cp::GdrArgs& args) override {
     Gdr x = gdr_setup(args, "gdr_last_span_map", false);
     x.p.h0 = nullptr;  // the map is taken from a zero state
     Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
@@ -251,9 +222,8 @@ class KernelBackend final : public cp::Backend {
     return maps;
   }
 
-  Buffer gdr_first_backward_span_map(const cp::GdrArgs& args, const Buffer& d_o) override {
+  Buffer do_gdr_first_backward_span_map(const cp::GdrArgs& args, const Buffer& d_o) override {
     Gdr x = gdr_setup(args, "gdr_first_backward_span_map", false);
-    expect(d_o, "gdr_first_backward_span_map", "d_o", dtype_, args.v.shape(), "[N, Hv, dv]");
     Buffer maps = alloc(DType::F32, {x.p.Hv, x.p.K, x.p.V + x.p.K});
     x.p.d_o = d_o.data(), x.p.maps = maps.as<float>();
     k_->l2norm(x.p, x.p.N * x.p.Hk);
@@ -261,21 +231,16 @@ class KernelBackend final : public cp::Backend {
     return maps;
   }
 
-  Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
-    expect_rank(maps, "fold_span_maps", "maps", 4, "[cp, Hv, dk, dv+dk]");
-    const std::int64_t ranks = maps.dim(0), Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
-    expect(maps, "fold_span_maps", "maps", DType::F32, maps.shape(), "[cp, Hv, dk, dv+dk]");
-    if (V < 1 || begin < 0 || begin > end || end > ranks)
-      throw Error("fold_span_maps: ranks [" + std::to_string(begin) + ", " + std::to_string(end) + ") of maps " +
-                  shape_str(maps.shape()) + "; expected 0 <= begin <= end <= cp and dv+dk > dk");
+  Buffer do_fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction) override {
+    const std::int64_t Hv = maps.dim(1), K = maps.dim(2), V = maps.dim(3) - K;
     Buffer out = alloc(DType::F32, {Hv, K, V});
     const Buffer work = alloc(DType::F32, {Hv, K, V});
     k_->fold_span_maps({maps.as<float>(), out.as<float>(), mut(work), Hv, K, V, begin, end, direction}, Hv);
     return out;
   }
 
-  cp::GatedNormOut gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
-    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm");
+  cp::GatedNormOut do_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w, double eps) override {
+    const std::int64_t N = o.dim(0), Hv = o.dim(1);
     cp::GatedNormOut out{alloc(dtype_, o.shape()), alloc(DType::F32, {N, Hv})};
     NormParams p = norm_params(o, &z, w, N * Hv, o.dim(2), eps);
     p.y = out.y.data(), p.rstd = out.rstd.as<float>();
@@ -283,11 +248,9 @@ class KernelBackend final : public cp::Backend {
     return out;
   }
 
-  cp::GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
-                                         const Buffer& rstd, double /*eps: rstd carries it*/) override {
-    const auto [N, Hv] = check_gated_norm(o, z, w, "gated_norm_backward");
-    expect(dy, "gated_norm_backward", "dy", dtype_, o.shape(), "[N, Hv, dv]");
-    expect(rstd, "gated_norm_backward", "rstd", DType::F32, {N, Hv}, "[N, Hv]");
+  cp::GatedNormGrads do_gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
+                                            const Buffer& rstd, double /*eps: rstd carries it*/) override {
+    const std::int64_t N = o.dim(0), Hv = o.dim(1);
     cp::GatedNormGrads g{alloc(dtype_, o.shape()), alloc(dtype_, z.shape()), alloc(DType::F32, w.shape())};
     NormParams p = norm_params(o, &z, w, N * Hv, o.dim(2), 0);
     p.dy = dy.data(), p.rstd_in = rstd.as<float>(), p.y = g.d_o.data(), p.dz = g.dz.data(), p.dw = g.dw.as<float>();
@@ -327,13 +290,6 @@ class KernelBackend final : public cp::Backend {
     if (syncs_) syncs_->host_sync();
   }
 
-  std::pair<std::int64_t, std::int64_t> rows_and_width(const Buffer& x, const Buffer& w, const char* op) const {
-    expect_rank(x, op, "x", 2, "[N, D]");
-    expect(w, op, "w", dtype_, {x.dim(1)}, "[D]");
-    expect(x, op, "x", dtype_, x.shape(), "[N, D]");
-    return {x.dim(0), x.dim(1)};
-  }
-
   NormParams norm_params(const Buffer& x, const Buffer* z, const Buffer& w, std::int64_t rows, std::int64_t n,
                          double eps) const {
     NormParams p{};
@@ -342,18 +298,8 @@ class KernelBackend final : public cp::Backend {
     return p;
   }
 
-  std::tuple<std::int64_t, std::int64_t, std::int64_t> linear_dims(const Buffer& x, const Buffer& w,
-                                                                    const char* op) const {
-    expect_rank(x, op, "x", 2, "[N, in]");
-    expect_rank(w, op, "w", 2, "[out, in]");
-    expect(x, op, "x", dtype_, x.shape(), "[N, in]");
-    expect(w, op, "w", dtype_, {w.dim(0), x.dim(1)}, "[out, in]");
-    return {x.dim(0), x.dim(1), w.dim(0)};
-  }
-
-  // The offsets where the kernels run: I64 [n+1] matching the host list.
-  static const std::int64_t* device_offsets(const cp::Varlen& seqs, std::int64_t tokens, const char* op) {
-    cpu::expect_varlen(seqs.host, tokens, op);
+  // The offsets where the kernels run: I64 [n+1] matching the host list (checked by cp/backend.cpp).
+  static const std::int64_t* device_offsets(const cp::Varlen& seqs, const char* op) {
     if (seqs.device.dtype() != DType::I64 || seqs.device.numel() != static_cast<std::int64_t>(seqs.host.size()))
       throw Error(std::string(op) + ": Varlen::device is " + std::string(dtype_name(seqs.device.dtype())) + " " +
                   shape_str(seqs.device.shape()) + "; expected I64 [" + std::to_string(seqs.host.size()) +
@@ -362,27 +308,15 @@ class KernelBackend final : public cp::Backend {
   }
 
   ConvParams conv_params(const cp::ConvArgs& a, const char* op) const {
-    expect_rank(a.x, op, "x", 2, "[N, D]");
-    expect_rank(a.weight, op, "weight", 2, "[D, W]");
     const std::int64_t N = a.x.dim(0), D = a.x.dim(1), W = a.weight.dim(1);
-    expect(a.x, op, "x", dtype_, {N, D}, "[N, D]");
-    expect(a.weight, op, "weight", dtype_, {D, W}, "[D, W]");
-    if (a.bias) expect(*a.bias, op, "bias", dtype_, {D}, "[D]");
-    if (!a.halo.empty()) expect(a.halo, op, "halo", dtype_, {W - 1, D}, "[W-1, D]");
     ConvParams p{};
     p.x = a.x.data(), p.weight = a.weight.data(), p.bias = a.bias ? a.bias->data() : nullptr;
     p.halo = a.halo.empty() ? nullptr : a.halo.data();
-    p.cu = device_offsets(a.seqs, N, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
+    p.cu = device_offsets(a.seqs, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
     return p;
   }
 
-  GateParams gate_params(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias,
-                         const char* op) const {
-    expect_rank(a, op, "a", 2, "[N, Hv]");
-    expect(a, op, "a", dtype_, a.shape(), "[N, Hv]");
-    expect(b, op, "b", dtype_, a.shape(), "[N, Hv]");
-    expect(A_log, op, "A_log", dtype_, {a.dim(1)}, "[Hv]");
-    expect(dt_bias, op, "dt_bias", dtype_, {a.dim(1)}, "[Hv]");
+  GateParams gate_params(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) const {
     GateParams p{};
     p.a = a.data(), p.b = b.data(), p.A_log = A_log.data();
     // The planted fault drops dt_bias as the CPU backend's does.
@@ -399,18 +333,7 @@ class KernelBackend final : public cp::Backend {
     Buffer qn, kn, rq, rk, work;
   };
   Gdr gdr_setup(const cp::GdrArgs& a, const char* op, bool per_sequence) {
-    expect_rank(a.q, op, "q", 3, "[N, Hk, dk]");
-    expect_rank(a.v, op, "v", 3, "[N, Hv, dv]");
     const std::int64_t N = a.q.dim(0), Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
-    expect(a.q, op, "q", dtype_, {N, Hk, K}, "[N, Hk, dk]");
-    expect(a.k, op, "k", dtype_, {N, Hk, K}, "[N, Hk, dk]");
-    expect(a.v, op, "v", dtype_, {N, Hv, V}, "[N, Hv, dv]");
-    expect(a.g, op, "g", DType::F32, {N, Hv}, "[N, Hv]");
-    expect(a.beta, op, "beta", DType::F32, {N, Hv}, "[N, Hv]");
-    if (!a.h0.empty()) expect(a.h0, op, "h0", DType::F32, {Hv, K, V}, "[Hv, dk, dv]");
-    if (Hk < 1 || Hv % Hk != 0)
-      throw Error(std::string(op) + ": " + std::to_string(Hv) + " value heads cannot share " + std::to_string(Hk) +
-                  " key heads; GVA needs Hv % Hk == 0");
     Gdr x{{}, alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk}),
           alloc(DType::F32, {N, Hk}), {}};
     GdrParams& p = x.p;
@@ -418,7 +341,7 @@ class KernelBackend final : public cp::Backend {
     x.work = alloc(DType::F32, {per_sequence ? a.seqs.count() * Hk : Hv, p.work_stride});
     p.q = a.q.data(), p.k = a.k.data(), p.v = a.v.data(), p.g = a.g.as<float>(), p.beta = a.beta.as<float>();
     p.h0 = ptr<float>(a.h0);
-    p.cu = device_offsets(a.seqs, N, op), p.n = a.seqs.count();
+    p.cu = device_offsets(a.seqs, op), p.n = a.seqs.count();
     p.N = N, p.Hk = Hk, p.Hv = Hv, p.K = K, p.V = V;
     p.scale = static_cast<float>(a.scale);
     // The planted fault drops the epsilon as the CPU backend's does.
@@ -427,15 +350,6 @@ class KernelBackend final : public cp::Backend {
     p.qn = x.qn.as<float>(), p.kn = x.kn.as<float>(), p.rq = x.rq.as<float>(), p.rk = x.rk.as<float>();
     p.work = x.work.as<float>();
     return x;
-  }
-
-  std::pair<std::int64_t, std::int64_t> check_gated_norm(const Buffer& o, const Buffer& z, const Buffer& w,
-                                                         const char* op) const {
-    expect_rank(o, op, "o", 3, "[N, Hv, dv]");
-    expect(o, op, "o", dtype_, o.shape(), "[N, Hv, dv]");
-    expect(z, op, "z", dtype_, o.shape(), "[N, Hv, dv]");
-    expect(w, op, "w", dtype_, {o.dim(2)}, "[dv]");
-    return {o.dim(0), o.dim(1)};
   }
 
   struct Indexed {

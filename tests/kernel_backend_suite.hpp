@@ -6,6 +6,7 @@
 // through the unchanged mode code. The includer defines
 //   std::unique_ptr<cp::Backend> suite_backend(DType storage);
 //   std::string suite_skip_reason();  // "" to run; else every test skips with it
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "core/faults.hpp"
 #include "harness/harness.hpp"
 #include "core/metrics.hpp"
+#include "cost/counting_backend.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
 namespace gdnv::cp {
@@ -99,6 +101,141 @@ TEST_F(SuiteData, AccumulateAddsElementwiseRoundingOnceToTheTargetDtype) {
   be->accumulate(acc, be->upload(x64, DType::F64));
   for (std::int64_t i = 0; i < 5; ++i)
     EXPECT_EQ(be->download(acc).get(i), static_cast<float>(y32.to(DType::F32).get(i)) + static_cast<float>(x64.get(i)));
+}
+
+// ---- argument errors: one check per op (cp/backend.cpp), so one message from every backend ---------------
+
+// The backends a bad call must be rejected by with the same message: this suite's, the CPU backend, and
+// each wrapped in the counting decorator (which checks once, by its own public op).
+std::vector<std::unique_ptr<Backend>> every_fp32_backend() {
+  std::vector<std::unique_ptr<Backend>> out;
+  out.push_back(suite_backend(DType::F32));
+  out.push_back(cpu::make_backend(DType::F32));
+  out.push_back(std::make_unique<cost::CountingBackend>(suite_backend(DType::F32)));
+  out.push_back(std::make_unique<cost::CountingBackend>(cpu::make_backend(DType::F32)));
+  return out;
+}
+
+struct ErrorCase {
+  const char* name;
+  std::function<void(Backend&)> call;
+  std::string message;
+};
+
+void PrintTo(const ErrorCase& c, std::ostream* os) { *os << c.name; }
+
+Buffer f32(Backend& be, Shape shape) { return be.alloc(DType::F32, std::move(shape)); }
+
+// Sequence offsets for one sequence of n tokens, where the backend computes too.
+Varlen one_sequence(Backend& be, std::int64_t n) { return {{0, n}, upload_index(be, {0, n})}; }
+
+std::vector<ErrorCase> error_cases() {
+  return {
+      {"gather_rows_index_dtype",
+       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2})); },
+       "gather_rows: index is I32 [2]; expected I64 [M]"},
+      {"scatter_rows_row_width",
+       [](Backend& be) {
+         Buffer out = f32(be, {4, 3});
+         be.scatter_rows(f32(be, {2, 2}), index_buffer(be, {0, 1}), out);
+       },
+       "scatter_rows: x F32 [2, 2] does not match 2 rows of out F32 [4, 3]"},
+      {"scatter_rows_no_rows_of_another_width",
+       [](Backend& be) {
+         Buffer out = f32(be, {4, 3});
+         be.scatter_rows(f32(be, {0, 5}), be.alloc(DType::I64, {0}), out);
+       },
+       "scatter_rows: x F32 [0, 5] does not match 0 rows of out F32 [4, 3]"},
+      {"gather_columns_rank",
+       [](Backend& be) { be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0})); },
+       "gather_columns: x has shape [2, 3, 4]; expected rank 2 [N, D]"},
+      {"scatter_columns_width",
+       [](Backend& be) {
+         Buffer out = f32(be, {2, 6});
+         be.scatter_columns(f32(be, {2, 3}), index_buffer(be, {0, 1}), out);
+       },
+       "scatter_columns: x is F32 [2, 3]; expected F32 [N, E] = [2, 2]"},
+      {"accumulate_shape",
+       [](Backend& be) {
+         Buffer y = f32(be, {2, 3});
+         be.accumulate(y, f32(be, {3, 2}));
+       },
+       "accumulate: y F32 [2, 3] and x F32 [3, 2] must be F64, F32 or BF16 of one shape"},
+      {"rmsnorm_backward_rstd_dtype",
+       [](Backend& be) {
+         const Buffer x = f32(be, {3, 4});
+         be.rmsnorm_backward(x, x, f32(be, {4}), be.alloc(DType::BF16, {3}));
+       },
+       "rmsnorm_backward: rstd is BF16 [3]; expected F32 [N] = [3]"},
+      {"linear_backward_dy_shape",
+       [](Backend& be) { be.linear_backward(f32(be, {3, 3}), f32(be, {3, 4}), f32(be, {2, 4})); },
+       "linear_backward: dy is F32 [3, 3]; expected F32 [N, out] = [3, 2]"},
+      {"conv1d_offsets",
+       [](Backend& be) {
+         const Buffer x = f32(be, {4, 3}), w = f32(be, {3, 4}), none;
+         const Varlen seqs{{0, 3, 2, 4}, upload_index(be, {0, 3, 2, 4})};
+         be.conv1d({x, w, nullptr, seqs, none});
+       },
+       "conv1d: sequence offsets [0,3,2,4] must start at 0, not decrease and end at the 4 local tokens"},
+      {"gates_backward_dg_dtype",
+       [](Backend& be) {
+         const Buffer a = f32(be, {4, 2}), h = f32(be, {2});
+         be.gates_backward(be.alloc(DType::BF16, {4, 2}), f32(be, {4, 2}), a, a, h, h);
+       },
+       "gates_backward: dg is BF16 [4, 2]; expected F32 [N, Hv] = [4, 2]"},
+      {"gdr_gva",
+       [](Backend& be) {
+         const Buffer q = f32(be, {4, 2, 3}), v = f32(be, {4, 3, 2}), gate = f32(be, {4, 3}), none;
+         be.gdr({q, q, v, gate, gate, one_sequence(be, 4), none, 1.0});
+       },
+       "gdr: 3 value heads cannot share 2 key heads; GVA needs Hv % Hk == 0"},
+      {"gdr_first_backward_span_map_d_o_shape",
+       [](Backend& be) {
+         const Buffer q = f32(be, {4, 1, 3}), v = f32(be, {4, 2, 2}), gate = f32(be, {4, 2}), none;
+         be.gdr_first_backward_span_map({q, q, v, gate, gate, one_sequence(be, 4), none, 1.0}, f32(be, {4, 2, 3}));
+       },
+       "gdr_first_backward_span_map: d_o is F32 [4, 2, 3]; expected F32 [N, Hv, dv] = [4, 2, 2]"},
+      {"fold_span_maps_ranks",
+       [](Backend& be) { be.fold_span_maps(f32(be, {2, 1, 2, 5}), 1, 3, false); },
+       "fold_span_maps: ranks [1, 3) of maps [2, 1, 2, 5]; expected 0 <= begin <= end <= cp and dv+dk > dk"},
+      {"gated_norm_backward_rstd_shape",
+       [](Backend& be) {
+         const Buffer o = f32(be, {3, 2, 4});
+         be.gated_norm_backward(o, o, o, f32(be, {4}), f32(be, {3, 4}), 1e-6);
+       },
+       "gated_norm_backward: rstd is F32 [3, 4]; expected F32 [N, Hv] = [3, 2]"},
+  };
+}
+
+class SuiteErrors : public ::testing::TestWithParam<ErrorCase> {
+ protected:
+  void SetUp() override { GDNV_SUITE_SKIP_WITHOUT_BACKEND(); }
+};
+
+TEST_P(SuiteErrors, EveryBackendRejectsTheCallWithOneMessage) {
+  for (const auto& be : every_fp32_backend()) {
+    SCOPED_TRACE(be->name());
+    try {
+      GetParam().call(*be);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), GetParam().message);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Arguments, SuiteErrors, ::testing::ValuesIn(error_cases()),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// Scattering no rows (a rank that holds none of a sequence's tokens) leaves out as it was.
+TEST_F(SuiteData, ScatteringNoRowsLeavesTheOutputAsItWasOnEveryBackend) {
+  const Tensor before = random_normal({4, 3}, 13, "scatter_none").to(DType::F32);
+  for (const auto& be : every_fp32_backend()) {
+    SCOPED_TRACE(be->name());
+    Buffer out = be->upload(before, DType::F32);
+    be->scatter_rows(be->alloc(DType::F32, {0, 3}), be->alloc(DType::I64, {0}), out);
+    EXPECT_TRUE(be->download(out).bitwise_equal(before));
+  }
 }
 
 // ---- leaf ops against the oracle (tolerances: tests/cpu_backend_testing.hpp tolerance()) -------------
