@@ -4,6 +4,7 @@
 
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
+#include "core/faults.hpp"
 
 namespace gdnv::cpu {
 
