@@ -9,13 +9,12 @@
 #include <numeric>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/gate_steps.hpp"
 #include "comm/inprocess.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
+#include "core/vectors.hpp"
 #include "cpu/backend.hpp"
 #include "cp/illegal.hpp"
 #include "harness/harness.hpp"
@@ -31,12 +30,6 @@ namespace gdnv::cli {
 namespace {
 
 using Ints = std::vector<std::int64_t>;
-
-// The "cases" of a reference vector file (a value: a range-for over a member of a temporary would
-// read freed memory).
-nlohmann::json vector_cases(const char* name) {
-  return nlohmann::json::parse(read_file_text(std::string(GDNV_TEST_DATA "/vectors/") + name)).at("cases");
-}
 
 // Megatron-Core's THD rank indices, zigzag and contiguous, exactly.
 void megatron_indices(StepResult& r) {
