@@ -150,7 +150,7 @@ void register_benchmarks(const std::string& backend) {
   }
   const Geometry large{2048, 16, 32, 128, 8192};
   for (DType dtype : {DType::F32, DType::BF16}) {
-    const std::string suffix = dtype == DType::F32 ? "/fp32" : "/bf16";
+    const std::string suffix = "/" + std::string(dtype_option_name(dtype));
     for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
       add("BM_CpLayerFwdBwd/" + std::string(mode_name(mode)) + suffix, BM_CpLayerFwdBwd, mode, large, dtype)->Arg(4);
     add("BM_ChunkedCore" + suffix, BM_ChunkedCore, large, dtype)->Iterations(5);

@@ -8,16 +8,15 @@
 #include <map>
 #include <numeric>
 #include <sstream>
-#include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/gate_steps.hpp"
 #include "comm/inprocess.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
+#include "core/vectors.hpp"
 #include "cpu/backend.hpp"
+#include "cp/illegal.hpp"
 #include "harness/harness.hpp"
 #include "fixtures/fixtures.hpp"
 #include "gpu/cuda_plugin.hpp"
@@ -31,12 +30,6 @@ namespace gdnv::cli {
 namespace {
 
 using Ints = std::vector<std::int64_t>;
-
-// The "cases" of a reference vector file (a value: a range-for over a member of a temporary would
-// read freed memory).
-nlohmann::json vector_cases(const char* name) {
-  return nlohmann::json::parse(read_file_text(std::string(GDNV_TEST_DATA "/vectors/") + name)).at("cases");
-}
 
 // Megatron-Core's THD rank indices, zigzag and contiguous, exactly.
 void megatron_indices(StepResult& r) {
@@ -247,83 +240,15 @@ StepResult cp_mode_matrix(bool quick) {
   return r;
 }
 
-// docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix.
+// docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix, raised by its own
+// rule (the layer config's own check for Hv % Hk).
 StepResult illegal_combinations(bool) {
-  const ref::LayerConfig layer({32, 4, 8, 8, 8, 4, 1e-6, false});
-  const auto config = [](cp::CpMode mode, int W, int tp = 1) {
-    cp::CpConfig c;
-    c.mode = mode;
-    c.cp = W;
-    c.tp = tp;
-    return c;
-  };
-  const auto with = [&](cp::CpConfig c, auto change) {
-    change(c);
-    return c;
-  };
-  using Shape = cp::MicroBatchShape;
-  const Shape thd{cp::Format::Thd, 1, {16, 8}, false, 0, 0};
-  const auto shape = [&](auto change) {
-    Shape s = thd;
-    change(s);
-    return s;
-  };
-  const std::vector<std::tuple<std::string, std::string, std::function<void()>>> cases = {
-      {"mode auto", "there is no 'auto'", [] { (void)cp::parse_mode("auto"); }},
-      {"Hv % Hk != 0", "is not a multiple of linear_num_key_heads", [] { (void)ref::LayerConfig({32, 3, 8, 8, 8, 4, 1e-6, false}); }},
-      {"headwise heads % tp*cp", "divisible by tp*cp", [&] { cp::validate_static(config(cp::CpMode::Headwise, 8), layer); }},
-      {"chunkwise heads % tp", "divisible by tp =", [&] { cp::validate_static(config(cp::CpMode::Chunkwise, 2, 8), layer); }},
-      {"all_gather heads % tp", "divisible by tp =", [&] { cp::validate_static(config(cp::CpMode::AllGather, 2, 8), layer); }},
-      {"chunkwise + allgather_cp", "set allgather_cp=False",
-       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.allgather_cp = true; }), layer); }},
-      {"chunkwise + deterministic, CP>1", "not deterministic with CP>1",
-       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.deterministic = true; }), layer); }},
-      {"chunkwise + deterministic, dynamic CP", "not deterministic with CP>1 or dynamic CP", [&] {
-         cp::validate_static(with(config(cp::CpMode::Chunkwise, 1), [](auto& c) {
-                               c.deterministic = true;
-                               c.dynamic_cp = {1};
-                             }), layer);
-       }},
-      {"chunkwise + inference", "use linear_cp_mode='headwise' for inference",
-       [&] { cp::validate_static(with(config(cp::CpMode::Chunkwise, 2), [](auto& c) { c.inference = true; }), layer); }},
-      {"all_gather + inference", "use linear_cp_mode='headwise' for inference",
-       [&] { cp::validate_static(with(config(cp::CpMode::AllGather, 2), [](auto& c) { c.inference = true; }), layer); }},
-      {"all_gather + deterministic", "'all_gather' is not deterministic",
-       [&] { cp::validate_static(with(config(cp::CpMode::AllGather, 2), [](auto& c) { c.deterministic = true; }), layer); }},
-      {"all_gather SBHD, CP>1", "supports THD input only", [&] {
-         (void)cp::validate_micro_batch(config(cp::CpMode::AllGather, 2), layer,
-                                        shape([](Shape& s) { s.format = cp::Format::Sbhd, s.lengths = {16}; }));
-       }},
-      {"SBHD chunkwise batch>1", "with SBHD input needs batch == 1", [&] {
-         (void)cp::validate_micro_batch(config(cp::CpMode::Chunkwise, 2), layer,
-                                        shape([](Shape& s) { s.format = cp::Format::Sbhd, s.lengths = {16}, s.batch = 2; }));
-       }},
-      {"THD batch != 1", "THD input needs batch == 1",
-       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 2), layer, shape([](Shape& s) { s.batch = 2; })); }},
-      {"lengths % cp", "not divisible by cp = 4",
-       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.lengths = {16, 6}; })); }},
-      {"lengths % 2cp", "not divisible by 2*cp = 8",
-       [&] { (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.lengths = {16, 12}; })); }},
-      {"local_cp_size != group size", "pass the group's size as local_cp_size", [&] {
-         (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) {
-           s.has_cp_group = true, s.local_cp_size = 2, s.group_size = 4;
-         }));
-       }},
-      {"only one of cp_group, local_cp_size", "only one of cp_group and local_cp_size is set", [&] {
-         (void)cp::validate_micro_batch(config(cp::CpMode::Headwise, 4), layer, shape([](Shape& s) { s.local_cp_size = 2; }));
-       }},
-      {"dynamic CP size not dividing", "does not divide the static CP size",
-       [&] { cp::validate_static(with(config(cp::CpMode::Headwise, 4), [](auto& c) { c.dynamic_cp = {3}; }), layer); }},
-  };
   StepResult r;
-  for (const auto& [rule, fragment, attempt] : cases) {
-    std::string message = "(accepted)";
-    try {
-      attempt();
-    } catch (const ConfigError& e) {
-      message = e.what();
-    }
-    r.check(message.find(fragment) != std::string::npos, rule + ": expected '" + fragment + "', got: " + message);
+  for (const cp::IllegalRule& rule : cp::illegal_rules()) {
+    const cp::Rejection got = cp::check_example(rule);
+    const bool by_rule = rule.stage == cp::Stage::LayerConfig ? !got.rule.has_value() : got.rule == rule.id;
+    r.check(by_rule && got.message.find(rule.fragment) != std::string::npos,
+            rule.name + ": expected '" + rule.fragment + "', got: " + got.message);
   }
   return r;
 }

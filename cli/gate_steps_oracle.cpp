@@ -3,14 +3,11 @@
 // its hand-written backward is the derivative its forward finite-differences to).
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/gate_steps.hpp"
-#include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/safetensors.hpp"
+#include "core/vectors.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/kernel_io.hpp"
@@ -174,23 +171,20 @@ StepResult safetensors_round_trip(bool) {
 // torch's own outputs from them, both core forms.
 StepResult reference_vectors(bool) {
   StepResult r;
-  const std::string dir = GDNV_TEST_DATA "/vectors/";
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string path = entry.path().string(), ext = entry.path().extension().string();
-    if (ext != ".safetensors" && ext != ".json") continue;
-    r.check(ext == ".json" ? nlohmann::json::parse(read_file_text(path)).contains("cases")
-                           : !read_safetensors(path).tensors.empty(),
-            path + ": holds no cases or tensors");
+  for (const std::string& file : vector_files()) {
+    const bool json = file.ends_with(".json");
+    r.check(json ? read_vector_json(file).contains("cases") : !read_vector(file).tensors.empty(),
+            vector_path(file) + ": holds no cases or tensors");
   }
-  for (const char* name : {"gdr_batched_h0", "gdr_varlen_gva_scale"})
+  for (const std::string name : {"gdr_batched_h0", "gdr_varlen_gva_scale"})
     for (auto form : {ref::GdrForm::Chunked, ref::GdrForm::Recurrent}) {
-      const TensorFile expected = read_safetensors(dir + name + ".safetensors");
+      const TensorFile expected = read_vector(name + ".safetensors");
       TensorFile input = expected;
       const TensorFile got = ref::run_gdr_case(ref::take_gdr_case(input, name), form);
       for (const auto& [tensor, t] : got.tensors)
         expect_close(r, std::string(name) + " " + tensor, expected.at(tensor, name), t, 1e-12);
     }
-  const TensorFile conv = read_safetensors(dir + "conv1d_silu_bias.safetensors");
+  const TensorFile conv = read_vector("conv1d_silu_bias.safetensors");
   const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"),
                              std::nullopt, std::nullopt, ref::Activation::Silu};
   const ref::Conv1dGrads g = ref::conv1d_backward(in, conv.at("dy", "conv"));

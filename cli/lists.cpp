@@ -27,13 +27,6 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
   return values;
 }
 
-DType parse_dtype_option(const std::string& name) {
-  if (name == "fp64") return DType::F64;
-  if (name == "fp32") return DType::F32;
-  if (name == "bf16") return DType::BF16;
-  throw ConfigError("--dtype '" + name + "' is not supported: use bf16, fp32 or fp64");
-}
-
 cp::BackendFactory parse_backend_option(const std::string& name) {
   if (name == "cpu") return cpu::make_backend;
   if (name == "emu") return gpu::make_emulated_backend;

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/inprocess.hpp"
-#include "core/file.hpp"
+#include "core/vectors.hpp"
 #include "cpu/backend.hpp"
 #include "cp/layer.hpp"
 #include "reference/layer_params.hpp"
@@ -29,7 +29,7 @@ CpConfig chunkwise(int cp) {
 // Cases whose lengths are a legal zigzag micro-batch (divisible by 2W) are planned by the layer and
 // must carry FLA's context; the others must be rejected by prepare() naming the rule.
 TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
-  const json cases = json::parse(read_file_text(std::string(GDNV_TEST_DATA) + "/vectors/fla_cp_context.json"))["cases"];
+  const json cases = vector_cases("fla_cp_context.json");
   std::map<std::pair<Ints, int>, std::map<int, json>> by_batch;  // (cu_seqlens, W) -> rank -> case
   for (const json& c : cases) by_batch[{c["cu_seqlens"].get<Ints>(), c["cp_size"].get<int>()}][c["cp_rank"]] = c;
   const ref::LayerParams params = ref::init_params(kLayer, 3);

@@ -9,6 +9,7 @@
 
 #include "cli_harness.hpp"
 #include "core/safetensors.hpp"
+#include "core/vectors.hpp"
 
 namespace gdnv {
 namespace {
@@ -39,9 +40,9 @@ TEST(Cli, UnknownOptionExitsThreeNamingIt) {
 }
 
 TEST(Cli, InspectPrintsTensorsAndMetadata) {
-  const auto r = run_cli(GDNV_TEST_DATA "/vectors/conv1d_silu_bias.safetensors");
+  const auto r = run_cli(vector_path("conv1d_silu_bias.safetensors"));
   EXPECT_EQ(r.code, 3) << "a file is not a command";
-  const auto ok = run_cli("inspect " GDNV_TEST_DATA "/vectors/conv1d_silu_bias.safetensors");
+  const auto ok = run_cli("inspect " + vector_path("conv1d_silu_bias.safetensors"));
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_NE(ok.out.find("weight"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("source = "), std::string::npos) << ok.out;

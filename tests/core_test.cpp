@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/dtype.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/rng.hpp"
 #include "core/sha256.hpp"
@@ -12,6 +14,23 @@
 
 namespace gdnv {
 namespace {
+
+// --dtype and the fixtures' metadata spell the storage dtypes one way, the safetensors header another.
+TEST(DTypeOption, StorageDtypesRoundTripThroughTheirOptionNames) {
+  for (DType t : {DType::F64, DType::F32, DType::BF16}) EXPECT_EQ(parse_dtype_option(dtype_option_name(t)), t);
+  EXPECT_EQ(dtype_option_name(DType::BF16), "bf16");
+  EXPECT_FALSE(find_dtype_option("F32").has_value()) << "the safetensors name is no option name";
+  EXPECT_THROW((void)dtype_option_name(DType::I64), Error);
+}
+
+TEST(DTypeOption, UnknownOptionNamesTheChoices) {
+  try {
+    (void)parse_dtype_option("fp16");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--dtype 'fp16' is not supported: use bf16, fp32 or fp64");
+  }
+}
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);

@@ -1,10 +1,14 @@
 // The illegal-combination matrix of docs/DESIGN.md §3.1: each rule fails with a message naming the fix,
 // before any collective.
+#include <algorithm>
+#include <cctype>
+
 #include <gtest/gtest.h>
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
 #include "cpu/backend.hpp"
+#include "cp/illegal.hpp"
 #include "cp/layer.hpp"
 #include "reference/layer_params.hpp"
 
@@ -41,6 +45,56 @@ std::string micro_batch_error(const CpConfig& cp, const MicroBatchShape& mb) {
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 
+// One case per row of the table of cp/illegal.hpp: its example is rejected by its own rule (the layer
+// config's own check for Hv % Hk) with the message naming the fix.
+class IllegalRules : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(IllegalRules, EachIsRejectedByItsOwnRuleNamingTheFix) {
+  const IllegalRule& rule = illegal_rules()[GetParam()];
+  const Rejection got = check_example(rule);
+  EXPECT_HAS(got.message, rule.fragment);
+  if (rule.stage == Stage::LayerConfig) EXPECT_FALSE(got.rule.has_value()) << got.message;
+  else EXPECT_EQ(got.rule, rule.id) << got.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, IllegalRules, ::testing::Range<std::size_t>(0, illegal_rules().size()),
+                         [](const auto& p) {
+                           std::string name;
+                           for (char ch : illegal_rules()[p.param].name)
+                             if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
+                           return name;
+                         });
+
+// The configuration rules fire when the layer is built, before any collective.
+TEST(IllegalRulesTable, ConfigurationRulesPerformNoCollective) {
+  for (const IllegalRule& rule : illegal_rules()) {
+    if (rule.stage != Stage::Static) continue;
+    CpConfig cp = rule.config;
+    cp.mode = parse_mode(rule.mode);
+    const ref::LayerConfig l = layer(rule.Hk, rule.Hv);
+    const ref::LayerParams params = ref::init_params(l, 1);
+    run_world(std::max(cp.cp, 1), [&](Communicator& world) {
+      auto be = cpu::make_backend(DType::F32);
+      const ScopedCounter counter(world.accounting());
+      try {
+        GdnCpLayer(l, cp, params, *be, world);
+        ADD_FAILURE() << rule.name << ": accepted";
+      } catch (const IllegalCombination& e) {
+        EXPECT_EQ(e.rule(), rule.id) << e.what();
+      }
+      EXPECT_EQ(counter.delta().calls(), 0u) << rule.name;
+    });
+  }
+}
+
+// Every rule the validation code can throw has a row of the table (so an example, a name and a fix).
+TEST(IllegalRulesTable, EveryRuleHasARow) {
+  for (int id = 0; id < static_cast<int>(Rule::kCount); ++id)
+    EXPECT_TRUE(std::any_of(illegal_rules().begin(), illegal_rules().end(),
+                            [&](const IllegalRule& r) { return r.id == static_cast<Rule>(id); }))
+        << "rule " << id << " has no row in cp/illegal.cpp";
+}
+
 TEST(CpConfig, UnknownModeIncludingAutoNamesTheThreeModes) {
   for (const char* name : {"auto", "ulysses", ""}) {
     try {
@@ -65,12 +119,6 @@ TEST(CpConfig, ChunkwiseAndAllGatherNeedHeadsDivisibleByTp) {
   EXPECT_EQ(static_error(config(CpMode::AllGather, 8, 1)), "(accepted)");
 }
 
-TEST(CpConfig, ChunkwiseRejectsAllgatherCp) {
-  CpConfig c = config(CpMode::Chunkwise, 2);
-  c.allgather_cp = true;
-  EXPECT_HAS(static_error(c), "set allgather_cp=False");
-}
-
 TEST(CpConfig, ChunkwiseRejectsDeterministicWithCpOrDynamicCp) {
   CpConfig c = config(CpMode::Chunkwise, 2);
   c.deterministic = true;
@@ -91,26 +139,6 @@ TEST(CpConfig, InferenceOnlyWithHeadwise) {
   CpConfig h = config(CpMode::Headwise, 2);
   h.inference = true;
   EXPECT_EQ(static_error(h), "(accepted)");
-}
-
-TEST(CpConfig, AllGatherRejectsDeterministic) {
-  CpConfig c = config(CpMode::AllGather, 2);
-  c.deterministic = true;
-  EXPECT_HAS(static_error(c), "'all_gather' is not deterministic");
-}
-
-TEST(CpConfig, DynamicSizesMustDivideTheStaticSize) {
-  CpConfig c = config(CpMode::Headwise, 4);
-  c.dynamic_cp = {3};
-  EXPECT_HAS(static_error(c), "dynamic CP size 3 does not divide the static CP size 4");
-}
-
-TEST(CpConfig, ThdNeedsBatchOne) {
-  EXPECT_HAS(micro_batch_error(config(CpMode::Headwise, 2), {Format::Thd, 2, {8}}), "THD input needs batch == 1");
-}
-
-TEST(CpConfig, SbhdChunkwiseNeedsBatchOne) {
-  EXPECT_HAS(micro_batch_error(config(CpMode::Chunkwise, 2), {Format::Sbhd, 2, {8}}), "SBHD input needs batch == 1");
 }
 
 TEST(CpConfig, AllGatherRejectsSbhdWithCp) {

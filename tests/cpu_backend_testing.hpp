@@ -363,7 +363,7 @@ inline Results compare_span_maps(cp::Backend& be, const GdrCase& c) {
 }
 
 // ---- the fixed cases, named, that every backend's suite runs ----------------------------------------
-inline std::string storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
+inline std::string storage_name(DType d) { return std::string(dtype_option_name(d)); }
 
 template <class Case>
 struct Named {

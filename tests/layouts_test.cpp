@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
-#include "core/file.hpp"
+#include "core/vectors.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/headwise.hpp"
@@ -30,10 +30,6 @@ Ints concat(std::initializer_list<Ints> parts) {
   Ints out;
   for (const Ints& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
-}
-
-json read_vectors(const std::string& name) {
-  return json::parse(read_file_text(std::string(GDNV_TEST_DATA) + "/vectors/" + name));
 }
 
 template <class F>
@@ -116,7 +112,7 @@ TEST(LayoutsFixed, RouteAppliesToTensorRowsOfEveryWidth) {
 // --- external vectors ---
 
 TEST(LayoutsVectors, MegatronThdRankIndicesReproducedExactly) {
-  const json cases = read_vectors("layouts_megatron.json")["cases"];
+  const json cases = vector_cases("layouts_megatron.json");
   ASSERT_EQ(cases.size(), 22u);
   for (const json& c : cases) {
     const Ints cu = c["cu_seqlens"].get<Ints>();
@@ -128,7 +124,7 @@ TEST(LayoutsVectors, MegatronThdRankIndicesReproducedExactly) {
 }
 
 TEST(LayoutsVectors, FlaChunkwiseContextReproducedExactly) {
-  const json cases = read_vectors("fla_cp_context.json")["cases"];
+  const json cases = vector_cases("fla_cp_context.json");
   ASSERT_EQ(cases.size(), 31u);
   for (const json& c : cases) {
     const int W = c["cp_size"], r = c["cp_rank"];

@@ -6,6 +6,7 @@
 
 #include "cli_harness.hpp"
 #include "core/safetensors.hpp"
+#include "core/vectors.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference_testing.hpp"
 
@@ -58,7 +59,7 @@ TEST_F(ReferenceCli, HelpNamesTheCommand) {
 }
 
 TEST_F(ReferenceCli, ReproducesFlaVectorWithBothForms) {
-  const std::string vec = GDNV_TEST_DATA "/vectors/gdr_varlen_gva_scale.safetensors";
+  const std::string vec = vector_path("gdr_varlen_gva_scale.safetensors");
   const TensorFile want = read_safetensors(vec);
   for (const char* form : {"chunked", "recurrent"}) {
     SCOPED_TRACE(form);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/safetensors.hpp"
+#include "core/vectors.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference_testing.hpp"
@@ -27,7 +28,7 @@ class GdrVectors : public ::testing::TestWithParam<GdrVectorCase> {};
 
 TEST_P(GdrVectors, EveryOutputAndGradientMatchesFla) {
   const auto& p = GetParam();
-  const std::string path = std::string(GDNV_TEST_DATA "/vectors/") + p.file;
+  const std::string path = vector_path(p.file);
   TensorFile want = read_safetensors(path);
   TensorFile inputs = want;
   ref::GdrCase c = ref::take_gdr_case(inputs, path);
@@ -54,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(Conv1dVectors, SiluBiasOutputAndGradientsMatchTorch) {
-  const std::string path = GDNV_TEST_DATA "/vectors/conv1d_silu_bias.safetensors";
+  const std::string path = vector_path("conv1d_silu_bias.safetensors");
   const TensorFile want = read_safetensors(path);
   ASSERT_EQ(want.metadata.at("activation"), "silu");
   const ref::Conv1dInputs in{want.at("x", path), want.at("weight", path), want.at("bias", path), std::nullopt,

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
+#include "cp/illegal.hpp"
 
 namespace gdnv {
 namespace {
@@ -95,22 +96,49 @@ TEST(RunCli, PlantedFaultIsANumericFailure) {
   EXPECT_NE(unknown.err.find("GDNV_FAULT='no_such_fault' is not a known fault"), std::string::npos) << unknown.err;
 }
 
+// The CLI's command line for a row of the illegal-combination table; empty for a micro-batch the CLI
+// cannot express (a per-micro-batch group, a THD batch > 1: run packs THD input itself).
+std::string run_args(const cp::IllegalRule& rule) {
+  const cp::CpConfig& c = rule.config;
+  const cp::MicroBatchShape& mb = rule.micro_batch;
+  if (mb.has_cp_group || mb.local_cp_size != 0 || (mb.format == cp::Format::Thd && mb.batch != 1)) return "";
+  std::string args = "run --mode " + rule.mode + " --cp " + std::to_string(c.cp) + " --tp " + std::to_string(c.tp) +
+                     " --hidden 32 --num-key-heads " + std::to_string(rule.Hk) + " --num-value-heads " +
+                     std::to_string(rule.Hv);
+  for (std::size_t i = 0; i < c.dynamic_cp.size(); ++i)
+    args += (i ? "," : " --dynamic-cp ") + std::to_string(c.dynamic_cp[i]);
+  if (c.deterministic) args += " --deterministic";
+  if (c.allgather_cp) args += " --allgather-cp";
+  if (c.inference) args += " --inference";
+  if (mb.format == cp::Format::Sbhd)
+    return args + " --format sbhd --seq-len " + std::to_string(mb.lengths[0]) + " --batch " + std::to_string(mb.batch);
+  args += " --lengths ";
+  for (std::size_t i = 0; i < mb.lengths.size(); ++i) args += (i ? "," : "") + std::to_string(mb.lengths[i]);
+  return args;
+}
+
+// Every rule of the table the command line can express: exit 3, its fix on one line, nothing on stdout.
+TEST(RunCli, EveryIllegalCombinationExitsThreeWithItsFix) {
+  int run = 0;
+  for (const cp::IllegalRule& rule : cp::illegal_rules()) {
+    const std::string args = run_args(rule);
+    if (args.empty()) continue;
+    ++run;
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(rule.fragment), std::string::npos) << rule.name << ": " << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << "rejected before any output: " << r.out;
+  }
+  EXPECT_GE(run, 15) << "the table's configuration rules all reach the command line";
+}
+
 TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
   struct Case {
     std::string args, message;
   };
   const std::vector<Case> cases = {
-      {"--mode auto --cp 2", "use one of 'headwise', 'chunkwise', 'all_gather'"},
-      {"--mode chunkwise --cp 2 --tp 4", "divisible by tp = 4"},
-      {"--mode chunkwise --cp 2 --format sbhd --seq-len 16 --batch 2", "batch"},
       {"--mode chunkwise --cp 2 --gates mild", "unknown gate regime 'mild': use default, weak, strong or extreme"},
-      {"--mode headwise --cp 4", "use linear_cp_mode='chunkwise' or 'all_gather'"},
-      {"--mode all_gather --cp 2 --deterministic", "'all_gather' is not deterministic"},
-      {"--mode chunkwise --cp 2 --allgather-cp", "set allgather_cp=False"},
-      {"--mode all_gather --cp 2 --inference", "use linear_cp_mode='headwise' for inference"},
-      {"--mode all_gather --cp 2 --format sbhd --seq-len 16", "supports THD input only"},
-      {"--mode headwise --cp 2 --lengths 16,6", "not divisible by 2*cp = 4"},
-      {"--mode headwise --cp 2 --dynamic-cp 3", "dynamic CP size 3 does not divide"},
       {"--mode headwise --cp 2 --dtype fp16", "--dtype 'fp16' is not supported"},
       {"--mode headwise --cp 2 --lengths 16,x", "--lengths: 'x' is not an integer"},
       {"--mode chunkwise --cp 4 --dynamic-cp 4,2,1 --lengths 8 --lengths 4",

@@ -7,6 +7,7 @@
 
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
+#include "core/vectors.hpp"
 
 namespace gdnv {
 namespace {
@@ -124,9 +125,16 @@ TEST(SafetensorsWriter, WritesAtomicallyAndNeverLeavesPartialFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// The reference vectors' reader lists the data files of tests/data/vectors, not its README.
+TEST(ReferenceVectors, ListsEveryJsonAndSafetensorsFileSorted) {
+  EXPECT_EQ(vector_files(), (std::vector<std::string>{"conv1d_silu_bias.safetensors", "fla_cp_context.json",
+                                                       "gdr_batched_h0.safetensors", "gdr_varlen_gva_scale.safetensors",
+                                                       "layouts_megatron.json"}));
+}
+
 TEST(SafetensorsReader, LoadsEveryReferenceVector) {
   for (const char* name : {"gdr_batched_h0", "gdr_varlen_gva_scale", "conv1d_silu_bias"}) {
-    const auto f = read_safetensors(std::string(GDNV_TEST_DATA "/vectors/") + name + ".safetensors");
+    const auto f = read_vector(std::string(name) + ".safetensors");
     EXPECT_GT(f.tensors.size(), 3u) << name;
     EXPECT_TRUE(f.metadata.count("source")) << name;
   }
