@@ -19,13 +19,13 @@
 
 #include "comm/inprocess.hpp"
 #include "core/memory.hpp"
-#include "cpu/backend.hpp"
-#include "harness/harness.hpp"
-#include "cp/layer.hpp"
 #include "core/rng.hpp"
 #include "cost/op_cost.hpp"
+#include "cp/layer.hpp"
+#include "cpu/backend.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "gpu/kernel_backend.hpp"
+#include "harness/harness.hpp"
 #include "layouts/apply.hpp"
 
 namespace gdnv::cp {

@@ -15,9 +15,9 @@ struct Operands {
 };
 
 void report(benchmark::State& state, const Operands& x) {
-  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(x.A.rows() * x.A.cols() * x.B.cols()) *
-                                                     static_cast<double>(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2e-9 * static_cast<double>(x.A.rows() * x.A.cols() * x.B.cols()) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
 }
 
 void BM_Gemm(benchmark::State& state) {

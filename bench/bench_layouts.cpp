@@ -69,14 +69,10 @@ void BM_ApplyRoute(benchmark::State& state) {
   std::vector<std::uint8_t> src(bytes, 1), dst(bytes, 0);
   const auto op = state.range(1);
   for (auto _ : state) {
-    if (op == 0)
-      gdnv::layouts::gather_rows(src.data(), route.index, row_bytes, dst.data());
-    else if (op == 1)
-      gdnv::layouts::scatter_rows(src.data(), route.index, row_bytes, dst.data());
-    else if (op == 2)
-      std::memcpy(dst.data(), src.data(), bytes);
-    else
-      gdnv::layouts::gather_rows(src.data(), identity, row_bytes, dst.data());
+    if (op == 0) gdnv::layouts::gather_rows(src.data(), route.index, row_bytes, dst.data());
+    else if (op == 1) gdnv::layouts::scatter_rows(src.data(), route.index, row_bytes, dst.data());
+    else if (op == 2) std::memcpy(dst.data(), src.data(), bytes);
+    else gdnv::layouts::gather_rows(src.data(), identity, row_bytes, dst.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(2 * bytes));

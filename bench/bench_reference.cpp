@@ -30,7 +30,8 @@ Case make_case(std::int64_t T) {
   Case c{{normal({1, T, kHeads, kDim}, "q"), normal({1, T, kHeads, kDim}, "k"), normal({1, T, kHeads, kDim}, "v"),
           normal({1, T, kHeads}, "g"), normal({1, T, kHeads}, "beta"), normal({1, kHeads, kDim, kDim}, "h0"),
           std::nullopt, std::nullopt, false},
-         normal({1, T, kHeads, kDim}, "do"), normal({1, kHeads, kDim, kDim}, "dht")};
+         normal({1, T, kHeads, kDim}, "do"),
+         normal({1, kHeads, kDim, kDim}, "dht")};
   for (std::int64_t r = 0; r < T * kHeads; ++r) {
     double* k = c.in.k.data<double>() + r * kDim;
     double n2 = 0;

@@ -10,10 +10,12 @@ namespace {
 
 int generate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("fixtures generate options");
+  // clang-format off
   o.add_options()
       ("dir", po::value<std::string>()->required(), "directory to write the fixture files and MANIFEST.json into")
       ("catalog", po::value<std::string>()->default_value("default"),
        "default (small, the one committed under fixtures/data) | full");
+  // clang-format on
   const auto vm = parse_options("fixtures generate", "--dir DIR [--catalog default|full]", o, {}, args, out);
   if (!vm) return kPass;
   fixtures::generate_fixtures((*vm)["dir"].as<std::string>(), (*vm)["catalog"].as<std::string>(), out);
@@ -22,10 +24,12 @@ int generate_main(const std::vector<std::string>& args, std::ostream& out) {
 
 int verify_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("fixtures verify options");
+  // clang-format off
   o.add_options()
       ("dir", po::value<std::string>()->required(), "a directory written by 'fixtures generate'")
       ("update", po::bool_switch(), "rewrite the fixtures whose oracle answer moved (and missing or corrupted "
                                     "ones, from the catalog), printing what changed");
+  // clang-format on
   const auto vm = parse_options("fixtures verify", "--dir DIR [--update]", o, {}, args, out);
   if (!vm) return kPass;
   return fixtures::verify_fixtures((*vm)["dir"].as<std::string>(), (*vm)["update"].as<bool>(), out).exit_code();
@@ -39,8 +43,9 @@ int fixtures_main(const std::vector<std::string>& args, std::ostream& out) {
     return kPass;
   }
   if (args.empty())
-    throw ConfigError("fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
-                      "'gdn-verify fixtures verify --dir DIR'");
+    throw ConfigError(
+        "fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
+        "'gdn-verify fixtures verify --dir DIR'");
   if (args[0] == "generate") return generate_main({args.begin() + 1, args.end()}, out);
   if (args[0] == "verify") return verify_main({args.begin() + 1, args.end()}, out);
   throw ConfigError("unknown fixtures subcommand '" + args[0] + "': use generate or verify");

@@ -10,8 +10,8 @@
 #include "cli/gate_steps.hpp"
 #include "cli/lists.hpp"
 #include "core/error.hpp"
-#include "core/file.hpp"
 #include "core/faults.hpp"
+#include "core/file.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -27,11 +27,20 @@ std::string xml_escaped(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -43,8 +52,8 @@ std::string junit(const std::vector<Row>& rows, double total) {
   for (const auto& row : rows) failures += row.result.failed > 0, skipped += !row.result.skip_reason.empty();
   std::ostringstream x;
   x << std::fixed << std::setprecision(3) << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuites name=\"gdn-verify gate\" tests=\"" << rows.size() << "\" failures=\"" << failures
-    << "\" skipped=\"" << skipped << "\" time=\"" << total << "\">\n"
+    << "<testsuites name=\"gdn-verify gate\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" skipped=\""
+    << skipped << "\" time=\"" << total << "\">\n"
     << "  <testsuite name=\"gate\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" skipped=\""
     << skipped << "\" time=\"" << total << "\">\n";
   for (const auto& row : rows) {
@@ -68,14 +77,10 @@ void list_faults(std::ostream& out) {
 
 const std::vector<GateStep>& gate_steps() {
   static const std::vector<GateStep> table = {
-      {"safetensors round-trip", safetensors_round_trip},
-      {"reference vectors", reference_vectors},
-      {"oracle self-checks", oracle_self_checks},
-      {"layout properties", layout_properties},
-      {"CP mode matrix (cpu)", cp_mode_matrix},
-      {"illegal combinations", illegal_combinations},
-      {"fixture verification", fixture_verification},
-      {"probe self-compare", probe_self_compare},
+      {"safetensors round-trip", safetensors_round_trip}, {"reference vectors", reference_vectors},
+      {"oracle self-checks", oracle_self_checks},         {"layout properties", layout_properties},
+      {"CP mode matrix (cpu)", cp_mode_matrix},           {"illegal combinations", illegal_combinations},
+      {"fixture verification", fixture_verification},     {"probe self-compare", probe_self_compare},
       {"CP mode matrix (cuda)", gpu_mode_matrix},
   };
   return table;
@@ -85,16 +90,15 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
   options.add_options()("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE")(
       "quick", po::bool_switch(), "a smaller matrix (under a minute)")("list-faults", po::bool_switch(),
-                                                                        "list the planted faults and exit")(
+                                                                       "list the planted faults and exit")(
       "backend", po::value<std::string>()->default_value("cpu"),
       "cpu: the CUDA step runs where a device is usable, else is skipped; cuda: the device is required");
-  const auto vm = parse_options("gate", "[--quick] [--junit FILE] [--list-faults] [--backend cpu|cuda]", options, {},
-                                args, out);
+  const auto vm =
+      parse_options("gate", "[--quick] [--junit FILE] [--list-faults] [--backend cpu|cuda]", options, {}, args, out);
   if (!vm) return kPass;
   if (const std::string backend = (*vm)["backend"].as<std::string>(); backend == "cuda")
     (void)parse_backend_option(backend);  // no device: the one line naming the fix, exit 3
-  else if (backend != "cpu")
-    throw ConfigError("gate --backend '" + backend + "' is not supported: use cpu or cuda");
+  else if (backend != "cpu") throw ConfigError("gate --backend '" + backend + "' is not supported: use cpu or cuda");
   if ((*vm)["list-faults"].as<bool>()) {
     list_faults(out);
     return kPass;
@@ -113,7 +117,8 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     } catch (const std::exception& e) {
       result = {1, 1, e.what(), ""};
     }
-    rows.push_back({steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    rows.push_back(
+        {steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     out << " " << (result.skip_reason.empty() ? (result.failed ? "FAIL" : "ok") : "skipped") << "\n";
     if (!result.skip_reason.empty()) out << "    " << result.skip_reason << "\n";
     if (result.failed) {
@@ -122,8 +127,10 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out << "\n" << std::left << std::setw(28) << "step" << std::right << std::setw(8) << "cases" << std::setw(8)
-      << "result" << std::setw(10) << "time" << "\n";
+  out << "\n"
+      << std::left << std::setw(28) << "step" << std::right << std::setw(8) << "cases" << std::setw(8) << "result"
+      << std::setw(10) << "time"
+      << "\n";
   for (const auto& row : rows)
     out << std::left << std::setw(28) << row.name << std::right << std::setw(8) << row.result.cases << std::setw(8)
         << row.verdict() << std::setw(9) << std::fixed << std::setprecision(2) << row.seconds << "s\n";

@@ -15,11 +15,11 @@
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "core/vectors.hpp"
-#include "cpu/backend.hpp"
 #include "cp/illegal.hpp"
-#include "harness/harness.hpp"
+#include "cpu/backend.hpp"
 #include "fixtures/fixtures.hpp"
 #include "gpu/cuda_plugin.hpp"
+#include "harness/harness.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -36,10 +36,11 @@ void megatron_indices(StepResult& r) {
   for (const auto& c : vector_cases("layouts_megatron.json")) {
     const auto cu = c.at("cu_seqlens").get<Ints>();
     const int W = c.at("cp_size").get<int>(), rank = c.at("cp_rank").get<int>();
-    for (auto [layout, key] : {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}})
+    for (auto [layout, key] :
+         {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}})
       r.check(layouts::thd_partition(layout, cu, W, rank).positions() == c.at(key).get<Ints>(),
-              std::string(key) + " positions differ from Megatron's at " + c.at("cu_seqlens").dump() + " W=" +
-                  std::to_string(W) + " rank " + std::to_string(rank));
+              std::string(key) + " positions differ from Megatron's at " + c.at("cu_seqlens").dump() +
+                  " W=" + std::to_string(W) + " rank " + std::to_string(rank));
   }
 }
 
@@ -52,8 +53,8 @@ void fla_contexts(StepResult& r) {
                 ctx.pre_num_ranks == c.at("pre_num_ranks").get<int>() &&
                 ctx.post_num_ranks == c.at("post_num_ranks").get<int>() &&
                 ctx.pre_num_conv_tokens == c.at("pre_num_conv_tokens").get<std::int64_t>(),
-            "chunkwise context differs from FLA's at " + c.at("cu_seqlens").dump() + " W=" +
-                c.at("cp_size").dump() + " rank " + c.at("cp_rank").dump());
+            "chunkwise context differs from FLA's at " + c.at("cu_seqlens").dump() + " W=" + c.at("cp_size").dump() +
+                " rank " + c.at("cp_rank").dump());
   }
 }
 
@@ -124,8 +125,7 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
         if (m.nan_cand || m.inf_cand)
           std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
                         static_cast<long long>(m.inf_cand));
-        else
-          std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
+        else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
         r.check(m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0, at + name + buf);
       };
       check("out", j.oracles[k].out, run.answer.out);
@@ -159,7 +159,7 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
   s.lengths = {8 * W, 4 * W};
   s.seq_len = 8 * W;
   s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (docs/DESIGN.md §3.1)
-  s.gates = cp::GateRegime::Weak;  // the state crosses every rank: chunkwise's fold matters
+  s.gates = cp::GateRegime::Weak;                   // the state crosses every rank: chunkwise's fold matters
   return s;
 }
 
@@ -179,9 +179,11 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::Back
             if (!legal(spec)) continue;
             auto it = by_batch.find(spec.batch);
             if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
-            judge_runs(r, std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
-                              " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
-                              format_name(format), it->second, spec, factory);
+            judge_runs(r,
+                       std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
+                           " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
+                           format_name(format),
+                       it->second, spec, factory);
           }
       }
 }
@@ -198,8 +200,10 @@ void extreme_inputs(StepResult& r, const cp::BackendFactory& factory) {
       const Judged j = judged(spec);
       for (cp::CpMode mode : kModes) {
         spec.cp.mode = mode;
-        judge_runs(r, std::string(cp::mode_name(mode)) + " extreme inputs W=" + std::to_string(W) + " " +
-                          std::string(dtype_name(dtype)), j, spec, factory);
+        judge_runs(r,
+                   std::string(cp::mode_name(mode)) + " extreme inputs W=" + std::to_string(W) + " " +
+                       std::string(dtype_name(dtype)),
+                   j, spec, factory);
       }
     }
 }
@@ -211,7 +215,8 @@ StepResult layout_properties(bool quick) {
   megatron_indices(r);
   fla_contexts(r);
   for (int W = 1; W <= 8; ++W)
-    for (std::uint64_t seed = 0; seed < (quick ? 2u : 8u); ++seed) route_delivers_contiguous_spans(r, seeded_cu(W, seed), W);
+    for (std::uint64_t seed = 0; seed < (quick ? 2u : 8u); ++seed)
+      route_delivers_contiguous_spans(r, seeded_cu(W, seed), W);
   return r;
 }
 
@@ -221,8 +226,8 @@ StepResult layout_properties(bool quick) {
 // extreme inputs, in-process, every tensor against the oracle.
 StepResult cp_mode_matrix(bool quick) {
   StepResult r;
-  const std::vector<DType> dtypes = quick ? std::vector<DType>{DType::F64, DType::BF16}
-                                          : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
+  const std::vector<DType> dtypes =
+      quick ? std::vector<DType>{DType::F64, DType::BF16} : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
   mode_matrix(r, dtypes, cpu::make_backend);
   extreme_inputs(r, cpu::make_backend);
   for (cp::CpMode mode : kModes) {
@@ -233,7 +238,8 @@ StepResult cp_mode_matrix(bool quick) {
     own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {5}};  // 4, 12 and 5 are not multiples of 2*4 = 8
     cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
-    for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic}, {"dynamic CP 4,2,1 own packings", own},
+    for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic},
+                                    {"dynamic CP 4,2,1 own packings", own},
                                     {"spans of 2 tokens", short_spans}})
       judge_runs(r, std::string(cp::mode_name(mode)) + " " + tag, judged(spec), spec);
   }
@@ -274,8 +280,8 @@ StepResult probe_self_compare(bool quick) {
   const fs::path root = fs::temp_directory_path() / ("gdnv_gate_probe_" + std::to_string(::getpid()));
   fs::remove_all(root);
   StepResult r;
-  const std::vector<std::string> modes =
-      quick ? std::vector<std::string>{"cp1", "chunkwise"} : std::vector<std::string>{"cp1", "headwise", "chunkwise", "all_gather"};
+  const std::vector<std::string> modes = quick ? std::vector<std::string>{"cp1", "chunkwise"}
+                                               : std::vector<std::string>{"cp1", "headwise", "chunkwise", "all_gather"};
   try {
     for (const char* image : {"a", "b"})
       for (const auto& mode : modes) {
@@ -287,8 +293,10 @@ StepResult probe_self_compare(bool quick) {
           probes::dump_rank(spec, (root / image).string(), "inproc", world, cpu::make_backend(spec.dtype));
         });
       }
-    const auto same = probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));
-    for (const auto& t : same.tensors) r.check(t.structure.empty() && t.pass, "redump " + t.file + ":" + t.name + " differs");
+    const auto same =
+        probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));
+    for (const auto& t : same.tensors)
+      r.check(t.structure.empty() && t.pass, "redump " + t.file + ":" + t.name + " differs");
     const auto cross = probes::cross_mode((root / "a").string(), probes::load_policy("cp-vs-cp1"));
     for (const auto& t : cross.vs_cp1.tensors) r.check(t.pass, "cross-mode " + t.file + ":" + t.name + ": " + t.why);
     for (const auto& t : probes::judge_with_oracle((root / "a").string()).tensors)

@@ -74,12 +74,17 @@ void forms_agree(StepResult& r, const KernelShape& s, int chunk, std::uint64_t s
   const Tensor d_o = ref::seeded_normal(seed, "do", in.v.shape());
   const Tensor dht = ref::seeded_normal(seed, "dht", in.initial_state->shape());
   const ref::GdrOutputs fr = ref::gdr_recurrent_forward(in), fc = ref::gdr_chunked_forward(in, chunk);
-  const ref::GdrGrads gr = ref::gdr_recurrent_backward(in, d_o, dht), gc = ref::gdr_chunked_backward(in, d_o, dht, chunk);
+  const ref::GdrGrads gr = ref::gdr_recurrent_backward(in, d_o, dht),
+                      gc = ref::gdr_chunked_backward(in, d_o, dht, chunk);
   const std::string tag = "T=" + std::to_string(s.cu.back()) + " C=" + std::to_string(chunk) + " ";
   expect_close(r, tag + "o", fr.o, fc.o, 1e-10);
   expect_close(r, tag + "final_state", fr.final_state, fc.final_state, 1e-10);
-  for (const auto& [name, a, b] : {std::tuple{"dq", &gr.dq, &gc.dq}, {"dk", &gr.dk, &gc.dk}, {"dv", &gr.dv, &gc.dv},
-                                   {"dg", &gr.dg, &gc.dg}, {"dbeta", &gr.dbeta, &gc.dbeta}, {"dh0", &gr.dh0, &gc.dh0}})
+  for (const auto& [name, a, b] : {std::tuple{"dq", &gr.dq, &gc.dq},
+                                   {"dk", &gr.dk, &gc.dk},
+                                   {"dv", &gr.dv, &gc.dv},
+                                   {"dg", &gr.dg, &gc.dg},
+                                   {"dbeta", &gr.dbeta, &gc.dbeta},
+                                   {"dh0", &gr.dh0, &gc.dh0}})
     expect_close(r, tag + name, *a, *b, 1e-10);
 }
 
@@ -97,30 +102,40 @@ void directional(StepResult& r, const std::string& what, const std::function<dou
 void kernel_finite_differences(StepResult& r) {
   const KernelShape s{{0, 10, 24}, 1, 2, 5, 4};
   const ref::GdrInputs in = kernel_inputs(s, 3);
-  const Tensor d_o = ref::seeded_normal(3, "do", in.v.shape()), dht = ref::seeded_normal(3, "dht", in.initial_state->shape());
+  const Tensor d_o = ref::seeded_normal(3, "do", in.v.shape()),
+               dht = ref::seeded_normal(3, "dht", in.initial_state->shape());
   const ref::GdrGrads g = ref::gdr_recurrent_backward(in, d_o, dht);
   const auto loss = [&](const ref::GdrInputs& x) {
     const ref::GdrOutputs o = ref::gdr_recurrent_forward(x);
     return dot(d_o, o.o) + dot(dht, o.final_state);
   };
   using Member = Tensor ref::GdrInputs::*;
-  for (const auto& [name, member, grad] : {std::tuple<const char*, Member, const Tensor*>{"q", &ref::GdrInputs::q, &g.dq},
-                                           {"k", &ref::GdrInputs::k, &g.dk}, {"v", &ref::GdrInputs::v, &g.dv},
-                                           {"g", &ref::GdrInputs::g, &g.dg}, {"beta", &ref::GdrInputs::beta, &g.dbeta}}) {
+  for (const auto& [name, member, grad] :
+       {std::tuple<const char*, Member, const Tensor*>{"q", &ref::GdrInputs::q, &g.dq},
+        {"k", &ref::GdrInputs::k, &g.dk},
+        {"v", &ref::GdrInputs::v, &g.dv},
+        {"g", &ref::GdrInputs::g, &g.dg},
+        {"beta", &ref::GdrInputs::beta, &g.dbeta}}) {
     const Tensor d = ref::seeded_normal(4, name, (in.*member).shape());
     const Member field = member;  // clang before 16 cannot capture a structured binding
-    directional(r, std::string("kernel d") + name, [&](double e) {
-      ref::GdrInputs x = in;
-      x.*field = stepped(in.*field, d, e);
-      return loss(x);
-    }, dot(*grad, d));
+    directional(
+        r, std::string("kernel d") + name,
+        [&](double e) {
+          ref::GdrInputs x = in;
+          x.*field = stepped(in.*field, d, e);
+          return loss(x);
+        },
+        dot(*grad, d));
   }
   const Tensor d = ref::seeded_normal(4, "h0", in.initial_state->shape());
-  directional(r, "kernel dh0", [&](double e) {
-    ref::GdrInputs x = in;
-    x.initial_state = stepped(*in.initial_state, d, e);
-    return loss(x);
-  }, dot(g.dh0, d));
+  directional(
+      r, "kernel dh0",
+      [&](double e) {
+        ref::GdrInputs x = in;
+        x.initial_state = stepped(*in.initial_state, d, e);
+        return loss(x);
+      },
+      dot(g.dh0, d));
 }
 
 void layer_finite_differences(StepResult& r) {
@@ -133,14 +148,18 @@ void layer_finite_differences(StepResult& r) {
     return dot(dy, ref::layer_forward(config, p, x, cu).out);
   };
   const Tensor dh = ref::seeded_normal(6, "hidden", h.shape());
-  directional(r, "layer grad_hidden", [&](double e) { return loss(params, stepped(h, dh, e)); }, dot(g.grad_hidden, dh));
+  directional(
+      r, "layer grad_hidden", [&](double e) { return loss(params, stepped(h, dh, e)); }, dot(g.grad_hidden, dh));
   for (const char* name : {ref::kALog, ref::kDtBias, ref::kInProj, ref::kConvWeight, ref::kOutNorm}) {
     const Tensor d = ref::seeded_normal(6, name, params.at(name).shape());
-    directional(r, std::string("layer grad::") + name, [&](double e) {
-      ref::LayerParams p = params;
-      p[name] = stepped(params.at(name), d, e);
-      return loss(p, h);
-    }, dot(g.params.at(name), d));
+    directional(
+        r, std::string("layer grad::") + name,
+        [&](double e) {
+          ref::LayerParams p = params;
+          p[name] = stepped(params.at(name), d, e);
+          return loss(p, h);
+        },
+        dot(g.params.at(name), d));
   }
 }
 
@@ -185,8 +204,8 @@ StepResult reference_vectors(bool) {
         expect_close(r, std::string(name) + " " + tensor, expected.at(tensor, name), t, 1e-12);
     }
   const TensorFile conv = read_vector("conv1d_silu_bias.safetensors");
-  const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"),
-                             std::nullopt, std::nullopt, ref::Activation::Silu};
+  const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"), std::nullopt,
+                             std::nullopt,         ref::Activation::Silu};
   const ref::Conv1dGrads g = ref::conv1d_backward(in, conv.at("dy", "conv"));
   expect_close(r, "conv1d y", conv.at("y", "conv"), ref::conv1d_forward(in), 1e-12);
   expect_close(r, "conv1d dx", conv.at("dx", "conv"), g.dx, 1e-12);

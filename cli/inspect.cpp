@@ -43,11 +43,12 @@ void print_file(const std::string& path, std::ostream& out) {
   }
   out << "  " << std::left << std::setw(34) << "name" << std::setw(6) << "dtype" << std::setw(18) << "shape"
       << std::right << std::setw(13) << "min" << std::setw(13) << "max" << std::setw(13) << "mean" << std::setw(6)
-      << "nan" << std::setw(6) << "inf" << "\n";
+      << "nan" << std::setw(6) << "inf"
+      << "\n";
   for (const auto& [name, t] : file.tensors) {
     const Stats s = stats_of(t);
-    out << "  " << std::left << std::setw(34) << printable(name) << std::setw(6) << dtype_name(t.dtype()) << std::setw(18)
-        << shape_str(t.shape()) << std::right << std::setprecision(5) << std::setw(13);
+    out << "  " << std::left << std::setw(34) << printable(name) << std::setw(6) << dtype_name(t.dtype())
+        << std::setw(18) << shape_str(t.shape()) << std::right << std::setprecision(5) << std::setw(13);
     if (s.finite) out << s.min << std::setw(13) << s.max << std::setw(13) << s.mean;
     else out << "-" << std::setw(13) << "-" << std::setw(13) << "-";
     out << std::setw(6) << s.nan << std::setw(6) << s.inf << "\n";

@@ -9,7 +9,8 @@
 
 namespace gdnv::cli {
 
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, const std::string& example) {
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option,
+                                         const std::string& example) {
   std::vector<std::int64_t> values;
   std::size_t begin = 0;
   while (begin <= text.size()) {

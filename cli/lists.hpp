@@ -14,8 +14,8 @@
 namespace gdnv::cli {
 
 // "0,16,40" -> {0, 16, 40}; ConfigError naming `option` and showing `example` on anything else.
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option, const std::string& example);
-
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option,
+                                         const std::string& example);
 
 // --backend: "cpu" | "emu" (gpu/'s kernels on host streams) | "cuda" (loads the CUDA plugin,
 // gpu/cuda_plugin.hpp). `cuda` without the plugin or a usable device is a ConfigError naming the fix,

@@ -15,8 +15,8 @@
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/file.hpp"
-#include "harness/harness.hpp"
 #include "cost/roofline.hpp"
+#include "harness/harness.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -30,6 +30,7 @@ constexpr Collective kKinds[] = {Collective::AllToAllV, Collective::AllGather, C
 
 po::options_description plan_options() {
   po::options_description o("plan options");
+  // clang-format off
   o.add_options()
       ("hidden", po::value<std::int64_t>()->required(), "hidden_size")
       ("num-key-heads", po::value<std::int64_t>()->required(), "linear_num_key_heads (Hk)")
@@ -58,6 +59,7 @@ po::options_description plan_options() {
       ("deterministic", po::bool_switch(), "request deterministic mode (validation matrix)")
       ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
       ("inference", po::bool_switch(), "request inference (validation matrix)");
+  // clang-format on
   return o;
 }
 
@@ -101,7 +103,8 @@ std::int64_t parse_size(const std::string& text, const std::string& option) {
 std::vector<std::int64_t> parse_axis(const std::string& values, const std::string& option) {
   std::vector<std::int64_t> out;
   if (const auto dots = values.find(".."); dots != std::string::npos) {
-    const std::int64_t lo = parse_size(values.substr(0, dots), option), hi = parse_size(values.substr(dots + 2), option);
+    const std::int64_t lo = parse_size(values.substr(0, dots), option),
+                       hi = parse_size(values.substr(dots + 2), option);
     if (hi < lo) throw ConfigError(option + ": range '" + values + "' ends below its start: write LOW..HIGH");
     for (std::int64_t v = lo; v <= hi; v *= 2) out.push_back(v);
     return out;
@@ -139,8 +142,8 @@ Grid parse_grid(const po::variables_map& vm) {
 // --lengths once (every micro-batch's packing) or once per --dynamic-cp entry (each micro-batch's own).
 void read_lengths(const po::variables_map& vm, cp::RunSpec& s) {
   const auto& lists = vm["lengths"].as<std::vector<std::string>>();
-  const std::size_t micro_batches = vm.count("dynamic-cp") ? parse_int_list(vm["dynamic-cp"].as<std::string>(),
-                                                                            "--dynamic-cp", "1,2,4").size() : 1;
+  const std::size_t micro_batches =
+      vm.count("dynamic-cp") ? parse_int_list(vm["dynamic-cp"].as<std::string>(), "--dynamic-cp", "1,2,4").size() : 1;
   if (lists.size() > 1 && lists.size() != micro_batches)
     throw ConfigError("--lengths given " + std::to_string(lists.size()) + " times for " +
                       std::to_string(micro_batches) + " micro-batch(es)" +
@@ -243,8 +246,9 @@ std::string traffic_cell(const Traffic& t) {
 void print_table(const std::vector<Row>& rows, int layers, std::ostream& out) {
   out << std::left << std::setw(12) << "mode" << std::setw(5) << "dir";
   for (Collective k : kKinds) out << std::setw(18) << collective_name(k);
-  out << std::right << std::setw(6) << "syncs" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB" << std::setw(10)
-      << "comm ms" << std::setw(12) << "compute ms" << std::setw(10) << "total ms" << "\n";
+  out << std::right << std::setw(6) << "syncs" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB"
+      << std::setw(10) << "comm ms" << std::setw(12) << "compute ms" << std::setw(10) << "total ms"
+      << "\n";
   for (const Row& r : rows) {
     const std::string mode(cp::mode_name(r.mode));
     if (!r.illegal.empty()) {
@@ -273,9 +277,11 @@ void print_table(const std::vector<Row>& rows, int layers, std::ostream& out) {
 }
 
 void print_sweep(const std::vector<Row>& rows, std::ostream& out) {
-  out << std::right << std::setw(4) << "cp" << std::setw(6) << "mb cp" << std::setw(9) << "tokens" << "  " << std::left
-      << std::setw(12) << "mode" << std::right << std::setw(10) << "fwd ms" << std::setw(10) << "bwd ms" << std::setw(10)
-      << "total ms" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB" << std::setw(11) << "comm MiB" << "\n";
+  out << std::right << std::setw(4) << "cp" << std::setw(6) << "mb cp" << std::setw(9) << "tokens"
+      << "  " << std::left << std::setw(12) << "mode" << std::right << std::setw(10) << "fwd ms" << std::setw(10)
+      << "bwd ms" << std::setw(10) << "total ms" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB"
+      << std::setw(11) << "comm MiB"
+      << "\n";
   for (const Row& r : rows) {
     out << std::right << std::setw(4) << r.cp << std::setw(6) << r.mb_cp << std::setw(9) << r.tokens << "  "
         << std::left << std::setw(12) << cp::mode_name(r.mode) << std::right;
@@ -314,7 +320,8 @@ std::string csv(const std::vector<Row>& rows, int tp) {
     for (int dir = 0; dir < 2; ++dir) {
       const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
       const cost::PhaseTime& t = dir ? r.bwd : r.fwd;
-      for (Collective k : kKinds) out << "," << p.comm[k].calls << "," << p.comm[k].bytes_sent << "," << p.comm[k].bytes_recv;
+      for (Collective k : kKinds)
+        out << "," << p.comm[k].calls << "," << p.comm[k].bytes_sent << "," << p.comm[k].bytes_recv;
       out << "," << p.comm.host_syncs << "," << p.flops() << "," << p.bytes() << "," << t.comm_s * 1e3 << ","
           << t.compute_s * 1e3;
     }
@@ -343,8 +350,8 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& path) {
           points << r.tokens << " " << r.total_s() * 1e3 << "\n";
       if (points.str().empty()) continue;
       data << points.str() << "\n\n";
-      plot << (series ? ", " : "plot ") << "'" << data_file << "' index " << series << " using 1:2 with linespoints title '"
-           << cp::mode_name(mode) << " cp=" << cp_size << "'";
+      plot << (series ? ", " : "plot ") << "'" << data_file << "' index " << series
+           << " using 1:2 with linespoints title '" << cp::mode_name(mode) << " cp=" << cp_size << "'";
       ++series;
     }
   std::filesystem::create_directories(dir);
@@ -357,15 +364,18 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& path) {
   const bool ok = rc == 0 && std::filesystem::is_regular_file(tmp_svg);
   const std::string svg = ok ? read_file_text(tmp_svg) : "";
   std::filesystem::remove_all(dir);
-  if (!ok) throw ConfigError("--svg " + path + ": gnuplot failed: install gnuplot (apt-get install gnuplot-nox) or drop --svg");
+  if (!ok)
+    throw ConfigError("--svg " + path +
+                      ": gnuplot failed: install gnuplot (apt-get install gnuplot-nox) or drop --svg");
   return svg;
 }
 
 }  // namespace
 
 int plan_main(const std::vector<std::string>& args, std::ostream& out) {
-  const auto vm = parse_options("plan", "--hidden N --num-key-heads N ... --tp T --cp W (--lengths L,... | "
-                                        "--length-dist FILE | --sweep seq=...) [options]",
+  const auto vm = parse_options("plan",
+                                "--hidden N --num-key-heads N ... --tp T --cp W (--lengths L,... | "
+                                "--length-dist FILE | --sweep seq=...) [options]",
                                 plan_options(), {}, args, out);
   if (!vm) return kPass;
   const Grid grid = parse_grid(*vm);
@@ -410,8 +420,8 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
       const std::vector<std::int64_t>& lengths = cp::lengths_of(base, static_cast<std::size_t>(m));
       std::int64_t tokens = base.format == Format::Thd ? 0 : base.seq_len * base.batch;
       for (auto length : lengths) tokens += length;
-      out << "micro-batch " << m + 1 << "/" << n << ": cp=" << (base.micro_batches.empty() ? any.cp : base.micro_batches[m])
-          << ", " << tokens << " tokens ("
+      out << "micro-batch " << m + 1 << "/" << n
+          << ": cp=" << (base.micro_batches.empty() ? any.cp : base.micro_batches[m]) << ", " << tokens << " tokens ("
           << (base.format == Format::Thd
                   ? std::to_string(lengths.size()) + (lengths.size() == 1 ? " sequence" : " packed sequences") + ", THD"
                   : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
@@ -420,7 +430,8 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
     }
   }
   const bool any_legal = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.illegal.empty(); });
-  if (!any_legal) throw ConfigError("no linear_cp_mode is legal for this geometry: change it as the messages above say");
+  if (!any_legal)
+    throw ConfigError("no linear_cp_mode is legal for this geometry: change it as the messages above say");
   const std::string svg = vm->count("svg") ? render_svg(rows, (*vm)["svg"].as<std::string>()) : "";
   if (vm->count("csv")) write_file_atomic((*vm)["csv"].as<std::string>(), csv(rows, base.cp.tp));
   if (vm->count("svg")) write_file_atomic((*vm)["svg"].as<std::string>(), svg);

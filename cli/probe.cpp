@@ -36,7 +36,8 @@ World parse_world(const std::string& given, const std::string& mode) {
   const int launched = mpirun_size();
   if (given.empty()) return launched ? World{true, launched} : World{false, mode == "cp1" ? 1 : 2};
   if (given == "mpi") {
-    if (!launched) throw ConfigError("--world mpi needs the process started by mpirun: mpirun -np W gdn-verify probe dump ...");
+    if (!launched)
+      throw ConfigError("--world mpi needs the process started by mpirun: mpirun -np W gdn-verify probe dump ...");
     return {true, launched};
   }
   const std::string prefix = "inproc:";
@@ -53,6 +54,7 @@ World parse_world(const std::string& given, const std::string& mode) {
 
 int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("probe dump options");
+  // clang-format off
   o.add_options()
       ("mode", po::value<std::string>()->required(), "cp1 | headwise | chunkwise | all_gather")
       ("image", po::value<std::string>()->required(), "label of the build being probed, e.g. old or new")
@@ -63,6 +65,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
       ("backend", po::value<std::string>()->default_value("cpu"),
        "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)");
+  // clang-format on
   const auto vm = parse_options("probe dump", "--mode M --image LABEL --out DIR [options]", o, {}, args, out);
   if (!vm) return kPass;
   probes::DumpSpec spec;
@@ -78,21 +81,23 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   (void)probes::dump_run_spec(spec, world.size);
   const cp::BackendFactory factory = parse_backend_option(spec.backend);
   if (world.mpi && spec.backend == "emu")
-    throw ConfigError("--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun, "
-                      "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
+    throw ConfigError(
+        "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun, "
+        "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
   cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   const auto body = [&](Communicator& comm) {
     if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
       gpu::NcclRank rank = gpu::cuda_plugin().api->make_nccl_rank(comm, spec.dtype);
       probes::dump_rank(spec, dir, "nccl", *rank.comm, std::move(rank.backend));
     } else {
-      probes::dump_rank(spec, dir, world.mpi ? "mpi" : "inproc", comm,
-                        world.mpi ? factory(spec.dtype) : std::move(ranks.backends[static_cast<std::size_t>(comm.rank())]));
+      probes::dump_rank(
+          spec, dir, world.mpi ? "mpi" : "inproc", comm,
+          world.mpi ? factory(spec.dtype) : std::move(ranks.backends[static_cast<std::size_t>(comm.rank())]));
     }
     if (comm.rank() == 0)
       out << "probe dump: image '" << spec.image << "', " << spec.mode << " on " << world.size << " rank(s) ("
-          << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype)
-          << " -> " << dir << "/{inputs.safetensors, " << spec.mode << ".rank"
+          << (world.mpi ? "mpi" : "inproc") << "), case " << spec.case_name << ", " << dtype_name(spec.dtype) << " -> "
+          << dir << "/{inputs.safetensors, " << spec.mode << ".rank"
           << (world.size == 1 ? "0" : "0.." + std::to_string(world.size - 1)) << ".safetensors, meta.json}\n";
   };
   if (world.mpi) run_mpi(body);
@@ -102,12 +107,14 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
 
 int compare_images_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("probe compare options");
+  // clang-format off
   o.add_options()
       ("ref", po::value<std::string>()->required(), "the reference image's directory")
       ("cand", po::value<std::string>()->required(), "the candidate image's directory")
       ("mode", po::value<std::string>()->default_value(""), "compare only this mode's dumps (default: every mode of REF)")
       ("policy", po::value<std::string>()->default_value("cp1-vs-old"),
        "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | a JSON file");
+  // clang-format on
   add_report_options(o);
   const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
@@ -119,13 +126,15 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
 
 int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("probe cross-mode options");
+  // clang-format off
   o.add_options()
       ("dir", po::value<std::string>()->required(), "an image directory holding a cp1 dump and CP modes' dumps")
       ("policy", po::value<std::string>()->default_value("cp-vs-cp1"), "tolerance policy of each mode vs cp1");
+  // clang-format on
   const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
-  const probes::CrossMode r = probes::cross_mode((*vm)["dir"].as<std::string>(),
-                                                 probes::load_policy((*vm)["policy"].as<std::string>()));
+  const probes::CrossMode r =
+      probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
   probes::write_rows(r.vs_cp1, out);
   if (r.ratios.empty()) out << "deviation ratio: skipped (no headwise dump to measure against)\n";
   int outside = 0;

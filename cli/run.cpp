@@ -13,8 +13,8 @@
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
 #include "gpu/cuda_backend.hpp"
+#include "harness/harness.hpp"
 #include "probes/build_info.hpp"
 
 namespace gdnv::cli {
@@ -24,6 +24,7 @@ using cp::Format;
 
 po::options_description run_options() {
   po::options_description o("run options");
+  // clang-format off
   o.add_options()
       ("mode", po::value<std::string>()->default_value("headwise"),
        "linear_cp_mode: headwise (the upstream default) | chunkwise | all_gather")
@@ -53,6 +54,7 @@ po::options_description run_options() {
       ("inference", po::bool_switch(), "request inference (validation matrix)")
       ("dynamic-cp", po::value<std::string>(), "one micro-batch per listed CP size, e.g. 1,2,4 (divisors of --cp)")
       ("json", po::value<std::string>(), "also write the results as JSON to FILE");
+  // clang-format on
   return o;
 }
 
@@ -146,7 +148,6 @@ std::string indented(const std::string& lines) {
   return out;
 }
 
-
 }  // namespace
 
 int run_main(const std::vector<std::string>& args, std::ostream& out) {
@@ -176,15 +177,22 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + joined(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
-    out << "  collectives of rank 0, forward:\n" << indented(format_counters(runs[i].forward))
-        << "  collectives of rank 0, backward:\n" << indented(format_counters(runs[i].backward));
+    out << "  collectives of rank 0, forward:\n"
+        << indented(format_counters(runs[i].forward)) << "  collectives of rank 0, backward:\n"
+        << indented(format_counters(runs[i].backward));
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows) {
       all_pass = all_pass && r.pass;
-      tensors.push_back({{"name", r.name}, {"max_abs", r.m.max_abs}, {"rel_rms", r.m.rel_rms}, {"gate", r.gate},
-                         {"one_minus_cos", r.m.one_minus_cos}, {"pass", r.pass}});
+      tensors.push_back({{"name", r.name},
+                         {"max_abs", r.m.max_abs},
+                         {"rel_rms", r.m.rel_rms},
+                         {"gate", r.gate},
+                         {"one_minus_cos", r.m.one_minus_cos},
+                         {"pass", r.pass}});
     }
-    report.push_back({{"cp", runs[i].cp_size}, {"tensors", tensors}, {"forward", probes::counters_json(runs[i].forward)},
+    report.push_back({{"cp", runs[i].cp_size},
+                      {"tensors", tensors},
+                      {"forward", probes::counters_json(runs[i].forward)},
                       {"backward", probes::counters_json(runs[i].backward)}});
     if (spec.format == Format::Thd) report.back()["lengths"] = cp::lengths_of(spec, i);
   }

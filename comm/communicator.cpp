@@ -30,9 +30,7 @@ bool overlaps(const void* a, std::int64_t na, const void* b, std::int64_t nb) {
 }  // namespace
 
 std::int64_t Call::send_offset(int p) const { return std::accumulate(to.begin(), to.begin() + p, std::int64_t{0}); }
-std::int64_t Call::recv_offset(int r) const {
-  return std::accumulate(from.begin(), from.begin() + r, std::int64_t{0});
-}
+std::int64_t Call::recv_offset(int r) const { return std::accumulate(from.begin(), from.begin() + r, std::int64_t{0}); }
 
 std::int64_t partition_begin(std::int64_t n, int size, int p) { return n * p / size; }
 
@@ -138,15 +136,15 @@ struct LocalCheck {
     same_dtype(send.dtype, recv.dtype);
   }
   void same_dtype(DType send, DType recv) const {
-    require(send == recv, "send buffer is " + std::string(dtype_name(send)) + " but recv buffer is " +
-                              std::string(dtype_name(recv)));
+    require(send == recv,
+            "send buffer is " + std::string(dtype_name(send)) + " but recv buffer is " + std::string(dtype_name(recv)));
   }
   void reducible(DType t) const {
     require(is_reducible(t), "sums are defined for F64, F32 and BF16, not " + std::string(dtype_name(t)));
   }
   void counts(std::span<const std::int64_t> c, const char* name) const {
     require(static_cast<int>(c.size()) == comm.size(), std::string(name) + " has " + std::to_string(c.size()) +
-                                                          " entries for " + std::to_string(comm.size()) + " ranks");
+                                                           " entries for " + std::to_string(comm.size()) + " ranks");
     for (std::size_t p = 0; p < c.size(); ++p)
       require(c[p] >= 0, std::string(name) + "[" + std::to_string(p) + "] is negative (" + std::to_string(c[p]) + ")");
   }
@@ -178,9 +176,9 @@ void Communicator::all_to_all_v(ConstBuf send, std::span<const std::int64_t> sen
 void Communicator::all_gather(ConstBuf send, MutBuf recv) {
   const auto counts = same_count(send.count);
   const LocalCheck check{*this, "all_gather on " + describe()};
-  check.require(recv.count == send.count * size(), "recv buffer holds " + std::to_string(recv.count) +
-                                                       " elements, expected size * send count = " +
-                                                       std::to_string(send.count * size()));
+  check.require(recv.count == send.count * size(),
+                "recv buffer holds " + std::to_string(recv.count) +
+                    " elements, expected size * send count = " + std::to_string(send.count * size()));
   all_gather_v(send, recv, counts);
 }
 
@@ -199,9 +197,9 @@ void Communicator::all_gather_v(ConstBuf send, MutBuf recv, std::span<const std:
 void Communicator::reduce_scatter(ConstBuf send, MutBuf recv) {
   const auto counts = same_count(recv.count);
   const LocalCheck check{*this, "reduce_scatter on " + describe()};
-  check.require(send.count == recv.count * size(), "send buffer holds " + std::to_string(send.count) +
-                                                       " elements, expected size * recv count = " +
-                                                       std::to_string(recv.count * size()));
+  check.require(send.count == recv.count * size(),
+                "send buffer holds " + std::to_string(send.count) +
+                    " elements, expected size * recv count = " + std::to_string(recv.count * size()));
   reduce_scatter_v(send, recv, counts);
 }
 
@@ -231,8 +229,8 @@ void Communicator::all_reduce(ConstBuf send, MutBuf recv) {
 void Communicator::broadcast(MutBuf buf, int root) {
   const LocalCheck check{*this, "broadcast on " + describe()};
   check.buffer(buf.data, buf.count, "buffer");
-  check.require(root >= 0 && root < size(), "root " + std::to_string(root) + " is not a rank of the group (0.." +
-                                                std::to_string(size() - 1) + ")");
+  check.require(root >= 0 && root < size(),
+                "root " + std::to_string(root) + " is not a rank of the group (0.." + std::to_string(size() - 1) + ")");
   std::vector<std::int64_t> from = same_count(0);
   from[root] = buf.count;
   run(start(Collective::Broadcast, buf, buf, same_count(rank() == root ? buf.count : 0), std::move(from), root));

@@ -30,8 +30,10 @@ Communicator& DynamicCpGroups::group(int size) const {
   if (size == static_.size()) return static_;
   const auto it = groups_.find(size);
   if (it == groups_.end())
-    throw ConfigError("dynamic CP size " + std::to_string(size) + " was not prepared; list it in the sizes given to "
-                      "DynamicCpGroups (static CP size " + std::to_string(static_.size()) + ")");
+    throw ConfigError("dynamic CP size " + std::to_string(size) +
+                      " was not prepared; list it in the sizes given to "
+                      "DynamicCpGroups (static CP size " +
+                      std::to_string(static_.size()) + ")");
   return *it->second;
 }
 

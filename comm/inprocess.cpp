@@ -237,7 +237,8 @@ class InProcessCommunicator final : public Communicator {
         if (rank() != call.root) copy(0, posts[call.root]->call->send, 0, call.from[call.root]);
         break;
       case Collective::Barrier:
-      case Collective::Split: break;
+      case Collective::Split:
+        break;
     }
   }
 
@@ -248,8 +249,7 @@ class InProcessCommunicator final : public Communicator {
     std::vector<int> members;
     for (int r = 0; r < size(); ++r)
       if (g.posts[r]->color == color) members.push_back(r);
-    std::stable_sort(members.begin(), members.end(),
-                     [&](int a, int b) { return g.posts[a]->key < g.posts[b]->key; });
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return g.posts[a]->key < g.posts[b]->key; });
     std::vector<int> world_ranks;
     for (int r : members) world_ranks.push_back(g.world_ranks[r]);
     const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
@@ -291,7 +291,8 @@ void run_world(int n, const std::function<void(Communicator&)>& fn, const WorldO
     for (int r = 0; r < n; ++r)
       threads.emplace_back([&, r] {
         try {
-          std::shared_ptr<DataMover> mover = options.movers.empty() ? nullptr : options.movers[static_cast<std::size_t>(r)];
+          std::shared_ptr<DataMover> mover =
+              options.movers.empty() ? nullptr : options.movers[static_cast<std::size_t>(r)];
           InProcessCommunicator comm(group, r, std::make_shared<Accounting>(), mover ? mover : host_data_mover());
           fn(comm);
         } catch (...) {

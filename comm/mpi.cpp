@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <list>
 #include <map>
 #include <numeric>
@@ -27,7 +27,7 @@ constexpr int kTagAck = 102;      // a peer has seen the failure and reported it
 constexpr int kTagQuery = 103;    // payload: {query id, group id}; "how far are you on this group?"
 constexpr int kTagAnswer = 104;   // payload: {query id, collectives entered on the group, returned from fn}
 
-constexpr std::uint64_t kFinishGroup = ~std::uint64_t{0};       // run_mpi's closing barrier
+constexpr std::uint64_t kFinishGroup = ~std::uint64_t{0};         // run_mpi's closing barrier
 constexpr std::uint64_t kDuplicateMark = std::uint64_t{1} << 63;  // group id salt of a detached copy
 constexpr int kSpinsBeforeSleep = 16;
 constexpr auto kPollSleep = std::chrono::microseconds(50);
@@ -43,12 +43,17 @@ void check(int rc, const std::string& where) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::F64: return MPI_DOUBLE;
-    case DType::F32: return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::F32:
+      return MPI_FLOAT;
     case DType::BF16:
-    case DType::F16: return MPI_UINT16_T;  // moved as bits; sums happen locally (comm/rank_sum.hpp)
-    case DType::I64: return MPI_INT64_T;
-    case DType::I32: return MPI_INT32_T;
+    case DType::F16:
+      return MPI_UINT16_T;  // moved as bits; sums happen locally (comm/rank_sum.hpp)
+    case DType::I64:
+      return MPI_INT64_T;
+    case DType::I32:
+      return MPI_INT32_T;
   }
   return MPI_BYTE;
 }
@@ -166,9 +171,9 @@ class MpiProcess {
       if (it != answers_.end() && it->second.entered >= k) continue;
       late.push_back(r);
       details += (details.empty() ? "" : "; ") + comm.who(r) +
-                 (it == answers_.end()       ? " did not answer: busy outside any collective"
-                  : it->second.finished      ? " returned from the world function"
-                                             : " is waiting in another collective");
+                 (it == answers_.end()  ? " did not answer: busy outside any collective"
+                  : it->second.finished ? " returned from the world function"
+                                        : " is waiting in another collective");
     }
     if (late.empty()) return "every rank arrived, but the transfer did not complete";
     return comm.who(late) + " did not arrive (" + details + ")";
@@ -187,8 +192,7 @@ class MpiProcess {
       check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), where);
       if (done) return;
       serve();
-      if (peer_failed())
-        throw CommError(where + ": " + name_world_rank(world, failed_rank_) + " failed: " + failure_);
+      if (peer_failed()) throw CommError(where + ": " + name_world_rank(world, failed_rank_) + " failed: " + failure_);
       if (Clock::now() > deadline)
         throw CommError(where + ": timed out after " + format_seconds(timeout_) + ": " +
                         absentees(kFinishGroup, k, world));
@@ -242,8 +246,7 @@ class MpiProcess {
 
   void send(int world_rank, int tag, std::vector<char> bytes) {
     auto& out = outgoing_.emplace_back(Outgoing{std::move(bytes)});
-    MPI_Isend(out.bytes.data(), static_cast<int>(out.bytes.size()), MPI_BYTE, world_rank, tag, control_,
-              &out.request);
+    MPI_Isend(out.bytes.data(), static_cast<int>(out.bytes.size()), MPI_BYTE, world_rank, tag, control_, &out.request);
   }
   void send(int world_rank, int tag, std::initializer_list<std::uint64_t> words) {
     std::vector<char> bytes(words.size() * sizeof(std::uint64_t));
@@ -262,12 +265,17 @@ class MpiProcess {
           failure_.assign(payload.begin(), payload.end());
         }
         break;
-      case kTagAck: reported_.insert(source); break;
-      case kTagQuery: send(source, kTagAnswer, {words[0], entered_[words[1]], finished_ ? 1u : 0u}); break;
+      case kTagAck:
+        reported_.insert(source);
+        break;
+      case kTagQuery:
+        send(source, kTagAnswer, {words[0], entered_[words[1]], finished_ ? 1u : 0u});
+        break;
       case kTagAnswer:
         if (words[0] == query_id_) answers_[source] = Answer{words[1], words[2] != 0};
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -303,8 +311,8 @@ void MpiCommunicator::wait(const std::function<bool()>& done, const std::string&
     // Failure first: once a rank has failed, no collective completes here, as in the in-process world.
     process_->serve();
     if (process_->peer_failed())
-      throw CommError(where + ": " + name_world_rank(*this, process_->failed_rank()) + " failed: " +
-                      process_->failure());
+      throw CommError(where + ": " + name_world_rank(*this, process_->failed_rank()) +
+                      " failed: " + process_->failure());
     if (done()) return;
     if (Clock::now() > deadline)
       throw CommError(where + ": timed out after " + format_seconds(process_->timeout()) + ": " +
@@ -328,9 +336,9 @@ void MpiCommunicator::handshake(const Call& call, const std::string& where) {
   std::vector<CallHeader> out, in(static_cast<std::size_t>(size()));
   for (int p = 0; p < size(); ++p) out.push_back(header_toward(call, p));
   MPI_Request request;
-  check(MPI_Ialltoall(out.data(), sizeof(CallHeader), MPI_BYTE, in.data(), sizeof(CallHeader), MPI_BYTE, comm_,
-                      &request),
-        where);
+  check(
+      MPI_Ialltoall(out.data(), sizeof(CallHeader), MPI_BYTE, in.data(), sizeof(CallHeader), MPI_BYTE, comm_, &request),
+      where);
   wait_request(request, where);
   for (int r = 0; r < size(); ++r)
     if (const std::string m = mismatch(*this, in[r], r, call, rank()); !m.empty()) throw CommError(where + ": " + m);
@@ -341,8 +349,8 @@ void MpiCommunicator::all_to_all(const void* send, const std::vector<int>& send_
                                  const std::vector<int>& recv_displs, DType dtype, const std::string& where) {
   const MPI_Datatype type = mpi_type(dtype);
   MPI_Request request;
-  check(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(),
-                       recv_displs.data(), type, comm_, &request),
+  check(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(), recv_displs.data(),
+                       type, comm_, &request),
         where);
   wait_request(request, where);
 }
@@ -351,8 +359,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, const std::vector
                                  const std::vector<int>& displs, DType dtype, const std::string& where) {
   const MPI_Datatype type = mpi_type(dtype);
   MPI_Request request;
-  check(MPI_Iallgatherv(send, counts[rank()], type, recv, counts.data(), displs.data(), type, comm_, &request),
-        where);
+  check(MPI_Iallgatherv(send, counts[rank()], type, recv, counts.data(), displs.data(), type, comm_, &request), where);
   wait_request(request, where);
 }
 
@@ -411,7 +418,8 @@ void MpiCommunicator::execute(const Call& call) {
       break;
     }
     case Collective::Barrier:  // the handshake is the barrier
-    case Collective::Split: break;
+    case Collective::Split:
+      break;
   }
 }
 

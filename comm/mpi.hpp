@@ -61,7 +61,7 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<MpiProcess> process_;
   MPI_Comm comm_;
-  std::uint64_t group_id_;   // the same on every member; names the group in control messages
+  std::uint64_t group_id_;     // the same on every member; names the group in control messages
   std::uint64_t entered_ = 0;  // handshakes on this group so far, the current one included
 };
 

@@ -21,10 +21,14 @@ void rank_sum_typed(void* out, std::span<const void* const> inputs, std::int64_t
 void rank_sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) {
   if (inputs.empty() || count == 0) return;
   switch (dtype) {
-    case DType::F64: return rank_sum_typed<double>(out, inputs, count);
-    case DType::F32: return rank_sum_typed<float>(out, inputs, count);
-    case DType::BF16: return rank_sum_typed<bf16_t>(out, inputs, count);
-    default: throw Error("rank_sum: no sum for dtype " + std::string(dtype_name(dtype)));
+    case DType::F64:
+      return rank_sum_typed<double>(out, inputs, count);
+    case DType::F32:
+      return rank_sum_typed<float>(out, inputs, count);
+    case DType::BF16:
+      return rank_sum_typed<bf16_t>(out, inputs, count);
+    default:
+      throw Error("rank_sum: no sum for dtype " + std::string(dtype_name(dtype)));
   }
 }
 

@@ -38,7 +38,7 @@ GDNV_HD T rank_ordered_sum(int n, Contribution x) {
 // Host: out[i] = rank-ordered sum of inputs[r][i] for i < count (inputs in rank order; out may be
 // one of them). dtype must be F64, F32 or BF16.
 void rank_sum(DType dtype,
-              void* out,                             // [count]
+              void* out,                            // [count]
               std::span<const void* const> inputs,  // n pointers to [count]
               std::int64_t count);
 

@@ -27,8 +27,7 @@ bool is_float(DType t) { return t != DType::I64 && t != DType::I32; }
 DType parse_dtype(std::string_view name, const std::string& what) {
   for (const auto& info : kTypes)
     if (info.name == name) return info.type;
-  throw FormatError(what + ": unknown dtype '" + std::string(name) +
-                    "' (supported: F64, F32, BF16, F16, I64, I32)");
+  throw FormatError(what + ": unknown dtype '" + std::string(name) + "' (supported: F64, F32, BF16, F16, I64, I32)");
 }
 
 std::string_view dtype_option_name(DType t) {

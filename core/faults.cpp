@@ -47,7 +47,8 @@ const std::vector<FaultInfo>& all_faults() {
        "the zigzag shard is read as chunk 2W-1-r before chunk r of every sequence (headwise, all_gather)"},
       {Fault::GateSoftplusMissingDtBias, "gate_softplus_missing_dt_bias",
        "the gate is computed as -exp(A_log) * softplus(a), without dt_bias"},
-      {Fault::L2normEpsDropped, "l2norm_eps_dropped", "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
+      {Fault::L2normEpsDropped, "l2norm_eps_dropped",
+       "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
       {Fault::SoftplusOverflows, "softplus_overflows",
        "the gate's softplus is log(1 + e^x): inf past x = 88 in fp32, and imprecise for x << 0"},
   };

@@ -41,7 +41,7 @@ void kernel_portable(std::int64_t kc, const double* a, const double* b, double* 
 
 #ifdef GDNV_GEMM_AVX2
 __attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const double* a, const double* b, double* t,
-                                                      std::int64_t ld, bool zero) {
+                                                     std::int64_t ld, bool zero) {
   __m256d c[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -146,8 +146,7 @@ std::pair<std::int64_t, std::int64_t> panel_steps(Triangle a, std::int64_t r, st
 
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
-void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B,
-                  const MatrixView<double>& C) {
+void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B, const MatrixView<double>& C) {
   if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols)
     throw Error("gemm: C [" + std::to_string(C.rows) + ", " + std::to_string(C.cols) + "] = A [" +
                 std::to_string(A.rows) + ", " + std::to_string(A.cols) + "] B [" + std::to_string(B.rows) + ", " +
@@ -180,8 +179,8 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR) {
             const auto [skip, steps] = panel_steps(options.a, i0 + ip, k0, kc);
-            advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip,
-                         j0 + jp, std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
+            advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip, j0 + jp,
+                         std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
           }
       });
     }

@@ -22,7 +22,7 @@ GDNV_HD float bits_float(std::uint32_t u) {
 GDNV_HD std::uint16_t float_to_bf16(float f) {
   std::uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even
+  u += 0x7fffu + ((u >> 16) & 1u);                                                              // ties to even
   return static_cast<std::uint16_t>(u >> 16);
 }
 

@@ -25,7 +25,7 @@ std::uint64_t stream_of(std::string_view name) {
 
 double det_log(double x) {
   int e = 0;
-  double m = std::frexp(x, &e);  // exact: x = m * 2^e, m in [0.5, 1)
+  double m = std::frexp(x, &e);   // exact: x = m * 2^e, m in [0.5, 1)
   if (m < 0.70710678118654752) {  // centre m on 1 so the series below converges fast
     m *= 2.0;
     e -= 1;
@@ -38,9 +38,7 @@ double det_log(double x) {
   return e * ln2_hi + (2.0 * s * series + e * ln2_lo);
 }
 
-double Rng::uniform(std::uint64_t i) const {
-  return static_cast<double>(hash64(seed_, stream_, i) >> 11) * 0x1.0p-53;
-}
+double Rng::uniform(std::uint64_t i) const { return static_cast<double>(hash64(seed_, stream_, i) >> 11) * 0x1.0p-53; }
 
 double Rng::uniform(std::uint64_t i, double lo, double hi) const { return lo + (hi - lo) * uniform(i); }
 

@@ -1,9 +1,9 @@
 #include "core/safetensors.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -119,7 +119,8 @@ struct Layout {
 };
 
 std::uint64_t header_length(const std::uint8_t* first8, std::uint64_t file_size, const std::string& source) {
-  if (file_size < 8) fail(source, "truncated: " + std::to_string(file_size) + " bytes, fewer than the 8-byte header length");
+  if (file_size < 8)
+    fail(source, "truncated: " + std::to_string(file_size) + " bytes, fewer than the 8-byte header length");
   std::uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | first8[i];
   if (len > kMaxHeaderBytes) fail(source, "header length " + std::to_string(len) + " exceeds the 100 MB limit");
@@ -179,7 +180,8 @@ TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const s
   const std::uint8_t* body = data + 8 + len;
   TensorFile file{{}, std::move(layout.metadata)};
   for (auto& e : layout.entries)
-    file.tensors.emplace(e.name, Tensor(e.dtype, std::move(e.shape), std::vector<std::uint8_t>(body + e.begin, body + e.end)));
+    file.tensors.emplace(e.name,
+                         Tensor(e.dtype, std::move(e.shape), std::vector<std::uint8_t>(body + e.begin, body + e.end)));
   return file;
 }
 

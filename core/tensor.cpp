@@ -27,8 +27,8 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
 Tensor::Tensor(DType dtype, Shape shape, std::vector<std::uint8_t> bytes)
     : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {
   if (bytes_.size() != static_cast<std::size_t>(numel()) * dtype_size(dtype_))
-    throw Error("Tensor: " + std::to_string(bytes_.size()) + " bytes for " + std::string(dtype_name(dtype_)) +
-                " " + shape_str(shape_));
+    throw Error("Tensor: " + std::to_string(bytes_.size()) + " bytes for " + std::string(dtype_name(dtype_)) + " " +
+                shape_str(shape_));
 }
 
 Tensor Tensor::from_f64(const std::vector<double>& values, Shape shape, DType dtype) {
@@ -48,12 +48,36 @@ void Tensor::check_type(DType requested) const {
 double Tensor::get(std::int64_t i) const {
   const std::uint8_t* p = bytes_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_);
   switch (dtype_) {
-    case DType::F64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::BF16: { std::uint16_t v; std::memcpy(&v, p, 2); return bf16_to_float(v); }
-    case DType::F16: { std::uint16_t v; std::memcpy(&v, p, 2); return fp16_to_float(v); }
-    case DType::I64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::I32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::BF16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_float(v);
+    }
+    case DType::F16: {
+      std::uint16_t v;
+      std::memcpy(&v, p, 2);
+      return fp16_to_float(v);
+    }
+    case DType::I64: {
+      std::int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DType::I32: {
+      std::int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
   }
   return 0;
 }
@@ -61,12 +85,34 @@ double Tensor::get(std::int64_t i) const {
 void Tensor::set(std::int64_t i, double v) {
   std::uint8_t* p = bytes_.data() + static_cast<std::size_t>(i) * dtype_size(dtype_);
   switch (dtype_) {
-    case DType::F64: std::memcpy(p, &v, 8); break;
-    case DType::F32: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-    case DType::BF16: { const std::uint16_t h = float_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DType::F16: { const std::uint16_t h = float_to_fp16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-    case DType::I64: { const auto n = static_cast<std::int64_t>(v); std::memcpy(p, &n, 8); break; }
-    case DType::I32: { const auto n = static_cast<std::int32_t>(v); std::memcpy(p, &n, 4); break; }
+    case DType::F64:
+      std::memcpy(p, &v, 8);
+      break;
+    case DType::F32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      break;
+    }
+    case DType::BF16: {
+      const std::uint16_t h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::F16: {
+      const std::uint16_t h = float_to_fp16(static_cast<float>(v));
+      std::memcpy(p, &h, 2);
+      break;
+    }
+    case DType::I64: {
+      const auto n = static_cast<std::int64_t>(v);
+      std::memcpy(p, &n, 8);
+      break;
+    }
+    case DType::I32: {
+      const auto n = static_cast<std::int32_t>(v);
+      std::memcpy(p, &n, 4);
+      break;
+    }
   }
 }
 

@@ -15,7 +15,9 @@ struct Interval {
   std::int64_t begin, end;
 };
 
-std::int64_t overlap(Interval a, Interval b) { return std::max<std::int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin)); }
+std::int64_t overlap(Interval a, Interval b) {
+  return std::max<std::int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
+}
 
 // The two zigzag chunks of every sequence that rank p holds: chunks p and 2cp-1-p of 2cp.
 std::vector<Interval> zigzag_runs(const CostContext& cc, int p) {
@@ -43,11 +45,11 @@ const Interval* sequence_around(const std::vector<Interval>& seqs, std::int64_t 
 }
 
 struct Span {
-  std::int64_t n;                      // tokens per span, T / cp
-  std::vector<Interval> seqs;          // non-empty sequences, global positions
-  std::vector<std::int64_t> pieces;    // lengths of the sequence pieces in this rank's span
-  int pre = 0, post = 0;               // earlier / later ranks the first / last local sequence reaches
-  bool any_continues = false;          // some rank's span starts inside a sequence
+  std::int64_t n;                    // tokens per span, T / cp
+  std::vector<Interval> seqs;        // non-empty sequences, global positions
+  std::vector<std::int64_t> pieces;  // lengths of the sequence pieces in this rank's span
+  int pre = 0, post = 0;             // earlier / later ranks the first / last local sequence reaches
+  bool any_continues = false;        // some rank's span starts inside a sequence
 
   Interval of(int p) const { return {p * n, (p + 1) * n}; }
   int pre_of(int p) const {
@@ -64,8 +66,7 @@ Span span_of(const CostContext& cc) {
   for (const Interval& s : sp.seqs)
     if (const std::int64_t piece = overlap(s, sp.of(r)); piece > 0) sp.pieces.push_back(piece);
   sp.pre = sp.pre_of(r);
-  if (const Interval* s = sequence_around(sp.seqs, (r + 1) * sp.n))
-    sp.post = static_cast<int>((s->end - 1) / sp.n) - r;
+  if (const Interval* s = sequence_around(sp.seqs, (r + 1) * sp.n)) sp.post = static_cast<int>((s->end - 1) / sp.n) - r;
   for (int p = 0; p < cc.c; ++p) sp.any_continues = sp.any_continues || sp.pre_of(p) > 0;
   return sp;
 }

@@ -26,8 +26,8 @@ void reduce_grads_cost(const CostContext& cc, PhaseCost& phase) {
   const MixerGeometry& m = cc.local;
   tp_all_reduce(cc, phase, m.dv, cc.s);
   if (cc.c == 1) return;
-  std::vector<std::int64_t> grads{cc.hidden,  m.in_dim() * cc.hidden, cc.hidden * m.v_dim(), m.conv_dim() * m.W,
-                                  m.Hv,       m.Hv,                   m.dv};
+  std::vector<std::int64_t> grads{
+      cc.hidden, m.in_dim() * cc.hidden, cc.hidden * m.v_dim(), m.conv_dim() * m.W, m.Hv, m.Hv, m.dv};
   if (cc.conv_bias) grads.push_back(m.conv_dim());
   for (std::int64_t n : grads) count_all_reduce(cc, phase, Group::Cp, n, cc.s);
 }
@@ -56,8 +56,12 @@ CostContext::CostContext(const CostGeometry& geometry, RankPlace place)
       hidden(geometry.config.hidden()),
       T(geometry.cu.back()),
       N_loc(geometry.cu.back() / geometry.cp_size),
-      local{geometry.config.Hk() / geometry.cp.tp, geometry.config.Hv() / geometry.cp.tp, geometry.config.dk(),
-            geometry.config.dv(), geometry.config.W(), geometry.config.eps(),
+      local{geometry.config.Hk() / geometry.cp.tp,
+            geometry.config.Hv() / geometry.cp.tp,
+            geometry.config.dk(),
+            geometry.config.dv(),
+            geometry.config.W(),
+            geometry.config.eps(),
             1.0 / std::sqrt(static_cast<double>(geometry.config.dk()))},
       conv_bias(geometry.config.conv_bias()) {
   for (std::size_t i = 1; i < geometry.cu.size(); ++i)
@@ -120,7 +124,7 @@ std::int64_t mixer_core_inputs_cost(const CostContext& cc, PhaseCost& phase, con
   const std::int64_t N = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
   phase.ops.push_back(memory_cost(2 * z.e * d(N * m.in_dim())));  // section gathers
   phase.ops.push_back(conv_cost(z, N, m.conv_dim(), m.W));
-  phase.ops.push_back(memory_cost(2 * z.e * d(N * m.conv_dim())));             // q, k, v gathers
+  phase.ops.push_back(memory_cost(2 * z.e * d(N * m.conv_dim())));                  // q, k, v gathers
   phase.ops.push_back(memory_cost(2 * z.e * d(N * m.Hv) + 2 * z.s * d(N * m.Hv)));  // gates
   // Kept: p, its sections qkv, z, b, a, the conv output and its q, k, v, and the gates g, beta.
   return N * cc.e * (m.in_dim() + m.conv_dim() + m.v_dim() + 2 * m.Hv + m.conv_dim() + 2 * m.qk_dim() + m.v_dim()) +
@@ -133,7 +137,7 @@ std::int64_t mixer_core_cost(const CostContext& cc, PhaseCost& phase, const Mixe
   const std::int64_t N = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
   phase.ops.push_back(gdr_cost(z, lengths, m.Hk, m.Hv, m.dk, m.dv));
   phase.ops.push_back(memory_cost(3 * z.e * d(N * m.v_dim()) + z.s * d(N * m.Hv)));  // gated norm
-  return N * m.v_dim() * cc.e + N * m.Hv * cc.s;  // o, the norm's rstd
+  return N * m.v_dim() * cc.e + N * m.Hv * cc.s;                                     // o, the norm's rstd
 }
 
 void mixer_norm_backward_cost(const CostContext& cc, PhaseCost& phase, const MixerGeometry& m, std::int64_t N) {
@@ -146,7 +150,7 @@ void mixer_core_backward_cost(const CostContext& cc, PhaseCost& phase, const Mix
   const std::int64_t N = std::accumulate(lengths.begin(), lengths.end(), std::int64_t{0});
   phase.ops.push_back(gdr_backward_cost(z, lengths, m.Hk, m.Hv, m.dk, m.dv));
   phase.ops.push_back(memory_cost(4 * z.e * d(N * m.Hv) + 2 * z.s * d(N * m.Hv)));  // gates backward
-  phase.ops.push_back(memory_cost(2 * z.e * d(N * m.conv_dim())));                 // dq, dk, dv scatters
+  phase.ops.push_back(memory_cost(2 * z.e * d(N * m.conv_dim())));                  // dq, dk, dv scatters
   phase.ops.push_back(conv_backward_cost(z, N, m.conv_dim(), m.W));
   phase.ops.push_back(memory_cost(2 * z.e * d(N * m.in_dim())));  // dp scatters
 }

@@ -11,9 +11,9 @@
 
 #include "comm/accounting.hpp"
 #include "core/dtype.hpp"
+#include "cost/op_cost.hpp"
 #include "cp/cp_config.hpp"
 #include "cp/stages.hpp"
-#include "cost/op_cost.hpp"
 #include "reference/layer_config.hpp"
 
 namespace gdnv::cost {
@@ -74,7 +74,7 @@ struct CostContext {
   std::int64_t e, s;                  // bytes per element: storage dtype, state dtype
   std::int64_t hidden, T, N_loc;      // model width, tokens of the micro-batch, zigzag tokens per rank
   std::vector<std::int64_t> lengths;  // non-empty sequence lengths
-  MixerGeometry local;                   // TP-local heads
+  MixerGeometry local;                // TP-local heads
   bool conv_bias;
 
   explicit CostContext(const CostGeometry& geometry, RankPlace place);

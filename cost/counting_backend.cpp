@@ -23,7 +23,8 @@ Buffer CountingBackend::tracked(const Buffer& b) {
   const auto bytes = static_cast<std::int64_t>(b.nbytes());
   *live_ += bytes;
   // The new handle owns the wrapped one, so the storage lives exactly as long as before.
-  std::shared_ptr<void> storage(const_cast<void*>(b.data()), [keep = b, live = live_, bytes](void*) { *live -= bytes; });
+  std::shared_ptr<void> storage(const_cast<void*>(b.data()),
+                                [keep = b, live = live_, bytes](void*) { *live -= bytes; });
   return Buffer(b.dtype(), b.shape(), std::move(storage));
 }
 

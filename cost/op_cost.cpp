@@ -30,8 +30,7 @@ std::int64_t total(std::span<const std::int64_t> lengths) {
 }
 
 // q, k [N, Hk, dk], v, o [N, Hv, dv], g, beta [N, Hv].
-double gdr_bytes(ElementSizes z, std::int64_t N, std::int64_t Hk, std::int64_t Hv, std::int64_t dk,
-                 std::int64_t dv) {
+double gdr_bytes(ElementSizes z, std::int64_t N, std::int64_t Hk, std::int64_t Hv, std::int64_t dk, std::int64_t dv) {
   return z.e * d(N) * d(2 * Hk * dk + 2 * Hv * dv) + z.s * d(N) * d(2 * Hv);
 }
 
@@ -42,8 +41,7 @@ OpCost linear_cost(ElementSizes z, std::int64_t N, std::int64_t in, std::int64_t
 }
 
 OpCost linear_backward_cost(ElementSizes z, std::int64_t N, std::int64_t in, std::int64_t out) {
-  return {4 * d(N) * d(in) * d(out),
-          z.e * (d(N) * d(out) + 2 * d(N) * d(in) + d(out) * d(in)) + z.s * d(out) * d(in)};
+  return {4 * d(N) * d(in) * d(out), z.e * (d(N) * d(out) + 2 * d(N) * d(in) + d(out) * d(in)) + z.s * d(out) * d(in)};
 }
 
 OpCost conv_cost(ElementSizes z, std::int64_t N, std::int64_t D, std::int64_t W) {

@@ -27,22 +27,25 @@ HardwareProfile load_hardware(const std::string& name_or_file) {
   HardwareProfile hw;
   if (name_or_file == "h200") return hw;
   if (!std::filesystem::is_regular_file(name_or_file))
-    throw ConfigError("--hw '" + name_or_file + "' is neither a built-in profile nor a file: use h200, or a JSON file "
+    throw ConfigError("--hw '" + name_or_file +
+                      "' is neither a built-in profile nor a file: use h200, or a JSON file "
                       "of overrides such as {\"inter_node_gbps\": 25}");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_file_text(name_or_file));
   } catch (const nlohmann::json::exception& e) {
-    throw ConfigError("--hw " + name_or_file + ": not JSON (" + e.what() + "): write an object of overrides such as "
+    throw ConfigError("--hw " + name_or_file + ": not JSON (" + e.what() +
+                      "): write an object of overrides such as "
                       "{\"inter_node_gbps\": 25}");
   }
   if (!j.is_object())
-    throw ConfigError("--hw " + name_or_file + ": expected a JSON object of overrides such as {\"inter_node_gbps\": 25}");
+    throw ConfigError("--hw " + name_or_file +
+                      ": expected a JSON object of overrides such as {\"inter_node_gbps\": 25}");
   const std::map<std::string, double*> numbers{
-      {"bf16_tflops", &hw.bf16_tflops},          {"fp32_tflops", &hw.fp32_tflops},
-      {"fp64_tflops", &hw.fp64_tflops},          {"hbm_gbps", &hw.hbm_gbps},
-      {"intra_node_gbps", &hw.intra_node_gbps},  {"intra_node_latency_us", &hw.intra_node_latency_us},
-      {"inter_node_gbps", &hw.inter_node_gbps},  {"inter_node_latency_us", &hw.inter_node_latency_us}};
+      {"bf16_tflops", &hw.bf16_tflops},         {"fp32_tflops", &hw.fp32_tflops},
+      {"fp64_tflops", &hw.fp64_tflops},         {"hbm_gbps", &hw.hbm_gbps},
+      {"intra_node_gbps", &hw.intra_node_gbps}, {"intra_node_latency_us", &hw.intra_node_latency_us},
+      {"inter_node_gbps", &hw.inter_node_gbps}, {"inter_node_latency_us", &hw.inter_node_latency_us}};
   hw.name = std::filesystem::path(name_or_file).stem().string();
   for (const auto& [key, value] : j.items()) {
     if (key == "name") {
@@ -52,8 +55,8 @@ HardwareProfile load_hardware(const std::string& name_or_file) {
     }
     const bool latency = key.ends_with("latency_us");
     if (!value.is_number() || value.get<double>() < 0 || (!latency && value.get<double>() == 0))
-      throw ConfigError("--hw " + name_or_file + ": '" + key + "' must be a " + (latency ? "non-negative" : "positive") +
-                        " number");
+      throw ConfigError("--hw " + name_or_file + ": '" + key + "' must be a " +
+                        (latency ? "non-negative" : "positive") + " number");
     if (key == "gpus_per_node") {
       hw.gpus_per_node = value.get<int>();
       if (hw.gpus_per_node < 1 || value.get<double>() != hw.gpus_per_node)
@@ -62,7 +65,8 @@ HardwareProfile load_hardware(const std::string& name_or_file) {
     }
     const auto it = numbers.find(key);
     if (it == numbers.end())
-      throw ConfigError("--hw " + name_or_file + ": unknown key '" + key + "': use name, gpus_per_node, bf16_tflops, "
+      throw ConfigError("--hw " + name_or_file + ": unknown key '" + key +
+                        "': use name, gpus_per_node, bf16_tflops, "
                         "fp32_tflops, fp64_tflops, hbm_gbps, intra_node_gbps, intra_node_latency_us, inter_node_gbps, "
                         "inter_node_latency_us");
     *it->second = value.get<double>();

@@ -2,8 +2,8 @@
 // layer redundantly on every rank, keep this rank's rows. Backward: every rank back-propagates its own
 // rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
 // back to the shards' owners. Without that reduce-scatter input gradients are wrong.
-#include "cp/modes.hpp"
 #include "core/faults.hpp"
+#include "cp/modes.hpp"
 
 namespace gdnv::cp {
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {

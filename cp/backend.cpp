@@ -77,8 +77,8 @@ void check_conv(const Backend& be, const ConvArgs& a, const char* op) {
   expect_varlen(a.seqs.host, N, op);
 }
 
-void check_gate_inputs(const Backend& be, const Buffer& a, const Buffer& b, const Buffer& A_log,
-                       const Buffer& dt_bias, const char* op) {
+void check_gate_inputs(const Backend& be, const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias,
+                       const char* op) {
   expect_rank(a, op, "a", 2, "[N, Hv]");
   expect(a, op, "a", be.dtype(), a.shape(), "[N, Hv]");
   expect(b, op, "b", be.dtype(), a.shape(), "[N, Hv]");
@@ -277,8 +277,8 @@ ConvGrads BackendDecorator::do_conv1d_backward(const ConvArgs& args, const Buffe
 Gates BackendDecorator::do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) {
   return inner_->do_gates(a, b, A_log, dt_bias);
 }
-GateGrads BackendDecorator::do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a,
-                                              const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) {
+GateGrads BackendDecorator::do_gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
+                                              const Buffer& A_log, const Buffer& dt_bias) {
   return inner_->do_gates_backward(dg, dbeta, a, b, A_log, dt_bias);
 }
 GdrOut BackendDecorator::do_gdr(const GdrArgs& args) { return inner_->do_gdr(args); }

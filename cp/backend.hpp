@@ -54,7 +54,7 @@ struct ConvArgs {
   const Buffer& weight;  // [D, W]  dtype()
   const Buffer* bias;    // [D]     dtype(), or nullptr
   const Varlen& seqs;
-  const Buffer& halo;    // [W-1, D] dtype(), or empty
+  const Buffer& halo;  // [W-1, D] dtype(), or empty
 };
 struct ConvGrads {
   Buffer dx;     // [N, D]    dtype()
@@ -68,9 +68,9 @@ struct Gates {
   Buffer beta;  // [N, Hv]  state_dtype()  beta = sigmoid(b)
 };
 struct GateGrads {
-  Buffer da, db;     // [N, Hv]  dtype()
-  Buffer dA_log;     // [Hv]     state_dtype()
-  Buffer ddt_bias;   // [Hv]     state_dtype()
+  Buffer da, db;    // [N, Hv]  dtype()
+  Buffer dA_log;    // [Hv]     state_dtype()
+  Buffer ddt_bias;  // [Hv]     state_dtype()
 };
 
 // The chunked gated delta rule over packed sequences (docs/DESIGN.md §1.1), q and k L2-normalised in the
@@ -83,7 +83,7 @@ struct GdrArgs {
   const Buffer& g;     // [N, Hv]      state_dtype()
   const Buffer& beta;  // [N, Hv]      state_dtype()
   const Varlen& seqs;
-  const Buffer& h0;    // [Hv, dk, dv] state_dtype(), or empty for zero
+  const Buffer& h0;  // [Hv, dk, dv] state_dtype(), or empty for zero
   double scale;
 };
 struct GdrOut {
@@ -91,11 +91,11 @@ struct GdrOut {
   Buffer final_state;  // [Hv, dk, dv]  state_dtype(): the LAST local sequence's
 };
 struct GdrGrads {
-  Buffer dq, dk;   // [N, Hk, dk]   dtype()
-  Buffer dv;       // [N, Hv, dv]   dtype()
-  Buffer dg;       // [N, Hv]       state_dtype()
-  Buffer dbeta;    // [N, Hv]       state_dtype()
-  Buffer dh0;      // [Hv, dk, dv]  state_dtype(): gradient of the FIRST sequence's initial state
+  Buffer dq, dk;  // [N, Hk, dk]   dtype()
+  Buffer dv;      // [N, Hv, dv]   dtype()
+  Buffer dg;      // [N, Hv]       state_dtype()
+  Buffer dbeta;   // [N, Hv]       state_dtype()
+  Buffer dh0;     // [Hv, dk, dv]  state_dtype(): gradient of the FIRST sequence's initial state
 };
 
 // y = rmsnorm_per_head(o) * w * silu(z) (Megatron's gated out_norm).
@@ -129,7 +129,7 @@ class Backend {
 
   // ---- buffers and data movement --------------------------------------------------------------
   Buffer alloc(DType dtype, Shape shape) { return do_alloc(dtype, std::move(shape)); }  // zero-filled
-  Buffer upload(const Tensor& t, DType as) { return do_upload(t, as); }  // converted to `as`, RNE
+  Buffer upload(const Tensor& t, DType as) { return do_upload(t, as); }                 // converted to `as`, RNE
   Tensor download(const Buffer& b) { return do_download(b); }
   // out[i, :] = x[index[i], :]; index I64 [M] where the backend computes.
   Buffer gather_rows(const Buffer& x /*[N, D]*/, const Buffer& index /*[M]*/);
@@ -152,8 +152,8 @@ class Backend {
   ConvGrads conv1d_backward(const ConvArgs& args, const Buffer& dy /*[N, D]*/);
   Gates gates(const Buffer& a /*[N, Hv]*/, const Buffer& b /*[N, Hv]*/, const Buffer& A_log /*[Hv]*/,
               const Buffer& dt_bias /*[Hv]*/);
-  GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b,
-                           const Buffer& A_log, const Buffer& dt_bias);
+  GateGrads gates_backward(const Buffer& dg, const Buffer& dbeta, const Buffer& a, const Buffer& b, const Buffer& A_log,
+                           const Buffer& dt_bias);
   GdrOut gdr(const GdrArgs& args);
   // d_o [N, Hv, dv]; dht [Hv, dk, dv] gradient of the LAST sequence's final state, or empty for zero.
   GdrGrads gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht);
@@ -166,8 +166,8 @@ class Backend {
   // maps [cp, Hv, dk, dv+dk] (every rank's, all-gathered): Forward S = M_j S + h_j over ranks j = begin .. end-1
   // from zero, Backward dS = M_j^T dS + h_j over j = end-1 .. begin. [Hv, dk, dv] state_dtype().
   Buffer fold_span_maps(const Buffer& maps, int begin, int end, FoldDirection direction);
-  GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/,
-                          const Buffer& w /*[dv]*/, double eps);
+  GatedNormOut gated_norm(const Buffer& o /*[N, Hv, dv]*/, const Buffer& z /*[N, Hv, dv]*/, const Buffer& w /*[dv]*/,
+                          double eps);
   GatedNormGrads gated_norm_backward(const Buffer& dy, const Buffer& o, const Buffer& z, const Buffer& w,
                                      const Buffer& rstd, double eps);
 
@@ -183,8 +183,7 @@ class Backend {
   virtual void do_scatter_columns(const Buffer& x, const Buffer& index, Buffer& out) = 0;
   virtual void do_accumulate(Buffer& y, const Buffer& x) = 0;
   virtual RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) = 0;
-  virtual RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w,
-                                           const Buffer& rstd) = 0;
+  virtual RmsNormGrads do_rmsnorm_backward(const Buffer& dy, const Buffer& x, const Buffer& w, const Buffer& rstd) = 0;
   virtual Buffer do_linear(const Buffer& x, const Buffer& w) = 0;
   virtual LinearGrads do_linear_backward(const Buffer& dy, const Buffer& x, const Buffer& w) = 0;
   virtual Buffer do_conv1d(const ConvArgs& args) = 0;

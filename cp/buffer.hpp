@@ -26,9 +26,13 @@ class Buffer {
   void* data() { return storage_.get(); }
   const void* data() const { return storage_.get(); }
   template <class T>
-  T* as() { return static_cast<T*>(data()); }
+  T* as() {
+    return static_cast<T*>(data());
+  }
   template <class T>
-  const T* as() const { return static_cast<const T*>(data()); }
+  const T* as() const {
+    return static_cast<const T*>(data());
+  }
 
   // Views for the communicators.
   MutBuf mut() { return MutBuf(data(), numel(), dtype_); }
@@ -36,7 +40,8 @@ class Buffer {
 
   // Same storage, new shape of the same element count.
   Buffer reshaped(Shape shape) const {
-    if (shape_numel(shape) != numel()) throw Error("Buffer: cannot view " + shape_str(shape_) + " as " + shape_str(shape));
+    if (shape_numel(shape) != numel())
+      throw Error("Buffer: cannot view " + shape_str(shape_) + " as " + shape_str(shape));
     return Buffer(dtype_, std::move(shape), storage_);
   }
 

@@ -24,13 +24,13 @@ void check_heads(const CpConfig& cp, const ref::LayerConfig& layer, int cp_size)
     if (Hk % n != 0 || Hv % n != 0)
       illegal(Rule::HeadwiseHeadsNotDivisibleByTpCp,
               "linear_cp_mode='headwise' needs Hk and Hv divisible by tp*cp = " + std::to_string(cp.tp) + "*" +
-              std::to_string(cp_size) + " = " + std::to_string(n) + " (Hk=" + std::to_string(Hk) +
-              ", Hv=" + std::to_string(Hv) + "): use linear_cp_mode='chunkwise' or 'all_gather', or a smaller tp*cp");
+                  std::to_string(cp_size) + " = " + std::to_string(n) + " (Hk=" + std::to_string(Hk) + ", Hv=" +
+                  std::to_string(Hv) + "): use linear_cp_mode='chunkwise' or 'all_gather', or a smaller tp*cp");
   } else if (Hk % cp.tp != 0 || Hv % cp.tp != 0) {
-    illegal(Rule::HeadsNotDivisibleByTp,
-            "linear_cp_mode='" + std::string(mode_name(cp.mode)) + "' needs Hk and Hv divisible by tp = " +
-            std::to_string(cp.tp) + " (Hk=" + std::to_string(Hk) + ", Hv=" + std::to_string(Hv) +
-            "): choose a tensor-parallel size that divides both head counts");
+    illegal(Rule::HeadsNotDivisibleByTp, "linear_cp_mode='" + std::string(mode_name(cp.mode)) +
+                                             "' needs Hk and Hv divisible by tp = " + std::to_string(cp.tp) +
+                                             " (Hk=" + std::to_string(Hk) + ", Hv=" + std::to_string(Hv) +
+                                             "): choose a tensor-parallel size that divides both head counts");
   }
 }
 
@@ -40,15 +40,19 @@ CpMode parse_mode(std::string_view name) {
   if (name == "headwise") return CpMode::Headwise;
   if (name == "chunkwise") return CpMode::Chunkwise;
   if (name == "all_gather") return CpMode::AllGather;
-  illegal(Rule::UnknownMode, "unknown linear_cp_mode '" + std::string(name) +
-          "': use one of 'headwise', 'chunkwise', 'all_gather' (the mode is static; there is no 'auto')");
+  illegal(Rule::UnknownMode,
+          "unknown linear_cp_mode '" + std::string(name) +
+              "': use one of 'headwise', 'chunkwise', 'all_gather' (the mode is static; there is no 'auto')");
 }
 
 std::string_view mode_name(CpMode mode) {
   switch (mode) {
-    case CpMode::Headwise: return "headwise";
-    case CpMode::Chunkwise: return "chunkwise";
-    case CpMode::AllGather: return "all_gather";
+    case CpMode::Headwise:
+      return "headwise";
+    case CpMode::Chunkwise:
+      return "chunkwise";
+    case CpMode::AllGather:
+      return "all_gather";
   }
   return "?";
 }
@@ -60,19 +64,19 @@ Format parse_format(std::string_view name) {
 }
 
 void validate_static(const CpConfig& cp, const ref::LayerConfig& layer) {
-  if (cp.tp < 1) illegal(Rule::TpBelowOne,
-                         "tp = " + std::to_string(cp.tp) + " is invalid: the tensor-parallel size must be >= 1");
-  if (cp.cp < 1) illegal(Rule::CpBelowOne,
-                         "cp = " + std::to_string(cp.cp) + " is invalid: the context-parallel size must be >= 1");
+  if (cp.tp < 1)
+    illegal(Rule::TpBelowOne, "tp = " + std::to_string(cp.tp) + " is invalid: the tensor-parallel size must be >= 1");
+  if (cp.cp < 1)
+    illegal(Rule::CpBelowOne, "cp = " + std::to_string(cp.cp) + " is invalid: the context-parallel size must be >= 1");
   if (layer.Hv() % layer.Hk() != 0)
-    illegal(Rule::HvNotMultipleOfHk,
-            "Hv % Hk != 0 (Hk=" + std::to_string(layer.Hk()) + ", Hv=" + std::to_string(layer.Hv()) +
-            "): make linear_num_value_heads a multiple of linear_num_key_heads");
+    illegal(Rule::HvNotMultipleOfHk, "Hv % Hk != 0 (Hk=" + std::to_string(layer.Hk()) +
+                                         ", Hv=" + std::to_string(layer.Hv()) +
+                                         "): make linear_num_value_heads a multiple of linear_num_key_heads");
   for (int c : cp.dynamic_cp)
     if (c < 1 || cp.cp % c != 0)
-      illegal(Rule::DynamicCpSizeNotDividing,
-              "dynamic CP size " + std::to_string(c) + " does not divide the static CP size " +
-              std::to_string(cp.cp) + ": use divisors of " + std::to_string(cp.cp));
+      illegal(Rule::DynamicCpSizeNotDividing, "dynamic CP size " + std::to_string(c) +
+                                                  " does not divide the static CP size " + std::to_string(cp.cp) +
+                                                  ": use divisors of " + std::to_string(cp.cp));
   check_heads(cp, layer, cp.cp);
   const bool any_cp = cp.cp > 1;
   if (cp.mode == CpMode::Chunkwise) {
@@ -88,7 +92,7 @@ void validate_static(const CpConfig& cp, const ref::LayerConfig& layer) {
   if (cp.inference && cp.mode != CpMode::Headwise)
     illegal(Rule::InferenceNotHeadwise,
             "linear_cp_mode='" + std::string(mode_name(cp.mode)) +
-            "' does not support inference: use linear_cp_mode='headwise' for inference");
+                "' does not support inference: use linear_cp_mode='headwise' for inference");
   if (cp.mode == CpMode::AllGather && cp.deterministic)
     illegal(Rule::AllGatherDeterministic,
             "linear_cp_mode='all_gather' is not deterministic (its backward reduce-scatters gradients): use "
@@ -102,25 +106,25 @@ int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, cons
   int c = cp.cp;
   if (mb.has_cp_group) {
     if (mb.local_cp_size != mb.group_size)
-      illegal(Rule::LocalCpSizeNotGroupSize,
-              "local_cp_size = " + std::to_string(mb.local_cp_size) + " but the cp_group has " +
-              std::to_string(mb.group_size) + " ranks: pass the group's size as local_cp_size");
+      illegal(Rule::LocalCpSizeNotGroupSize, "local_cp_size = " + std::to_string(mb.local_cp_size) +
+                                                 " but the cp_group has " + std::to_string(mb.group_size) +
+                                                 " ranks: pass the group's size as local_cp_size");
     c = mb.local_cp_size;
     if (c < 1 || cp.cp % c != 0)
-      illegal(Rule::DynamicCpSizeNotDividing,
-              "dynamic CP size " + std::to_string(c) + " does not divide the static CP size " +
-              std::to_string(cp.cp) + ": use divisors of " + std::to_string(cp.cp));
+      illegal(Rule::DynamicCpSizeNotDividing, "dynamic CP size " + std::to_string(c) +
+                                                  " does not divide the static CP size " + std::to_string(cp.cp) +
+                                                  ": use divisors of " + std::to_string(cp.cp));
     if (cp.mode == CpMode::Chunkwise && cp.deterministic && c > 1)
       illegal(Rule::ChunkwiseDeterministicWithDynamicCp,
               "linear_cp_mode='chunkwise' is not deterministic with dynamic CP: use linear_cp_mode='headwise'");
   }
   if (mb.format == Format::Thd && mb.batch != 1)
     illegal(Rule::ThdBatchNotOne, "THD input needs batch == 1 (got " + std::to_string(mb.batch) +
-            "): pack the sequences along T with cu_seqlens");
+                                      "): pack the sequences along T with cu_seqlens");
   if (mb.format == Format::Sbhd && cp.mode == CpMode::Chunkwise && mb.batch > 1 && c > 1)
-    illegal(Rule::ChunkwiseSbhdBatch,
-            "linear_cp_mode='chunkwise' with SBHD input needs batch == 1 (got " + std::to_string(mb.batch) +
-            "): use THD (packed) input, or linear_cp_mode='headwise'");
+    illegal(Rule::ChunkwiseSbhdBatch, "linear_cp_mode='chunkwise' with SBHD input needs batch == 1 (got " +
+                                          std::to_string(mb.batch) +
+                                          "): use THD (packed) input, or linear_cp_mode='headwise'");
   if (mb.format == Format::Sbhd && cp.mode == CpMode::AllGather && c > 1)
     illegal(Rule::AllGatherSbhdWithCp,
             "linear_cp_mode='all_gather' supports THD input only when CP>1: use THD input, or "
@@ -133,13 +137,13 @@ int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, cons
     else if (L % (2 * c) != 0) not_2cp.push_back(L);
   }
   if (!not_cp.empty())
-    illegal(Rule::LengthsNotDivisibleByCp,
-            "sequence lengths " + list(not_cp) + " are not divisible by cp = " + std::to_string(c) +
-            ": pad each sequence to a multiple of 2*cp = " + std::to_string(2 * c));
+    illegal(Rule::LengthsNotDivisibleByCp, "sequence lengths " + list(not_cp) +
+                                               " are not divisible by cp = " + std::to_string(c) +
+                                               ": pad each sequence to a multiple of 2*cp = " + std::to_string(2 * c));
   if (!not_2cp.empty())
     illegal(Rule::LengthsNotDivisibleByTwoCp,
             "sequence lengths " + list(not_2cp) + " are not divisible by 2*cp = " + std::to_string(2 * c) +
-            " (zigzag layout): pad each sequence to a multiple of " + std::to_string(2 * c));
+                " (zigzag layout): pad each sequence to a multiple of " + std::to_string(2 * c));
   return c;
 }
 

@@ -24,7 +24,7 @@ struct CpConfig {
   int cp = 1;                      // static (maximum) CP size
   std::vector<int> dynamic_cp;     // CP sizes micro-batches may use besides `cp` (each divides it)
   bool deterministic = false;
-  bool allgather_cp = false;       // Megatron's all-gather-based CP attention option
+  bool allgather_cp = false;  // Megatron's all-gather-based CP attention option
   bool inference = false;
 };
 
@@ -34,11 +34,11 @@ void validate_static(const CpConfig& cp, const ref::LayerConfig& layer);
 // What one micro-batch brings: its format and geometry, and how its CP group was given.
 struct MicroBatchShape {
   Format format = Format::Thd;
-  std::int64_t batch = 1;                  // B (THD: must be 1)
-  std::vector<std::int64_t> lengths;       // THD: per-sequence lengths; SBHD: {S}
-  bool has_cp_group = false;               // a per-micro-batch group was passed
-  int local_cp_size = 0;                   // 0 = not given
-  int group_size = 0;                      // size of the per-micro-batch group when given
+  std::int64_t batch = 1;             // B (THD: must be 1)
+  std::vector<std::int64_t> lengths;  // THD: per-sequence lengths; SBHD: {S}
+  bool has_cp_group = false;          // a per-micro-batch group was passed
+  int local_cp_size = 0;              // 0 = not given
+  int group_size = 0;                 // size of the per-micro-batch group when given
 };
 
 // Rules for one micro-batch, at the CP size it runs with (the per-micro-batch group's, else the

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/rng.hpp"
 #include "core/faults.hpp"
+#include "core/rng.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/validate.hpp"
@@ -28,9 +28,9 @@ struct RankSlice {
 };
 
 struct GdnCpLayer::SizeParams {
-  ProjParams proj;                 // in_proj rows permuted for headwise
-  Buffer in_proj_rows;             // I64 [P]: TP-local in_proj row of each proj.in_proj row
-  std::vector<RankSlice> slices;   // by CP rank
+  ProjParams proj;                // in_proj rows permuted for headwise
+  Buffer in_proj_rows;            // I64 [P]: TP-local in_proj row of each proj.in_proj row
+  std::vector<RankSlice> slices;  // by CP rank
 };
 
 GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params,
@@ -64,7 +64,8 @@ std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) cons
   auto sp = std::make_unique<SizeParams>();
   const layouts::HeadwiseGeometry geo{config_.Hk(), config_.Hv(), config_.dk(), config_.dv(), cp_.tp, c};
   const bool headwise = cp_.mode == CpMode::Headwise;
-  const std::vector<std::int64_t> rows = headwise ? layouts::in_proj_row_permutation(geo) : iota(local_config_.in_proj_dim());
+  const std::vector<std::int64_t> rows =
+      headwise ? layouts::in_proj_row_permutation(geo) : iota(local_config_.in_proj_dim());
   sp->proj = {be_.upload(local_params_.at(ref::kInProjNorm), be_.dtype()),
               be_.upload(layouts::gather_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
               be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config_.eps()};
@@ -73,9 +74,9 @@ std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) cons
   for (int j = 0; j < slices; ++j) {
     // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
     const int owner = fault_active(Fault::HeadwiseHeadPermShift) && slices > 1 ? (j + 1) % slices : j;
-    sp->slices.push_back(headwise ? make_slice(layouts::conv_channels_of(geo, owner),
-                                               layouts::value_head_indices_of(geo, owner), c)
-                                  : make_slice(iota(local_config_.conv_dim()), iota(local_config_.Hv()), 1));
+    sp->slices.push_back(
+        headwise ? make_slice(layouts::conv_channels_of(geo, owner), layouts::value_head_indices_of(geo, owner), c)
+                 : make_slice(iota(local_config_.conv_dim()), iota(local_config_.Hv()), 1));
   }
   return sp;
 }
@@ -90,7 +91,8 @@ RankSlice GdnCpLayer::make_slice(const std::vector<std::int64_t>& channels, cons
   mp.geo = {L.Hk() / c, L.Hv() / c, L.dk(), L.dv(), W, L.eps(), 1.0 / std::sqrt(static_cast<double>(L.dk()))};
   const Tensor conv_w = layouts::gather_rows(local_params_.at(ref::kConvWeight), channels);
   mp.conv_w = be_.upload(conv_w.reshaped({static_cast<std::int64_t>(channels.size()), W}), be_.dtype());
-  if (L.conv_bias()) mp.conv_b = be_.upload(layouts::gather_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
+  if (L.conv_bias())
+    mp.conv_b = be_.upload(layouts::gather_rows(local_params_.at(ref::kConvBias), channels), be_.dtype());
   mp.A_log = be_.upload(layouts::gather_rows(local_params_.at(ref::kALog), heads), be_.dtype());
   mp.dt_bias = be_.upload(layouts::gather_rows(local_params_.at(ref::kDtBias), heads), be_.dtype());
   mp.out_norm = be_.upload(local_params_.at(ref::kOutNorm), be_.dtype());
@@ -141,8 +143,12 @@ const GdnCpLayer::SizeParams& GdnCpLayer::size_params(int cp_size) const {
 std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec, Communicator* cp_group,
                                                       int local_cp_size) const {
   if (spec.format == Format::Thd) (void)layouts::checked_cu_seqlens(spec.cu_seqlens);
-  MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch, {}, cp_group != nullptr,
-                        local_cp_size, cp_group ? cp_group->size() : 0};
+  MicroBatchShape shape{spec.format,
+                        spec.format == Format::Thd ? 1 : spec.batch,
+                        {},
+                        cp_group != nullptr,
+                        local_cp_size,
+                        cp_group ? cp_group->size() : 0};
   if (spec.format == Format::Sbhd) shape.lengths = {spec.seq_len};
   for (std::size_t i = 1; i < spec.cu_seqlens.size(); ++i)
     shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);

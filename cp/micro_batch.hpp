@@ -24,14 +24,14 @@ inline std::vector<std::int64_t> scaled_counts(const std::vector<std::int64_t>& 
 struct ChunkwisePlan {
   layouts::ChunkwiseContext context;
   std::vector<std::int64_t> send_counts, recv_counts;  // rows to / from each peer, zigzag -> contiguous
-  Buffer route_index;  // I64 [T/W]: contiguous local row of each receive-buffer row
-  Varlen span;         // the span's sequence pieces (context.local_cu_seqlens)
+  Buffer route_index;                                  // I64 [T/W]: contiguous local row of each receive-buffer row
+  Varlen span;                                         // the span's sequence pieces (context.local_cu_seqlens)
 
   // Conv halo: every rank's last `tail` rows of the conv input are all-gathered ([cp * tail, D],
   // rank-major); the halo [W_conv - 1, D] takes rows `halo_from` of that into rows `halo_rows`
   // (right-aligned: zeros where the first sequence starts less than W_conv - 1 tokens back).
-  std::int64_t tail = 0;  // min(W_conv - 1, T/W): equal on every rank
-  Buffer tail_rows;       // I64 [tail]
+  std::int64_t tail = 0;        // min(W_conv - 1, T/W): equal on every rank
+  Buffer tail_rows;             // I64 [tail]
   Buffer halo_from, halo_rows;  // I64 [halo tokens]; empty without halo
   // Whether any rank of the group needs a halo / a folded state: the exchanges run on every rank or on none.
   bool halo_exchange = false, state_exchange = false;
@@ -39,27 +39,27 @@ struct ChunkwisePlan {
 
 struct MicroBatch {
   Format format = Format::Thd;
-  std::int64_t batch = 1;    // B (SBHD); THD: 1
-  std::int64_t seq_len = 0;  // S (SBHD)
+  std::int64_t batch = 1;      // B (SBHD); THD: 1
+  std::int64_t seq_len = 0;    // S (SBHD)
   Communicator* cp = nullptr;  // the group this micro-batch runs on
   int cp_size = 1, cp_rank = 0;
 
   // Sequences as packed rows: THD cu_seqlens, or SBHD [0, S, 2S, ..., B*S] (batch-major rows);
   // zero-length segments dropped.
   std::vector<std::int64_t> cu;
-  Varlen full;                   // every sequence, natural order
+  Varlen full;                       // every sequence, natural order
   std::vector<std::int64_t> counts;  // zigzag rows held by each CP rank
 
   // Elements each CP rank holds of a [rows, width] tensor: the counts of a variable collective.
   std::vector<std::int64_t> element_counts(std::int64_t width) const { return scaled_counts(counts, width); }
   std::int64_t local_tokens = 0;
 
-  Buffer sbhd_to_rows, rows_to_sbhd;  // SBHD: [S_loc*B] (s, b) order <-> batch-major rows
-  Buffer natural_from_received;  // [T] natural row g = received (source-rank-major) row [g]
-  Buffer received_from_natural;  // [T] source-rank-major row k = natural row [k]
-  Buffer own_positions;          // [N_loc] natural positions of this rank's zigzag rows
-  Buffer to_peer_major;          // [N_loc*cp] rows (n, j) of [N_loc, cp, E] -> (j, n)
-  Buffer from_peer_major;        // [N_loc*cp] rows (j, n) of [cp, N_loc, E] -> (n, j)
+  Buffer sbhd_to_rows, rows_to_sbhd;               // SBHD: [S_loc*B] (s, b) order <-> batch-major rows
+  Buffer natural_from_received;                    // [T] natural row g = received (source-rank-major) row [g]
+  Buffer received_from_natural;                    // [T] source-rank-major row k = natural row [k]
+  Buffer own_positions;                            // [N_loc] natural positions of this rank's zigzag rows
+  Buffer to_peer_major;                            // [N_loc*cp] rows (n, j) of [N_loc, cp, E] -> (j, n)
+  Buffer from_peer_major;                          // [N_loc*cp] rows (j, n) of [cp, N_loc, E] -> (n, j)
   std::shared_ptr<const ChunkwisePlan> chunkwise;  // chunkwise mode at CP > 1 only
 };
 

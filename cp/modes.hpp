@@ -26,9 +26,9 @@ struct Context {
 };
 
 struct LocalGrads {
-  Buffer dhidden;                         // [N_loc, hidden]
+  Buffer dhidden;                        // [N_loc, hidden]
   Buffer d_ln_w, d_in_proj, d_out_proj;  // this rank's partial gradients of ProjParams
-  MixerGrads mixer;                       // and of its MixerParams slice
+  MixerGrads mixer;                      // and of its MixerParams slice
 };
 
 // out = y W_out^T, partial sums all-reduced over TP (row-parallel out_proj).

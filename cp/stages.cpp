@@ -92,8 +92,8 @@ MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSa
   be.scatter_columns(core.dq.reshaped({N, g.qk_dim()}), mp.cols_q, dconv);
   be.scatter_columns(core.dk.reshaped({N, g.qk_dim()}), mp.cols_k, dconv);
   be.scatter_columns(core.dv.reshaped({N, g.v_dim()}), mp.cols_v, dconv);
-  ConvGrads conv = be.conv1d_backward({s.qkv, mp.conv_w, mp.conv_b.empty() ? nullptr : &mp.conv_b, *s.seqs, s.halo},
-                                      dconv);
+  ConvGrads conv =
+      be.conv1d_backward({s.qkv, mp.conv_w, mp.conv_b.empty() ? nullptr : &mp.conv_b, *s.seqs, s.halo}, dconv);
 
   Buffer dp = be.alloc(be.dtype(), {N, g.in_dim()});
   be.scatter_columns(conv.dx, mp.cols_qkv, dp);

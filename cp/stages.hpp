@@ -20,7 +20,7 @@ struct MixerGeometry {
   std::int64_t qk_dim() const { return Hk * dk; }
   std::int64_t v_dim() const { return Hv * dv; }
   std::int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }
-  std::int64_t in_dim() const { return conv_dim() + v_dim() + 2 * Hv; }  // the mixer's slice of p
+  std::int64_t in_dim() const { return conv_dim() + v_dim() + 2 * Hv; }                 // the mixer's slice of p
   MixerGeometry split(int c) const { return {Hk / c, Hv / c, dk, dv, W, eps, scale}; }  // 1/c of the heads
 };
 
@@ -78,7 +78,7 @@ MixerOut mixer_core(Backend& be, const MixerParams& mp, const Buffer& h0, MixerS
 // The core's arguments as saved by the forward (valid while `saved` lives).
 GdrArgs core_args(const MixerParams& mp, const MixerSaved& saved);
 struct MixerGrads {
-  Buffer dp;                                  // [N, in_dim]
+  Buffer dp;  // [N, in_dim]
   Buffer d_conv_w, d_conv_b, d_A_log, d_dt_bias, d_out_norm;
   Buffer dhalo, dh0;
 };

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/kernels.hpp"
 #include "core/faults.hpp"
+#include "cpu/kernels.hpp"
 
 namespace gdnv::cpu {
 namespace {
@@ -155,8 +155,8 @@ class CpuBackend final : public Backend {
   GdrGrads do_gdr_backward(const GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
     const auto in = gdr_input(args);
     auto g = cpu::Gdr<C>::backward(in, act(d_o), dht.empty() ? Array<C>{} : state(dht));
-    return {act_out(g.dq, args.q.shape()),        act_out(g.dk, args.k.shape()),
-            act_out(g.dv, args.v.shape()),        state_out(g.dg, args.g.shape()),
+    return {act_out(g.dq, args.q.shape()),         act_out(g.dk, args.k.shape()),
+            act_out(g.dv, args.v.shape()),         state_out(g.dg, args.g.shape()),
             state_out(g.dbeta, args.beta.shape()), state_out(g.dh0, {in.Hv, in.K, in.V})};
   }
 
@@ -193,7 +193,8 @@ class CpuBackend final : public Backend {
   Buffer act_out(const Array<C>& v, Shape shape) const { return cpu::from_compute(v, dtype(), std::move(shape)); }
   // dt_bias as the gates use it (zeros under the planted fault that drops it).
   Array<C> gate_bias(const Buffer& dt_bias) const {
-    if (fault_active(Fault::GateSoftplusMissingDtBias)) return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
+    if (fault_active(Fault::GateSoftplusMissingDtBias))
+      return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
     return act(dt_bias);
   }
   Buffer state_out(const Array<C>& v, Shape shape) const {
@@ -222,15 +223,31 @@ class CpuBackend final : public Backend {
 
   typename cpu::Conv<C>::Input conv_input(const ConvArgs& a) const {
     const std::int64_t D = a.x.dim(1), W = a.weight.dim(1);
-    return {act(a.x), act(a.weight), a.bias ? act(*a.bias) : Array<C>{}, a.halo.empty() ? Array<C>{} : act(a.halo),
-            a.seqs.host, D, W};
+    return {act(a.x),
+            act(a.weight),
+            a.bias ? act(*a.bias) : Array<C>{},
+            a.halo.empty() ? Array<C>{} : act(a.halo),
+            a.seqs.host,
+            D,
+            W};
   }
 
   typename cpu::Gdr<C>::Input gdr_input(const GdrArgs& a) const {
     const std::int64_t Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
     const double l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;
-    return {act(a.q), act(a.k), act(a.v), state(a.g), state(a.beta), a.h0.empty() ? Array<C>{} : state(a.h0),
-            a.seqs.host, Hk, Hv, K, V, a.scale, l2_eps};
+    return {act(a.q),
+            act(a.k),
+            act(a.v),
+            state(a.g),
+            state(a.beta),
+            a.h0.empty() ? Array<C>{} : state(a.h0),
+            a.seqs.host,
+            Hk,
+            Hv,
+            K,
+            V,
+            a.scale,
+            l2_eps};
   }
 };
 
@@ -238,9 +255,12 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> make_backend(DType storage) {
   switch (storage) {
-    case DType::F64: return std::make_unique<CpuBackend<double>>();
-    case DType::F32: return std::make_unique<CpuBackend<float>>();
-    case DType::BF16: return std::make_unique<CpuBackend<bf16_t>>();
+    case DType::F64:
+      return std::make_unique<CpuBackend<double>>();
+    case DType::F32:
+      return std::make_unique<CpuBackend<float>>();
+    case DType::BF16:
+      return std::make_unique<CpuBackend<bf16_t>>();
     default:
       throw ConfigError("the CPU backend stores F64, F32 or BF16, not " + std::string(dtype_name(storage)) +
                         "; choose --dtype fp64, fp32 or bf16");

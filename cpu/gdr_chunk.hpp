@@ -35,9 +35,9 @@ using ConstVecMap = Eigen::Map<const Vec<C>>;
 // One chunk of one (sequence, value head): contiguous views of c rows.
 template <class C>
 struct Chunk {
-  ConstMatMap<C> q, k;      // [c, K]  L2-normalised
-  ConstMatMap<C> v;         // [c, V]
-  ConstVecMap<C> g, beta;   // [c]
+  ConstMatMap<C> q, k;     // [c, K]  L2-normalised
+  ConstMatMap<C> v;        // [c, V]
+  ConstVecMap<C> g, beta;  // [c]
 };
 
 // The intra-chunk stage: everything that does not depend on the entering state.
@@ -55,7 +55,7 @@ struct Intra {
   Mat<C> k_tail;   // [c, K]  e^{gamma_C - gamma} K
 
   auto U() const { return UW.leftCols(UW.cols() - k_tail.cols()); }  // [c, V]
-  auto W() const { return UW.rightCols(k_tail.cols()); }              // [c, K]
+  auto W() const { return UW.rightCols(k_tail.cols()); }             // [c, K]
 };
 
 // The chunk's state update as its span map: S_out = M S + h_ext.
@@ -67,8 +67,8 @@ struct SpanMap {
 
 template <class C>
 struct ChunkGrads {
-  Mat<C> dq, dk;  // [c, K]  w.r.t. the normalised q, k
-  Mat<C> dv;      // [c, V]
+  Mat<C> dq, dk;     // [c, K]  w.r.t. the normalised q, k
+  Mat<C> dv;         // [c, V]
   Vec<C> dg, dbeta;  // [c]
 };
 

@@ -35,10 +35,17 @@ template <class C>
 Array<C> to_compute(const Buffer& b) {
   Array<C> out(static_cast<std::size_t>(b.numel()));
   switch (b.dtype()) {
-    case DType::F64: convert(b.as<double>(), b.numel(), out.data()); break;
-    case DType::F32: convert(b.as<float>(), b.numel(), out.data()); break;
-    case DType::BF16: convert(b.as<bf16_t>(), b.numel(), out.data()); break;
-    default: not_float(b.dtype());
+    case DType::F64:
+      convert(b.as<double>(), b.numel(), out.data());
+      break;
+    case DType::F32:
+      convert(b.as<float>(), b.numel(), out.data());
+      break;
+    case DType::BF16:
+      convert(b.as<bf16_t>(), b.numel(), out.data());
+      break;
+    default:
+      not_float(b.dtype());
   }
   return out;
 }
@@ -49,10 +56,17 @@ Buffer from_compute(const Array<C>& values, DType dtype, Shape shape) {
   if (static_cast<std::int64_t>(values.size()) != b.numel())
     throw Error("cpu backend: " + std::to_string(values.size()) + " values for shape " + shape_str(b.shape()));
   switch (dtype) {
-    case DType::F64: convert(values.data(), b.numel(), b.as<double>()); break;
-    case DType::F32: convert(values.data(), b.numel(), b.as<float>()); break;
-    case DType::BF16: convert(values.data(), b.numel(), b.as<bf16_t>()); break;
-    default: not_float(dtype);
+    case DType::F64:
+      convert(values.data(), b.numel(), b.as<double>());
+      break;
+    case DType::F32:
+      convert(values.data(), b.numel(), b.as<float>());
+      break;
+    case DType::BF16:
+      convert(values.data(), b.numel(), b.as<bf16_t>());
+      break;
+    default:
+      not_float(dtype);
   }
   return b;
 }

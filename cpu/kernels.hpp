@@ -96,10 +96,10 @@ struct Gdr {
     Array<C> final_state;  // [Hv, K, V] of the last sequence
   };
   struct Grads {
-    Array<C> dq, dk;   // [N, Hk, K]  summed over each GVA group
-    Array<C> dv;       // [N, Hv, V]
+    Array<C> dq, dk;     // [N, Hk, K]  summed over each GVA group
+    Array<C> dv;         // [N, Hv, V]
     Array<C> dg, dbeta;  // [N, Hv]
-    Array<C> dh0;      // [Hv, K, V] of the first sequence
+    Array<C> dh0;        // [Hv, K, V] of the first sequence
   };
   static Out forward(const Input& in);
   // Chunkwise CP's span maps, [Hv, K, V+K] = [h | M] per value head (in.h0 ignored):

@@ -2,9 +2,9 @@
 // beta = sigmoid(b); forward and backward.
 #include <cmath>
 
+#include "core/faults.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
-#include "core/faults.hpp"
 
 namespace gdnv::cpu {
 

@@ -126,7 +126,8 @@ void forward_head(const Heads<C>& x, std::int64_t s, std::int64_t h, Mat<C>& S, 
   for_each_chunk(x, s, [&](std::int64_t begin, std::int64_t c) {
     const Intra<C> in = ChunkStages<C>::intra(x.chunk(h, begin, c));
     const Mat<C> v_new = ChunkStages<C>::new_values(in, S);
-    ChunkStages<C>::output(in, S, v_new, static_cast<C>(x.in.scale), MatMap<C>(&o_hm[(h * x.N + begin) * x.in.V], c, x.in.V));
+    ChunkStages<C>::output(in, S, v_new, static_cast<C>(x.in.scale),
+                           MatMap<C>(&o_hm[(h * x.N + begin) * x.in.V], c, x.in.V));
     ChunkStages<C>::advance(in, v_new, S);
   });
 }
@@ -160,9 +161,9 @@ void backward_head(const Heads<C>& x, std::int64_t s, std::int64_t h, Mat<C> S, 
   for (auto j = static_cast<std::int64_t>(saved.size()) - 1; j >= 0; --j) {
     const std::int64_t begin = x.in.cu[s] + j * kChunk, c = std::min(kChunk, x.in.cu[s + 1] - begin);
     const Saved& f = saved[j];
-    const ChunkGrads<C> d = ChunkStages<C>::backward(x.chunk(h, begin, c), f.in, f.S, f.v_new,
-                                                     ConstMatMap<C>(&do_hm[(h * N + begin) * V], c, V),
-                                                     static_cast<C>(x.in.scale), dS);
+    const ChunkGrads<C> d =
+        ChunkStages<C>::backward(x.chunk(h, begin, c), f.in, f.S, f.v_new,
+                                 ConstMatMap<C>(&do_hm[(h * N + begin) * V], c, V), static_cast<C>(x.in.scale), dS);
     MatMap<C>(&g.dq[(kh * N + begin) * K], c, K) += d.dq;  // summed over the GVA group
     MatMap<C>(&g.dk[(kh * N + begin) * K], c, K) += d.dk;
     MatMap<C>(&g.dv[(h * N + begin) * V], c, V) = d.dv;

@@ -31,8 +31,8 @@ Array<C> Linear<C>::forward(const Array<C>& x, const Array<C>& w, std::int64_t i
 
 // For y = x w^T: dx = dy w, dw = dy^T x.
 template <class C>
-typename Linear<C>::Grads Linear<C>::backward(const Array<C>& dy, const Array<C>& x, const Array<C>& w,
-                                              std::int64_t in, std::int64_t out) {
+typename Linear<C>::Grads Linear<C>::backward(const Array<C>& dy, const Array<C>& x, const Array<C>& w, std::int64_t in,
+                                              std::int64_t out) {
   const auto N = static_cast<std::int64_t>(x.size()) / in;
   Grads g{Array<C>(x.size()), Array<C>(w.size())};
   view(g.dx, N, in).noalias() = view(dy, N, out) * view(w, out, in);

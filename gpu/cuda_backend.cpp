@@ -40,10 +40,10 @@ class CudaKernels final : public Kernels {
   std::string platform() const override { return "cuda"; }
   const std::shared_ptr<Stream>& stream() const override { return stream_; }
 
-#define GDNV_GPU_CUDA_OVERRIDE(name, Params, item)                \
-  void name(const Params& p, std::int64_t items) override {       \
-    launch_##name(p, items, cuda_->handle());                     \
-    CudaStream::check_launch(#name);                              \
+#define GDNV_GPU_CUDA_OVERRIDE(name, Params, item)          \
+  void name(const Params& p, std::int64_t items) override { \
+    launch_##name(p, items, cuda_->handle());               \
+    CudaStream::check_launch(#name);                        \
   }
   GDNV_GPU_KERNELS(GDNV_GPU_CUDA_OVERRIDE)
 #undef GDNV_GPU_CUDA_OVERRIDE

@@ -29,14 +29,14 @@ void launch_items(const Params& p, std::int64_t items, cudaStream_t stream, int 
 }  // namespace gdnv::gpu
 
 // Defines launch_<name> for one X-list entry with `threads` per block.
-#define GDNV_GPU_DEFINE_CUDA_LAUNCH(name, Params, item, threads)                          \
-  namespace {                                                                             \
-  struct name##_functor {                                                                    \
+#define GDNV_GPU_DEFINE_CUDA_LAUNCH(name, Params, item, threads)                                   \
+  namespace {                                                                                      \
+  struct name##_functor {                                                                          \
     __device__ void operator()(const Params& p, std::int64_t i) const { ::gdnv::gpu::item(p, i); } \
-  };                                                                                      \
-  }                                                                                       \
-  void launch_##name(const Params& p, std::int64_t items, cudaStream_t stream) {          \
-    launch_items<Params, name##_functor>(p, items, stream, threads);                         \
+  };                                                                                               \
+  }                                                                                                \
+  void launch_##name(const Params& p, std::int64_t items, cudaStream_t stream) {                   \
+    launch_items<Params, name##_functor>(p, items, stream, threads);                               \
   }
 #define GDNV_GPU_ELEMENTWISE_LAUNCH(name, Params, item) GDNV_GPU_DEFINE_CUDA_LAUNCH(name, Params, item, 256)
 #define GDNV_GPU_TASK_LAUNCH(name, Params, item) GDNV_GPU_DEFINE_CUDA_LAUNCH(name, Params, item, 32)

@@ -38,14 +38,17 @@ void CudaStream::keep_freed_blocks() {
   check_cuda(cudaGetDevice(&device), "CUDA stream: cudaGetDevice");
   check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "CUDA stream: cudaDeviceGetDefaultMemPool");
   std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
-  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "CUDA stream: cudaMemPoolSetAttribute");
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+             "CUDA stream: cudaMemPoolSetAttribute");
 }
 
 CudaStream::~CudaStream() {
   if (owned_) cudaStreamDestroy(stream_);
 }
 
-void CudaStream::check_launch(const char* what) { check_cuda(cudaGetLastError(), std::string(what) + ": kernel launch"); }
+void CudaStream::check_launch(const char* what) {
+  check_cuda(cudaGetLastError(), std::string(what) + ": kernel launch");
+}
 
 std::shared_ptr<void> CudaStream::alloc(std::size_t bytes) {
   void* p = nullptr;
@@ -79,7 +82,8 @@ void CudaStream::record(const std::shared_ptr<Event>& event) {
 }
 
 void CudaStream::wait(const std::shared_ptr<Event>& event) {
-  check_cuda(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(*event).event, 0), "CUDA stream: cudaStreamWaitEvent");
+  check_cuda(cudaStreamWaitEvent(stream_, static_cast<CudaEvent&>(*event).event, 0),
+             "CUDA stream: cudaStreamWaitEvent");
 }
 
 void CudaStream::synchronize(const char* what) { check_cuda(cudaStreamSynchronize(stream_), what); }

@@ -19,8 +19,10 @@ class HostKernels final : public Kernels {
   std::string platform() const override { return "emu"; }
   const std::shared_ptr<Stream>& stream() const override { return stream_; }
 
-#define GDNV_GPU_HOST_LAUNCH(name, Params, item) \
-  void name(const Params& p, std::int64_t items) override { loop(p, items, [](const Params& q, std::int64_t i) { ::gdnv::gpu::item(q, i); }); }
+#define GDNV_GPU_HOST_LAUNCH(name, Params, item)                                      \
+  void name(const Params& p, std::int64_t items) override {                           \
+    loop(p, items, [](const Params& q, std::int64_t i) { ::gdnv::gpu::item(q, i); }); \
+  }
   GDNV_GPU_KERNELS(GDNV_GPU_HOST_LAUNCH)
 #undef GDNV_GPU_HOST_LAUNCH
 

@@ -106,8 +106,7 @@ void HostStream::zero(void* dst, std::size_t bytes) {
   enqueue([=] { std::memset(dst, 0, bytes); });
 }
 
-void HostStream::rank_sum(DType dtype, void* out, const void* blocks, std::int64_t stride, int n,
-                          std::int64_t count) {
+void HostStream::rank_sum(DType dtype, void* out, const void* blocks, std::int64_t stride, int n, std::int64_t count) {
   enqueue([=] {
     const auto es = static_cast<std::int64_t>(dtype_size(dtype));
     std::vector<const void*> inputs;

@@ -22,10 +22,14 @@ std::int64_t row_count(const Buffer& b) { return b.rank() == 0 ? 1 : b.dim(0); }
 
 Storage storage_of(DType d, const char* op) {
   switch (d) {
-    case DType::F32: return Storage::F32;
-    case DType::BF16: return Storage::BF16;
-    case DType::F64: return Storage::F64;
-    default: throw Error(std::string(op) + ": no arithmetic on " + std::string(dtype_name(d)));
+    case DType::F32:
+      return Storage::F32;
+    case DType::BF16:
+      return Storage::BF16;
+    case DType::F64:
+      return Storage::F64;
+    default:
+      throw Error(std::string(op) + ": no arithmetic on " + std::string(dtype_name(d)));
   }
 }
 
@@ -101,9 +105,9 @@ class KernelBackend final : public cp::Backend {
   }
 
   void do_accumulate(Buffer& y, const Buffer& x) override {
-    k_->accumulate({y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"),
-                    y.numel()},
-                   y.numel());
+    k_->accumulate(
+        {y.data(), x.data(), storage_of(y.dtype(), "accumulate"), storage_of(x.dtype(), "accumulate"), y.numel()},
+        y.numel());
   }
 
   cp::RmsNormOut do_rmsnorm(const Buffer& x, const Buffer& w, double eps) override {
@@ -196,9 +200,9 @@ class KernelBackend final : public cp::Backend {
   cp::GdrGrads do_gdr_backward(const cp::GdrArgs& args, const Buffer& d_o, const Buffer& dht) override {
     Gdr x = gdr_setup(args, "gdr_backward", true);
     GdrParams& p = x.p;
-    cp::GdrGrads g{alloc(dtype_, args.q.shape()),  alloc(dtype_, args.k.shape()),  alloc(dtype_, args.v.shape()),
-                   alloc(DType::F32, args.g.shape()), alloc(DType::F32, args.beta.shape()),
-                   alloc(DType::F32, {p.Hv, p.K, p.V})};
+    cp::GdrGrads g{alloc(dtype_, args.q.shape()),        alloc(dtype_, args.k.shape()),
+                   alloc(dtype_, args.v.shape()),        alloc(DType::F32, args.g.shape()),
+                   alloc(DType::F32, args.beta.shape()), alloc(DType::F32, {p.Hv, p.K, p.V})};
     const Buffer dqn = alloc(DType::F32, args.q.shape()), dkn = alloc(DType::F32, args.k.shape());
     p.chunk_slots = chunk_slots_for(p.N, p.n);
     const Buffer states = alloc(DType::F32, {p.Hv, p.chunk_slots, p.K, p.V});
@@ -334,8 +338,12 @@ class KernelBackend final : public cp::Backend {
   };
   Gdr gdr_setup(const cp::GdrArgs& a, const char* op, bool per_sequence) {
     const std::int64_t N = a.q.dim(0), Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
-    Gdr x{{}, alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk, K}), alloc(DType::F32, {N, Hk}),
-          alloc(DType::F32, {N, Hk}), {}};
+    Gdr x{{},
+          alloc(DType::F32, {N, Hk, K}),
+          alloc(DType::F32, {N, Hk, K}),
+          alloc(DType::F32, {N, Hk}),
+          alloc(DType::F32, {N, Hk}),
+          {}};
     GdrParams& p = x.p;
     p.work_stride = gdr_work_floats(K, V);
     x.work = alloc(DType::F32, {per_sequence ? a.seqs.count() * Hk : Hv, p.work_stride});
@@ -360,9 +368,9 @@ class KernelBackend final : public cp::Backend {
   DType dtype_;
   std::unique_ptr<Kernels> k_;
   Stream& s_;
-  Buffer error_;                           // I32 [1]: the index kernels' error flag
-  std::vector<Indexed> indexed_;           // indexed launches since the flag was last read
-  std::shared_ptr<Accounting> syncs_;      // where host syncs are counted, if anywhere
+  Buffer error_;                       // I32 [1]: the index kernels' error flag
+  std::vector<Indexed> indexed_;       // indexed launches since the flag was last read
+  std::shared_ptr<Accounting> syncs_;  // where host syncs are counted, if anywhere
 };
 
 }  // namespace

@@ -15,23 +15,23 @@
 namespace gdnv::gpu {
 
 // X(launch name, params type, item function): every kernel of the backend, by family.
-#define GDNV_GPU_DATA_KERNELS(X)             \
-  X(copy_rows, RowCopyParams, copy_row_unit) \
+#define GDNV_GPU_DATA_KERNELS(X)                      \
+  X(copy_rows, RowCopyParams, copy_row_unit)          \
   X(copy_columns, ColumnCopyParams, copy_column_unit) \
   X(accumulate, AccumulateParams, accumulate_item)
 #define GDNV_GPU_NORM_KERNELS(X)                  \
   X(norm_forward, NormParams, norm_forward_row)   \
   X(norm_backward, NormParams, norm_backward_row) \
   X(norm_weight_grad, NormParams, norm_weight_grad)
-#define GDNV_GPU_CONV_KERNELS(X)                    \
-  X(conv_forward, ConvParams, conv_forward_item)    \
-  X(conv_dpre, ConvParams, conv_dpre_item)          \
-  X(conv_dx, ConvParams, conv_dx_item)              \
-  X(conv_dhalo, ConvParams, conv_dhalo_item)        \
+#define GDNV_GPU_CONV_KERNELS(X)                 \
+  X(conv_forward, ConvParams, conv_forward_item) \
+  X(conv_dpre, ConvParams, conv_dpre_item)       \
+  X(conv_dx, ConvParams, conv_dx_item)           \
+  X(conv_dhalo, ConvParams, conv_dhalo_item)     \
   X(conv_weight_grad, ConvParams, conv_weight_grad_item)
-#define GDNV_GPU_GATE_KERNELS(X)                      \
-  X(gates_forward, GateParams, gates_forward_item)    \
-  X(gates_backward, GateParams, gates_backward_item)  \
+#define GDNV_GPU_GATE_KERNELS(X)                     \
+  X(gates_forward, GateParams, gates_forward_item)   \
+  X(gates_backward, GateParams, gates_backward_item) \
   X(gates_param_grad, GateParams, gates_param_grad)
 #define GDNV_GPU_GDR_KERNELS(X)                                               \
   X(l2norm, GdrParams, l2norm_row)                                            \

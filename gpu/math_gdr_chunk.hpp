@@ -23,19 +23,19 @@ struct ChunkAt {
 // A task's scratch, carved from `work_stride` floats (gdr_work_floats). Square [64, 64] blocks are
 // indexed [i * kChunk + j]; [c, width] blocks [i * width + col].
 struct ChunkWork {
-  float *e_g, *e_gamma, *e_tail;       // [c]  e^{g}, e^{gamma}, e^{gamma_C - gamma}
+  float *e_g, *e_gamma, *e_tail;            // [c]  e^{g}, e^{gamma}, e^{gamma_C - gamma}
   float *d_gamma, *tail, *dg_span, *dbeta;  // [c]  backward sums
-  float *decay, *KKd, *A, *P;          // [c, c]  decay_ij = e^{gamma_i - gamma_j} (j <= i)
-  float *dP, *dA, *H;                  // [c, c]  backward
-  float *UW;                           // [c, V+K]  [U | W]
-  float *d_b;                          // [c, V+K]  backward
-  float *v_new;                        // [c, V+K]  (width V, or V+K for the span maps)
-  float *S;                            // [K, V+K]  state (augmented for the span maps)
-  float *dS, *dS_in;                   // [K, V]
-  float *q_eff;                        // [c, K]  e^gamma Q - P W (backward span map)
-  float *dk_c;                         // [c, K]
-  float *dv_new;                       // [c, V]
-  float e_C;                           //         e^{gamma_C}
+  float *decay, *KKd, *A, *P;               // [c, c]  decay_ij = e^{gamma_i - gamma_j} (j <= i)
+  float *dP, *dA, *H;                       // [c, c]  backward
+  float* UW;                                // [c, V+K]  [U | W]
+  float* d_b;                               // [c, V+K]  backward
+  float* v_new;                             // [c, V+K]  (width V, or V+K for the span maps)
+  float* S;                                 // [K, V+K]  state (augmented for the span maps)
+  float *dS, *dS_in;                        // [K, V]
+  float* q_eff;                             // [c, K]  e^gamma Q - P W (backward span map)
+  float* dk_c;                              // [c, K]
+  float* dv_new;                            // [c, V]
+  float e_C;                                //         e^{gamma_C}
 };
 
 GDNV_HD i64 gdr_work_floats(i64 K, i64 V) {

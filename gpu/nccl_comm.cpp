@@ -11,8 +11,7 @@ namespace gdnv {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& where) {
-  if (e != cudaSuccess)
-    throw CommError(where + ": CUDA error: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw CommError(where + ": CUDA error: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 void nccl_check(ncclResult_t r, const std::string& where) {
@@ -21,12 +20,18 @@ void nccl_check(ncclResult_t r, const std::string& where) {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::F64: return ncclFloat64;
-    case DType::F32: return ncclFloat32;
-    case DType::BF16: return ncclBfloat16;
-    case DType::F16: return ncclFloat16;
-    case DType::I64: return ncclInt64;
-    case DType::I32: return ncclInt32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::I64:
+      return ncclInt64;
+    case DType::I32:
+      return ncclInt32;
   }
   return ncclUint8;
 }
@@ -136,9 +141,9 @@ void NcclCommunicator::execute(const Call& call) {
   const auto exchange = [&](const std::byte* from, auto to_offset, auto to_count, std::byte* into, auto into_offset,
                             auto from_count) {
     if (const auto own = static_cast<std::size_t>(from_count(me) * es))
-      cuda_check(cudaMemcpyAsync(into + into_offset(me) * es, from + to_offset(me) * es, own,
-                                 cudaMemcpyDeviceToDevice, s),
-                 at);
+      cuda_check(
+          cudaMemcpyAsync(into + into_offset(me) * es, from + to_offset(me) * es, own, cudaMemcpyDeviceToDevice, s),
+          at);
     grouped(at, [&] {
       for (int p = 0; p < n; ++p) {
         if (p == me) continue;
@@ -160,8 +165,8 @@ void NcclCommunicator::execute(const Call& call) {
 
   switch (call.kind) {
     case Collective::AllToAllV:
-      exchange(send, send_offset, to, recv, [&](int r) { return call.recv_offset(r); },
-               [&](int r) { return call.from[r]; });
+      exchange(
+          send, send_offset, to, recv, [&](int r) { return call.recv_offset(r); }, [&](int r) { return call.from[r]; });
       break;
     case Collective::AllGather: {
       if (std::all_of(call.from.begin(), call.from.end(), [&](std::int64_t c) { return c == call.from[0]; })) {
@@ -176,7 +181,8 @@ void NcclCommunicator::execute(const Call& call) {
     case Collective::ReduceScatter: {
       const std::int64_t own = call.from[me];
       const Scratch blocks(static_cast<std::size_t>(n * own * es), s, at);
-      exchange(send, send_offset, to, blocks.data(), [&](int r) { return r * own; }, [&](int) { return own; });
+      exchange(
+          send, send_offset, to, blocks.data(), [&](int r) { return r * own; }, [&](int) { return own; });
       device_rank_sum(call.dtype, recv, blocks.data(), own, n, own, s);
       break;
     }
@@ -191,8 +197,9 @@ void NcclCommunicator::execute(const Call& call) {
       const std::int64_t own = parts[me];
       const Scratch blocks(static_cast<std::size_t>(n * own * es), s, at);
       const Scratch summed(static_cast<std::size_t>(own * es), s, at);
-      exchange(send, [&](int p) { return begins[p]; }, [&](int p) { return parts[p]; }, blocks.data(),
-               [&](int r) { return r * own; }, [&](int) { return own; });
+      exchange(
+          send, [&](int p) { return begins[p]; }, [&](int p) { return parts[p]; }, blocks.data(),
+          [&](int r) { return r * own; }, [&](int) { return own; });
       device_rank_sum(call.dtype, summed.data(), blocks.data(), own, n, own, s);
       gather(summed.data(), parts, begins);
       break;
@@ -202,7 +209,8 @@ void NcclCommunicator::execute(const Call& call) {
         nccl_check(ncclBroadcast(recv, recv, call.from[call.root], type, call.root, nccl_, s), at);
       break;
     case Collective::Barrier:
-    case Collective::Split: break;
+    case Collective::Split:
+      break;
   }
 }
 

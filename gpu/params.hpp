@@ -47,15 +47,15 @@ struct AccumulateParams {
 // ---- norms ----------------------------------------------------------------------------------------
 // rmsnorm over rows of n: y = x rstd w; gated: y = rmsnorm(o) w silu(z).
 struct NormParams {
-  const void* x;   // [rows, n] activations (o for the gated norm)
-  const void* z;   // [rows, n] gate, gated norm only (else nullptr)
-  const void* w;   // [n]
-  const void* dy;  // [rows, n] backward only
+  const void* x;         // [rows, n] activations (o for the gated norm)
+  const void* z;         // [rows, n] gate, gated norm only (else nullptr)
+  const void* w;         // [n]
+  const void* dy;        // [rows, n] backward only
   const float* rstd_in;  // [rows] backward only
-  void* y;         // [rows, n] forward; dx in backward
-  void* dz;        // [rows, n] gated backward only
-  float* rstd;     // [rows] forward
-  float* dw;       // [n] backward
+  void* y;               // [rows, n] forward; dx in backward
+  void* dz;              // [rows, n] gated backward only
+  float* rstd;           // [rows] forward
+  float* dw;             // [n] backward
   std::int64_t rows, n;
   float eps;
   bool bf16;
@@ -74,18 +74,18 @@ struct LinearParams {
 
 // ---- causal conv1d --------------------------------------------------------------------------------
 struct ConvParams {
-  const void* x;        // [N, D]
-  const void* weight;   // [D, W]
-  const void* bias;     // [D] or nullptr
-  const void* halo;     // [W-1, D] or nullptr (zeros)
+  const void* x;           // [N, D]
+  const void* weight;      // [D, W]
+  const void* bias;        // [D] or nullptr
+  const void* halo;        // [W-1, D] or nullptr (zeros)
   const std::int64_t* cu;  // [n+1] device-resident sequence offsets
   std::int64_t n, N, D, W;
-  const void* dy;       // [N, D] backward
-  float* d_pre;         // [N, D] backward scratch: dy silu'(pre)
-  void* y;              // [N, D] forward; dx in backward
-  float* dw;            // [D, W]
-  float* dbias;         // [D] or nullptr
-  void* dhalo;          // [W-1, D] or nullptr
+  const void* dy;  // [N, D] backward
+  float* d_pre;    // [N, D] backward scratch: dy silu'(pre)
+  void* y;         // [N, D] forward; dx in backward
+  float* dw;       // [D, W]
+  float* dbias;    // [D] or nullptr
+  void* dhalo;     // [W-1, D] or nullptr
   bool bf16;
 };
 
@@ -113,39 +113,39 @@ struct GateParams {
 // over the group in one fixed order without atomics), or per value head for the span maps; each task
 // owns `work_stride` floats of `work` (gpu/math_gdr.hpp sizes it).
 struct GdrParams {
-  const void* q;        // [N, Hk, K]  raw (the L2 norm runs first)
-  const void* k;        // [N, Hk, K]
-  const void* v;        // [N, Hv, V]
-  const float* g;       // [N, Hv]
-  const float* beta;    // [N, Hv]
-  const float* h0;      // [Hv, K, V] initial state of the first sequence, or nullptr (zero)
-  const float* dht;     // [Hv, K, V] gradient of the last sequence's final state, or nullptr
-  const void* d_o;      // [N, Hv, V] backward and first_backward_span_map
+  const void* q;           // [N, Hk, K]  raw (the L2 norm runs first)
+  const void* k;           // [N, Hk, K]
+  const void* v;           // [N, Hv, V]
+  const float* g;          // [N, Hv]
+  const float* beta;       // [N, Hv]
+  const float* h0;         // [Hv, K, V] initial state of the first sequence, or nullptr (zero)
+  const float* dht;        // [Hv, K, V] gradient of the last sequence's final state, or nullptr
+  const void* d_o;         // [N, Hv, V] backward and first_backward_span_map
   const std::int64_t* cu;  // [n+1] device-resident
   std::int64_t n, N, Hk, Hv, K, V;
   float scale;
-  float l2_eps;         // q, k L2 norm: x / sqrt(sum x^2 + l2_eps)
+  float l2_eps;  // q, k L2 norm: x / sqrt(sum x^2 + l2_eps)
   bool bf16;
   // Scratch and results.
-  float* qn;            // [N, Hk, K]  normalised q
-  float* kn;            // [N, Hk, K]  normalised k
-  float* rq;            // [N, Hk]     1 / sqrt(sum q^2 + eps)
-  float* rk;            // [N, Hk]
-  float* dqn;           // [N, Hk, K]  backward: gradient w.r.t. qn, zero-initialised
-  float* dkn;           // [N, Hk, K]
-  float* states;        // [Hv, chunk_slots, K, V] backward: the state entering each chunk
+  float* qn;                 // [N, Hk, K]  normalised q
+  float* kn;                 // [N, Hk, K]  normalised k
+  float* rq;                 // [N, Hk]     1 / sqrt(sum q^2 + eps)
+  float* rk;                 // [N, Hk]
+  float* dqn;                // [N, Hk, K]  backward: gradient w.r.t. qn, zero-initialised
+  float* dkn;                // [N, Hk, K]
+  float* states;             // [Hv, chunk_slots, K, V] backward: the state entering each chunk
   std::int64_t chunk_slots;  // >= chunks of all sequences, see chunk_slot()
-  float* work;          // [tasks, work_stride]
+  float* work;               // [tasks, work_stride]
   std::int64_t work_stride;
-  void* o;              // [N, Hv, V] forward
-  float* final_state;   // [Hv, K, V] forward: the last sequence's
-  void* dq;             // [N, Hk, K] backward (after the L2 backward)
-  void* dk;             // [N, Hk, K]
-  void* dv;             // [N, Hv, V]
-  float* dg;            // [N, Hv]
-  float* dbeta;         // [N, Hv]
-  float* dh0;           // [Hv, K, V] the first sequence's
-  float* maps;          // [Hv, K, V+K] span maps
+  void* o;             // [N, Hv, V] forward
+  float* final_state;  // [Hv, K, V] forward: the last sequence's
+  void* dq;            // [N, Hk, K] backward (after the L2 backward)
+  void* dk;            // [N, Hk, K]
+  void* dv;            // [N, Hv, V]
+  float* dg;           // [N, Hv]
+  float* dbeta;        // [N, Hv]
+  float* dh0;          // [Hv, K, V] the first sequence's
+  float* maps;         // [Hv, K, V+K] span maps
 };
 
 // fold_span_maps: S = M_j S + h_j (Forward) or dS = M_j^T dS + h_j (Backward) over ranks j in [begin, end).

@@ -26,10 +26,17 @@ void device_rank_sum(DType dtype, void* out, const void* blocks, std::int64_t st
                      cudaStream_t stream) {
   if (count == 0 || n == 0) return;
   switch (dtype) {
-    case DType::F64: launch<double>(out, blocks, stride, n, count, stream); break;
-    case DType::F32: launch<float>(out, blocks, stride, n, count, stream); break;
-    case DType::BF16: launch<bf16_t>(out, blocks, stride, n, count, stream); break;
-    default: throw Error("device_rank_sum: no sum for dtype " + std::string(dtype_name(dtype)));
+    case DType::F64:
+      launch<double>(out, blocks, stride, n, count, stream);
+      break;
+    case DType::F32:
+      launch<float>(out, blocks, stride, n, count, stream);
+      break;
+    case DType::BF16:
+      launch<bf16_t>(out, blocks, stride, n, count, stream);
+      break;
+    default:
+      throw Error("device_rank_sum: no sum for dtype " + std::string(dtype_name(dtype)));
   }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     throw Error("device_rank_sum: kernel launch failed: " + std::string(cudaGetErrorString(e)));

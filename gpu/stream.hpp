@@ -32,8 +32,7 @@ class Stream {
   virtual void zero(void* dst, std::size_t bytes) = 0;
   // Enqueued: out[i] = rank-ordered sum of blocks[r * stride + i] over r < n, i < count
   // (comm/rank_sum.hpp); dtype F64, F32 or BF16.
-  virtual void rank_sum(DType dtype, void* out, const void* blocks, std::int64_t stride, int n,
-                        std::int64_t count) = 0;
+  virtual void rank_sum(DType dtype, void* out, const void* blocks, std::int64_t stride, int n, std::int64_t count) = 0;
   virtual std::shared_ptr<Event> make_event() = 0;
   // Marks the point after everything enqueued so far.
   virtual void record(const std::shared_ptr<Event>& event) = 0;

@@ -7,7 +7,6 @@
 
 #include <vector>
 
-
 namespace gdnv::gpu {
 namespace {
 
@@ -25,7 +24,8 @@ class StreamMover final : public DataMover {
     if (count == 0) return;
     const auto bytes = static_cast<std::size_t>(count) * dtype_size(dtype);
     const std::shared_ptr<void> blocks = s_->alloc(inputs.size() * bytes);
-    for (std::size_t r = 0; r < inputs.size(); ++r) s_->copy(static_cast<std::byte*>(blocks.get()) + r * bytes, inputs[r], bytes);
+    for (std::size_t r = 0; r < inputs.size(); ++r)
+      s_->copy(static_cast<std::byte*>(blocks.get()) + r * bytes, inputs[r], bytes);
     s_->rank_sum(dtype, out, blocks.get(), count, static_cast<int>(inputs.size()), count);
   }
 

@@ -5,9 +5,9 @@
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
-#include "cost/counting_backend.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
+#include "cost/counting_backend.hpp"
 #include "cp/layer.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/partition.hpp"
@@ -61,15 +61,18 @@ int validate_micro_batch_of(const RunSpec& s, const ref::LayerConfig& config, co
   const std::vector<int> sizes = micro_batch_sizes(s);
   const int c = sizes[m];
   const bool dynamic = c != s.cp.cp;
-  const MicroBatchShape shape{s.format, s.format == Format::Thd ? 1 : s.batch,
-                              s.format == Format::Thd ? lengths : std::vector<std::int64_t>{s.seq_len}, dynamic,
-                              dynamic ? c : 0, dynamic ? c : 0};
+  const MicroBatchShape shape{s.format,
+                              s.format == Format::Thd ? 1 : s.batch,
+                              s.format == Format::Thd ? lengths : std::vector<std::int64_t>{s.seq_len},
+                              dynamic,
+                              dynamic ? c : 0,
+                              dynamic ? c : 0};
   try {
     return validate_micro_batch(s.cp, config, shape);
   } catch (const ConfigError& e) {
     if (sizes.size() == 1) throw;
-    throw ConfigError("micro-batch " + std::to_string(m + 1) + "/" + std::to_string(sizes.size()) + " (cp=" +
-                      std::to_string(c) + (s.format == Format::Thd ? ", lengths " + joined(lengths) : "") +
+    throw ConfigError("micro-batch " + std::to_string(m + 1) + "/" + std::to_string(sizes.size()) +
+                      " (cp=" + std::to_string(c) + (s.format == Format::Thd ? ", lengths " + joined(lengths) : "") +
                       "): " + e.what());
   }
 }
@@ -347,8 +350,11 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const C
   for (std::size_t m = 0; m < outputs[0].size(); ++m) {
     const Case& k = cases[cases.size() == 1 ? 0 : m];
     const int c = outputs[0][m].cp_size;
-    MicroBatchRun run{c, {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
-                      outputs[0][m].forward, outputs[0][m].backward, {}};
+    MicroBatchRun run{c,
+                      {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
+                      outputs[0][m].forward,
+                      outputs[0][m].backward,
+                      {}};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
     // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
     // answer, and its CP rank 0 each TP rank's gradient shard.

@@ -14,8 +14,8 @@
 
 #include "comm/accounting.hpp"
 #include "comm/inprocess.hpp"
-#include "cp/backend.hpp"
 #include "cost/cost.hpp"
+#include "cp/backend.hpp"
 #include "cp/cp_config.hpp"
 #include "reference/layer.hpp"
 

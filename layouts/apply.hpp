@@ -20,10 +20,10 @@ void scatter_rows(const std::uint8_t* src,  // [index.size(), row_bytes]
                   std::uint8_t* dst);  // [rows, row_bytes]
 
 // Tensor forms over dim 0 (the other dims make the row); ConfigError on an index outside the rows.
-Tensor gather_rows(const Tensor& src,  // [rows, ...]
+Tensor gather_rows(const Tensor& src,                     // [rows, ...]
                    std::span<const std::int64_t> index);  // -> [index.size(), ...]
 // Rows not named by index stay zero.
-Tensor scatter_rows(const Tensor& src,  // [index.size(), ...]
+Tensor scatter_rows(const Tensor& src,                                        // [index.size(), ...]
                     std::span<const std::int64_t> index, std::int64_t rows);  // -> [rows, ...]
 
 // Contiguous -> zigzag: this rank's send buffer from its contiguous local tensor.

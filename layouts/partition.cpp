@@ -11,10 +11,8 @@ namespace {
 // Appends `run`, merging it into the last run when they touch, so a partition's runs are maximal.
 void append_run(std::vector<Run>& runs, Run run) {
   if (run.length == 0) return;
-  if (!runs.empty() && runs.back().end() == run.begin)
-    runs.back().length += run.length;
-  else
-    runs.push_back(run);
+  if (!runs.empty() && runs.back().end() == run.begin) runs.back().length += run.length;
+  else runs.push_back(run);
 }
 
 std::int64_t total_length(const std::vector<Run>& runs) {

@@ -47,8 +47,8 @@ nlohmann::json counters_json(const Counters& c) {
   for (int k = 0; k < kCollectiveKinds; ++k) {
     const auto kind = static_cast<Collective>(k);
     if (c[kind].calls)
-      j[std::string(collective_name(kind))] = {{"calls", c[kind].calls}, {"bytes_sent", c[kind].bytes_sent},
-                                               {"bytes_recv", c[kind].bytes_recv}};
+      j[std::string(collective_name(kind))] = {
+          {"calls", c[kind].calls}, {"bytes_sent", c[kind].bytes_sent}, {"bytes_recv", c[kind].bytes_recv}};
   }
   j["host_syncs"] = c.host_syncs;
   j["route_builds"] = c.route_builds;

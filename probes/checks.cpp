@@ -25,7 +25,8 @@ TensorFile answer_file(const cp::Answer& a) {
 
 void require_image(const std::string& dir, const char* role) {
   if (!fs::exists(fs::path(dir) / "inputs.safetensors"))
-    throw IoError(std::string(role) + " '" + dir + "' holds no inputs.safetensors: pass a directory written by "
+    throw IoError(std::string(role) + " '" + dir +
+                  "' holds no inputs.safetensors: pass a directory written by "
                   "'gdn-verify probe dump'");
 }
 
@@ -58,8 +59,9 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
                 read_safetensors((fs::path(cand) / "inputs.safetensors").string()), load_policy("bitwise"),
                 "inputs.safetensors", inputs);
   if (inputs.exit_code() != 0)
-    out.tensors.push_back(structural("inputs.safetensors", "the images' inputs differ: dump both with the same "
-                                                           "--case, --dtype and --seed"));
+    out.tensors.push_back(structural("inputs.safetensors",
+                                     "the images' inputs differ: dump both with the same "
+                                     "--case, --dtype and --seed"));
   const std::vector<std::string> modes = mode.empty() ? modes_in(ref) : std::vector<std::string>{mode};
   if (modes.empty()) throw ConfigError("REF '" + ref + "' holds no mode dumps: run 'gdn-verify probe dump' first");
   for (const auto& m : modes) {

@@ -56,7 +56,8 @@ TensorResult structural(const std::string& file, const std::string& name, const 
 }
 
 void check_exists(const std::string& path, const char* role) {
-  if (!fs::exists(path)) throw IoError(std::string(role) + " '" + path + "' does not exist: pass a safetensors file or a directory of them");
+  if (!fs::exists(path))
+    throw IoError(std::string(role) + " '" + path + "' does not exist: pass a safetensors file or a directory of them");
 }
 
 }  // namespace

@@ -27,13 +27,13 @@ struct TensorResult {
 };
 
 struct Comparison {
-  std::string name;    // of the summary line: the candidate's file or directory name
+  std::string name;  // of the summary line: the candidate's file or directory name
   std::string policy;
   std::vector<TensorResult> tensors;  // in (file, name) order, structural mismatches included
 
   int compared() const;  // tensors with matching structure
   int bitwise() const;
-  int failed() const;    // compared tensors outside tolerance
+  int failed() const;  // compared tensors outside tolerance
   bool structural_mismatch() const;
   // 0 pass, 1 numeric failure, 2 structural mismatch (docs/DESIGN.md §5's CLI exit codes).
   int exit_code() const;

@@ -61,9 +61,12 @@ void check_same_image(const json& meta, const DumpSpec& spec, const std::string&
 
 json geometry(const cp::RunSpec& s) {
   const ref::LayerConfig c(s.layer);
-  json g = {{"hidden_size", c.hidden()},         {"linear_num_key_heads", c.Hk()},
-            {"linear_num_value_heads", c.Hv()},  {"linear_key_head_dim", c.dk()},
-            {"linear_value_head_dim", c.dv()},   {"linear_conv_kernel_dim", c.W()},
+  json g = {{"hidden_size", c.hidden()},
+            {"linear_num_key_heads", c.Hk()},
+            {"linear_num_value_heads", c.Hv()},
+            {"linear_key_head_dim", c.dk()},
+            {"linear_value_head_dim", c.dv()},
+            {"linear_conv_kernel_dim", c.W()},
             {"format", s.format == cp::Format::Thd ? "thd" : "sbhd"}};
   if (s.format == cp::Format::Thd) g["lengths"] = s.lengths;
   else g["seq_len"] = s.seq_len, g["batch"] = s.batch;
@@ -75,8 +78,11 @@ TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType sta
   f.tensors["out"] = o.out.to(spec.dtype);
   f.tensors["grad_hidden"] = o.grad_hidden.to(spec.dtype);
   for (const auto& [name, t] : o.grads) f.tensors["grad::" + name] = t.to(state);
-  f.metadata = {{"image", spec.image}, {"mode", spec.mode}, {"rank", std::to_string(o.cp_rank)},
-                {"world", std::to_string(o.cp_size)}, {"case", spec.case_name},
+  f.metadata = {{"image", spec.image},
+                {"mode", spec.mode},
+                {"rank", std::to_string(o.cp_rank)},
+                {"world", std::to_string(o.cp_size)},
+                {"case", spec.case_name},
                 {"dtype", std::string(dtype_name(spec.dtype))}};
   return f;
 }
@@ -100,8 +106,10 @@ const std::vector<ProbeCase>& probe_cases() {
          base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {128, 64, 32})},
         {"thd-short", "THD, one 16-token sequence (spans of 2 at W=8), Hk = Hv = 8, dk = dv = 8, weak gates",
          base_spec({32, 8, 8, 8, 8, 4, 1e-6, false}, {16}, cp::GateRegime::Weak)},
-        {"thd-odd", "THD, 3 sequences of odd lengths (9, 5, 3): CP=1 only, where nothing is split, hidden 64, Hk 4, "
-         "Hv 8, dk = dv = 16", base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {9, 5, 3})},
+        {"thd-odd",
+         "THD, 3 sequences of odd lengths (9, 5, 3): CP=1 only, where nothing is split, hidden 64, Hk 4, "
+         "Hv 8, dk = dv = 16",
+         base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {9, 5, 3})},
         {"sbhd", "SBHD, S = 128, B = 1, hidden 64, Hk 4, Hv 8, dk = dv = 16",
          base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {})}};
     t.back().spec.format = cp::Format::Sbhd;
@@ -152,8 +160,10 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
     meta["geometry"] = geometry(rs);
     meta["modes"] = json::object();
   }
-  meta["modes"][spec.mode] = {{"world", world.size()}, {"transport", transport},
-                              {"accounting", {{"forward", counters_json(o.forward)}, {"backward", counters_json(o.backward)}}}};
+  meta["modes"][spec.mode] = {
+      {"world", world.size()},
+      {"transport", transport},
+      {"accounting", {{"forward", counters_json(o.forward)}, {"backward", counters_json(o.backward)}}}};
   write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
 }
 

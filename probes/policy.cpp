@@ -50,8 +50,8 @@ Rule parse_rule(const json& j, const std::string& where) {
                                   : key == "max_mismatch_frac" ? &r.max_mismatch_frac
                                                                : nullptr;
     if (!slot)
-      throw ConfigError(at +
-                        " is not a tolerance key: use atol, rtol, normwise, min_cos, max_rel_rms, max_mismatch_frac or exact");
+      throw ConfigError(
+          at + " is not a tolerance key: use atol, rtol, normwise, min_cos, max_rel_rms, max_mismatch_frac or exact");
     if (!value.is_number() || value.get<double>() < 0)
       throw ConfigError(at + " must be a non-negative number, got " + value.dump());
     *slot = value.get<double>();
@@ -114,8 +114,8 @@ Policy load_policy(const std::string& name_or_path) {
   for (const Policy& p : builtin_policies())
     if (p.name == name_or_path) return p;
   if (!std::filesystem::exists(name_or_path))
-    throw ConfigError("--policy '" + name_or_path +
-                      "' is neither a built-in policy (" + builtin_names() + ") nor a file");
+    throw ConfigError("--policy '" + name_or_path + "' is neither a built-in policy (" + builtin_names() +
+                      ") nor a file");
   json j;
   try {
     j = json::parse(read_file_text(name_or_path));

@@ -40,7 +40,9 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
   if (!t.structure.empty()) return {label(t), result_str(t), t.structure};
   return {label(t),
           result_str(t),
-          t.m.bitwise ? "yes" : t.numeric_equal ? "no (numerically equal)" : "no",
+          t.m.bitwise       ? "yes"
+          : t.numeric_equal ? "no (numerically equal)"
+                            : "no",
           located(t.m.max_abs, shape, t.m.max_abs_index),
           located(t.m.max_rel, shape, t.m.max_rel_index),
           sci(t.m.rel_rms),
@@ -52,8 +54,8 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           t.why};
 }
 
-const std::vector<std::string> kHeader = {"tensor", "result", "bitwise", "max_abs", "max_rel", "rel_rms", "1-cos",
-                                          "snr_db", "mismatched", "nan ref/cand", "inf ref/cand", "why"};
+const std::vector<std::string> kHeader = {"tensor", "result", "bitwise",    "max_abs",      "max_rel",      "rel_rms",
+                                          "1-cos",  "snr_db", "mismatched", "nan ref/cand", "inf ref/cand", "why"};
 
 }  // namespace
 
@@ -70,10 +72,10 @@ void write_rows(const Comparison& c, std::ostream& out) {
       out << r[0] << ": STRUCTURAL MISMATCH: " << t.structure << "\n";
       continue;
     }
-    out << r[0] << ": " << r[1] << (t.why.empty() ? "" : " (" + t.why + ")") << ", bitwise " << r[2]
-        << ", max_abs " << r[3] << ", max_rel " << r[4] << "\n"
-        << "    rel_rms " << r[5] << ", 1-cos " << r[6] << ", snr " << r[7] << " dB, mismatched " << r[8]
-        << ", nan " << r[9] << ", inf " << r[10]
+    out << r[0] << ": " << r[1] << (t.why.empty() ? "" : " (" + t.why + ")") << ", bitwise " << r[2] << ", max_abs "
+        << r[3] << ", max_rel " << r[4] << "\n"
+        << "    rel_rms " << r[5] << ", 1-cos " << r[6] << ", snr " << r[7] << " dB, mismatched " << r[8] << ", nan "
+        << r[9] << ", inf " << r[10]
         << (t.rule.max_rel_rms ? ", gate rel_rms <= " + sci(*t.rule.max_rel_rms) : std::string()) << "\n";
   }
   out << c.summary() << "\n";
@@ -86,20 +88,29 @@ std::string to_json(const Comparison& c) {
     if (!t.structure.empty()) {
       j["structure"] = t.structure;
     } else {
-      j.update({{"bitwise", t.m.bitwise}, {"numeric_equal", t.numeric_equal}, {"numel", t.m.numel},
-                {"max_abs", t.m.max_abs}, {"max_abs_index", index_str(t.shape, t.m.max_abs_index)},
-                {"max_rel", t.m.max_rel}, {"max_rel_index", index_str(t.shape, t.m.max_rel_index)},
-                {"rel_rms", t.m.rel_rms}, {"one_minus_cos", t.m.one_minus_cos}, {"snr_db", t.m.snr_db},
-                {"mismatched", t.mismatched}, {"nan_ref", t.m.nan_ref}, {"nan_cand", t.m.nan_cand},
-                {"inf_ref", t.m.inf_ref}, {"inf_cand", t.m.inf_cand}, {"why", t.why}});
+      j.update({{"bitwise", t.m.bitwise},
+                {"numeric_equal", t.numeric_equal},
+                {"numel", t.m.numel},
+                {"max_abs", t.m.max_abs},
+                {"max_abs_index", index_str(t.shape, t.m.max_abs_index)},
+                {"max_rel", t.m.max_rel},
+                {"max_rel_index", index_str(t.shape, t.m.max_rel_index)},
+                {"rel_rms", t.m.rel_rms},
+                {"one_minus_cos", t.m.one_minus_cos},
+                {"snr_db", t.m.snr_db},
+                {"mismatched", t.mismatched},
+                {"nan_ref", t.m.nan_ref},
+                {"nan_cand", t.m.nan_cand},
+                {"inf_ref", t.m.inf_ref},
+                {"inf_cand", t.m.inf_cand},
+                {"why", t.why}});
     }
     tensors.push_back(std::move(j));
   }
-  const nlohmann::json report = {{"name", c.name},           {"policy", c.policy},
-                                 {"compared", c.compared()}, {"bitwise", c.bitwise()},
-                                 {"failed", c.failed()},     {"structural_mismatch", c.structural_mismatch()},
-                                 {"summary", c.summary()},   {"pass", c.exit_code() == 0},
-                                 {"tensors", tensors}};
+  const nlohmann::json report = {
+      {"name", c.name},         {"policy", c.policy},         {"compared", c.compared()},
+      {"bitwise", c.bitwise()}, {"failed", c.failed()},       {"structural_mismatch", c.structural_mismatch()},
+      {"summary", c.summary()}, {"pass", c.exit_code() == 0}, {"tensors", tensors}};
   return report.dump(2) + "\n";
 }
 

@@ -122,9 +122,8 @@ inline std::string check_all_to_all_v(Communicator& comm, DType dtype, const std
     at += c[s][me];
   }
   const std::int64_t others_in = total(recv_counts) - c[me][me], others_out = total(c[me]) - c[me][me];
-  return compare(comm, "all_to_all_v", got, want) +
-         check_traffic(comm, "all_to_all_v", delta, Collective::AllToAllV, bytes(dtype, others_out),
-                       bytes(dtype, others_in));
+  return compare(comm, "all_to_all_v", got, want) + check_traffic(comm, "all_to_all_v", delta, Collective::AllToAllV,
+                                                                  bytes(dtype, others_out), bytes(dtype, others_in));
 }
 
 // counts[r]: elements rank r contributes; `equal` uses the equal-size all_gather (counts all equal).
@@ -144,9 +143,9 @@ inline std::string check_all_gather(Communicator& comm, DType dtype, const Count
     copy_elements(want, at, values(dtype, seed, r, counts[r]), 0, counts[r]);
     at += counts[r];
   }
-  return compare(comm, "all_gather", got, want) +
-         check_traffic(comm, "all_gather", delta, Collective::AllGather, bytes(dtype, (n - 1) * counts[me]),
-                       bytes(dtype, total(counts) - counts[me]));
+  return compare(comm, "all_gather", got, want) + check_traffic(comm, "all_gather", delta, Collective::AllGather,
+                                                                bytes(dtype, (n - 1) * counts[me]),
+                                                                bytes(dtype, total(counts) - counts[me]));
 }
 
 // counts[p]: size of block p; `equal` uses the equal-block reduce_scatter (counts all equal).
@@ -194,9 +193,9 @@ inline std::string check_broadcast(Communicator& comm, DType dtype, std::int64_t
   const ScopedCounter scope(comm.accounting());
   comm.broadcast(got, root);
   const Counters delta = scope.delta();
-  return compare(comm, "broadcast", got, want) +
-         check_traffic(comm, "broadcast", delta, Collective::Broadcast, bytes(dtype, me == root ? (n - 1) * count : 0),
-                       bytes(dtype, me == root ? 0 : count));
+  return compare(comm, "broadcast", got, want) + check_traffic(comm, "broadcast", delta, Collective::Broadcast,
+                                                               bytes(dtype, me == root ? (n - 1) * count : 0),
+                                                               bytes(dtype, me == root ? 0 : count));
 }
 
 // split(colors[r], keys[r]): membership and order against the model, then every sub-group at once

@@ -17,13 +17,12 @@ std::string in_world(int n, const model::Check& check) {
   static std::uint64_t round = 0;
   ++round;
   std::vector<std::string> errors(static_cast<std::size_t>(n));
-  run_world(
-      n,
-      [&](Communicator& comm) {
-        std::this_thread::sleep_for(std::chrono::microseconds(hash64(round, comm.rank(), 0) % 200));
-        errors[static_cast<std::size_t>(comm.rank())] = check(comm);
-      },
-      {std::chrono::seconds(10)});
+  run_world(n,
+            [&](Communicator& comm) {
+              std::this_thread::sleep_for(std::chrono::microseconds(hash64(round, comm.rank(), 0) % 200));
+              errors[static_cast<std::size_t>(comm.rank())] = check(comm);
+            },
+            {std::chrono::seconds(10)});
   std::string all;
   for (const auto& e : errors) all += e.empty() ? "" : e + "\n";
   return all;

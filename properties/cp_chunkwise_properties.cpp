@@ -46,13 +46,12 @@ RC_GTEST_PROP(Chunkwise, LongFp32SpanMapFoldsStayWithin4xHeadwise, ()) {
   std::vector<std::map<std::string, double>> chunk, head;
   run_and_check(judge, spec_of(g, CpMode::Chunkwise, DType::F32, seed), &chunk);
   run_and_check(judge, spec_of(g, CpMode::Headwise, DType::F32, seed), &head);
-  for (const auto& [name, rel] : chunk.front())
-    RC_ASSERT(rel <= 4.0 * std::max(head.front().at(name), 1e-6));
+  for (const auto& [name, rel] : chunk.front()) RC_ASSERT(rel <= 4.0 * std::max(head.front().at(name), 1e-6));
 }
 
 TEST(ChunkwiseMutants, ShortSpanSuiteFailsUnderEachChunkwiseFault) {
-  for (Fault f : {Fault::ChunkwiseBf16StateChain, Fault::ConvHaloWrongRank, Fault::ConvHaloOneRank,
-                  Fault::RouteOffByOne}) {
+  for (Fault f :
+       {Fault::ChunkwiseBf16StateChain, Fault::ConvHaloWrongRank, Fault::ConvHaloOneRank, Fault::RouteOffByOne}) {
     const ScopedFault planted(f);
     EXPECT_FALSE(rc::check("chunkwise short spans match the oracle under a planted fault", [] { check_short_spans(); }))
         << fault_name(f) << " not caught";

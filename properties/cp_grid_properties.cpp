@@ -18,8 +18,8 @@ void check_dynamic_cp() {
   g.W = 4;
   g.Hk = 4 * g.tp;
   g.lengths = gen_lengths(4, 3);  // multiples of 8: divisible by 2c for every c in {1, 2, 4}
-  const std::vector<int> sizes = *rc::gen::element(std::vector<int>{1, 2, 4}, std::vector<int>{4, 1, 2},
-                                                   std::vector<int>{2, 4, 1});
+  const std::vector<int> sizes =
+      *rc::gen::element(std::vector<int>{1, 2, 4}, std::vector<int>{4, 1, 2}, std::vector<int>{2, 4, 1});
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
   RC_LOG() << g << " seed=" << seed << "\n";
   const Judge judge(spec_of(g, CpMode::Headwise, DType::F64, seed));
@@ -52,8 +52,8 @@ void check_dynamic_cp_own_packings() {
   Geometry g = *gen_geometry(false);
   g.W = 4;
   g.Hk = 4 * g.tp;
-  const std::vector<int> sizes = *rc::gen::element(std::vector<int>{4, 2, 1}, std::vector<int>{1, 4, 2},
-                                                   std::vector<int>{2, 1, 4});
+  const std::vector<int> sizes =
+      *rc::gen::element(std::vector<int>{4, 2, 1}, std::vector<int>{1, 4, 2}, std::vector<int>{2, 1, 4});
   const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1000);
   RunSpec base = spec_of(g, CpMode::Headwise, DType::F64, seed);
   base.micro_batches = sizes;
@@ -103,7 +103,8 @@ RC_GTEST_PROP(CpGrid, TpShardsReproduceTp1InEveryMode, ()) {
     const Answer a1 = run_in_process(tp1, k, cpu::make_backend).front().answer;
     for (const auto& [name, one, two] : pairs(a1, a2)) {
       const double rel = compare(one, two).rel_rms;
-      if (!(rel < 1e-12)) RC_FAIL(std::string(mode_name(mode)) + " tp=2 vs tp=1, " + name + ": rel_rms " + std::to_string(rel));
+      if (!(rel < 1e-12))
+        RC_FAIL(std::string(mode_name(mode)) + " tp=2 vs tp=1, " + name + ": rel_rms " + std::to_string(rel));
     }
   }
 }

@@ -61,7 +61,8 @@ void check_modes_agree_with_cp1(DType dtype, bool elementwise) {
       const auto bad = elementwise ? mismatches(ref, cand, 2e-3, 1e-2) : 0;
       if (1.0 - m.one_minus_cos < 0.9999 || bad != 0)
         RC_FAIL(std::string(mode_name(mode)) + " vs cp=1, " + name + ": cos " + std::to_string(1.0 - m.one_minus_cos) +
-                ", " + std::to_string(bad) + " of " + std::to_string(ref.numel()) + " elements outside atol 2e-3 + rtol 1e-2");
+                ", " + std::to_string(bad) + " of " + std::to_string(ref.numel()) +
+                " elements outside atol 2e-3 + rtol 1e-2");
     }
   }
 }
@@ -83,9 +84,7 @@ RunSpec short_span_spec(CpMode mode) {
   return spec_of(g, mode, DType::F64, 5);
 }
 
-std::uint64_t params_of(const RunSpec& spec) {
-  return ref::param_names(ref::LayerConfig(spec.layer)).size();
-}
+std::uint64_t params_of(const RunSpec& spec) { return ref::param_names(ref::LayerConfig(spec.layer)).size(); }
 
 TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Headwise);
@@ -165,12 +164,15 @@ TEST(CpLayerMutants, FixedCasesPassWithoutAFault) {
 }
 
 TEST(CpLayerMutants, FixedCasesCatchEveryModeFault) {
-  const std::pair<Fault, CpMode> planted[] = {
-      {Fault::AllGatherNoReduceScatter, CpMode::AllGather},  {Fault::HeadwiseHeadPermShift, CpMode::Headwise},
-      {Fault::MissingGradReductionOverCp, CpMode::Headwise}, {Fault::MissingGradReductionOverCp, CpMode::AllGather},
-      {Fault::MissingGradReductionOverCp, CpMode::Chunkwise}, {Fault::ChunkwiseBf16StateChain, CpMode::Chunkwise},
-      {Fault::ConvHaloWrongRank, CpMode::Chunkwise},         {Fault::ConvHaloOneRank, CpMode::Chunkwise},
-      {Fault::RouteOffByOne, CpMode::Chunkwise}};
+  const std::pair<Fault, CpMode> planted[] = {{Fault::AllGatherNoReduceScatter, CpMode::AllGather},
+                                              {Fault::HeadwiseHeadPermShift, CpMode::Headwise},
+                                              {Fault::MissingGradReductionOverCp, CpMode::Headwise},
+                                              {Fault::MissingGradReductionOverCp, CpMode::AllGather},
+                                              {Fault::MissingGradReductionOverCp, CpMode::Chunkwise},
+                                              {Fault::ChunkwiseBf16StateChain, CpMode::Chunkwise},
+                                              {Fault::ConvHaloWrongRank, CpMode::Chunkwise},
+                                              {Fault::ConvHaloOneRank, CpMode::Chunkwise},
+                                              {Fault::RouteOffByOne, CpMode::Chunkwise}};
   for (const auto& [fault, mode] : planted)
     EXPECT_FALSE(failures_under(fault, short_span_spec(mode)).empty()) << fault_name(fault) << " not caught";
 }

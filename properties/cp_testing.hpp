@@ -29,8 +29,8 @@ inline const char* regime_name(GateRegime r) {
 }
 
 inline std::ostream& operator<<(std::ostream& os, const Geometry& g) {
-  os << "W=" << g.W << " tp=" << g.tp << " Hk=" << g.Hk << " Hv=" << g.Hk * g.group << " dk=" << g.dk
-     << " dv=" << g.dv << " hidden=" << g.hidden << " conv=" << g.conv << " gates=" << regime_name(g.gates) << " ";
+  os << "W=" << g.W << " tp=" << g.tp << " Hk=" << g.Hk << " Hv=" << g.Hk * g.group << " dk=" << g.dk << " dv=" << g.dv
+     << " hidden=" << g.hidden << " conv=" << g.conv << " gates=" << regime_name(g.gates) << " ";
   if (g.format == Format::Sbhd) return os << "sbhd S=" << g.seq_len << " B=" << g.batch;
   os << "thd lengths=";
   for (auto L : g.lengths) os << L << ",";
@@ -92,16 +92,16 @@ inline RunSpec spec_of(const Geometry& g, CpMode mode, DType dtype, std::uint64_
 // docs/DESIGN.md §3.1 for the generated geometry (heads are generated legal).
 inline bool legal(const Geometry& g, CpMode mode) {
   if (g.W == 1 || g.format == Format::Thd) return true;
-  if (mode == CpMode::AllGather) return false;                // all_gather: THD only at CP > 1
-  return mode != CpMode::Chunkwise || g.batch == 1;           // chunkwise SBHD: batch 1
+  if (mode == CpMode::AllGather) return false;       // all_gather: THD only at CP > 1
+  return mode != CpMode::Chunkwise || g.batch == 1;  // chunkwise SBHD: batch 1
 }
 
 inline constexpr CpMode kModes[] = {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather};
 
 // (name, reference, candidate) for every tensor of an answer.
 inline std::vector<std::tuple<std::string, const Tensor&, const Tensor&>> pairs(const Answer& ref, const Answer& got) {
-  std::vector<std::tuple<std::string, const Tensor&, const Tensor&>> out{{"out", ref.out, got.out},
-                                                                         {"grad_hidden", ref.grad_hidden, got.grad_hidden}};
+  std::vector<std::tuple<std::string, const Tensor&, const Tensor&>> out{
+      {"out", ref.out, got.out}, {"grad_hidden", ref.grad_hidden, got.grad_hidden}};
   for (const auto& [name, t] : ref.grads) out.emplace_back("grad::" + name, t, got.grads.at(name));
   return out;
 }

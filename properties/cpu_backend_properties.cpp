@@ -91,7 +91,8 @@ RC_GTEST_PROP(CpuBackendProperties, ScatterRowsUndoesGatherRowsOfAPermutation, (
   std::vector<std::int64_t> perm(static_cast<std::size_t>(rows));
   std::iota(perm.begin(), perm.end(), 0);
   for (std::int64_t i = rows - 1; i > 0; --i)  // Fisher-Yates
-    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(*rc::gen::inRange<std::int64_t>(0, i + 1))]);
+    std::swap(perm[static_cast<std::size_t>(i)],
+              perm[static_cast<std::size_t>(*rc::gen::inRange<std::int64_t>(0, i + 1))]);
   const Tensor x = gdnv::testing::random_normal({rows, width}, static_cast<std::uint64_t>(rows), "x").to(dtype);
   const Buffer index = be->upload(Tensor::from(perm, {rows}), DType::I64);
   const Buffer gathered = be->gather_rows(be->upload(x, dtype), index);

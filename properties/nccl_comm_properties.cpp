@@ -54,13 +54,26 @@ class HostStaging final : public Communicator {
     const std::int64_t sum_to = model::total(call.to), sum_from = model::total(call.from);
     std::int64_t send_n = 0, recv_n = 0;
     switch (call.kind) {
-      case Collective::AllToAllV: send_n = sum_to, recv_n = sum_from; break;
-      case Collective::AllGather: send_n = call.to[me], recv_n = sum_from; break;
-      case Collective::ReduceScatter: send_n = sum_to, recv_n = call.from[me]; break;
-      case Collective::AllReduce: send_n = recv_n = call.to[0]; break;
-      case Collective::Broadcast: send_n = recv_n = call.from[call.root]; break;
-      case Collective::Barrier: nccl_->barrier(); return;
-      case Collective::Split: return;
+      case Collective::AllToAllV:
+        send_n = sum_to, recv_n = sum_from;
+        break;
+      case Collective::AllGather:
+        send_n = call.to[me], recv_n = sum_from;
+        break;
+      case Collective::ReduceScatter:
+        send_n = sum_to, recv_n = call.from[me];
+        break;
+      case Collective::AllReduce:
+        send_n = recv_n = call.to[0];
+        break;
+      case Collective::Broadcast:
+        send_n = recv_n = call.from[call.root];
+        break;
+      case Collective::Barrier:
+        nccl_->barrier();
+        return;
+      case Collective::Split:
+        return;
     }
     const std::size_t es = dtype_size(call.dtype);
     const cudaStream_t s = nccl_->stream();
@@ -69,14 +82,22 @@ class HostStaging final : public Communicator {
     const ConstBuf d_send(send.data(), send_n, call.dtype);
     const MutBuf d_recv(recv.data(), recv_n, call.dtype), d_inout(send.data(), send_n, call.dtype);
     switch (call.kind) {
-      case Collective::AllToAllV: nccl_->all_to_all_v(d_send, call.to, d_recv, call.from); break;
-      case Collective::AllGather: nccl_->all_gather_v(d_send, d_recv, call.from); break;
-      case Collective::ReduceScatter: nccl_->reduce_scatter_v(d_send, d_recv, call.to); break;
+      case Collective::AllToAllV:
+        nccl_->all_to_all_v(d_send, call.to, d_recv, call.from);
+        break;
+      case Collective::AllGather:
+        nccl_->all_gather_v(d_send, d_recv, call.from);
+        break;
+      case Collective::ReduceScatter:
+        nccl_->reduce_scatter_v(d_send, d_recv, call.to);
+        break;
       case Collective::AllReduce:
         if (call.send == call.recv) nccl_->all_reduce(d_inout);
         else nccl_->all_reduce(d_send, d_recv);
         break;
-      default: nccl_->broadcast(d_inout, call.root); break;
+      default:
+        nccl_->broadcast(d_inout, call.root);
+        break;
     }
     const bool in_send =
         call.kind == Collective::Broadcast || (call.kind == Collective::AllReduce && call.send == call.recv);
@@ -102,8 +123,8 @@ std::string in_nccl_group(int n, const model::Check& check) {
   if (!groups.count(n)) {
     const int color = max_ranks() == 1 ? world.rank() : (world.rank() < n ? 0 : -1);
     auto mpi = world.split(color, world.rank());
-    groups[n] = mpi ? std::make_unique<HostStaging>(NcclCommunicator::create(static_cast<MpiCommunicator&>(*mpi),
-                                                                              world.rank() % g_devices))
+    groups[n] = mpi ? std::make_unique<HostStaging>(
+                          NcclCommunicator::create(static_cast<MpiCommunicator&>(*mpi), world.rank() % g_devices))
                     : nullptr;
   }
   const std::string error = groups[n] ? check(*groups[n]) : "";
@@ -167,8 +188,7 @@ int main(int argc, char** argv) {
         if (world.rank() == 0)
           std::cout << "RC_PARAMS=\"" << std::getenv("RC_PARAMS") << "\", " << world.size() << " MPI ranks, "
                     << gdnv::g_devices << " CUDA devices\n";
-        else
-          delete listeners.Release(listeners.default_result_printer());
+        else delete listeners.Release(listeners.default_result_printer());
         code = RUN_ALL_TESTS();
         gdnv::g_groups.clear();
       },

@@ -10,7 +10,7 @@ namespace {
 #define GDNV_STR2(x) #x
 #define GDNV_STR(x) GDNV_STR2(x)
 constexpr const char* kDefaultParams = "seed=20261202 max_success=" GDNV_STR(GDNV_RC_MAX_SUCCESS);
-}
+}  // namespace
 
 int main(int argc, char** argv) {
   const char* given = std::getenv("RC_PARAMS");

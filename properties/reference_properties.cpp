@@ -97,7 +97,7 @@ RC_GTEST_PROP(GdrProperties, FoldingSpanMapsOfAnySplitEqualsUnsplitRun, ()) {
   s.initial_state = true;
   const ref::GdrInputs whole = testing::random_gdr(s);
   auto cuts = *rc::gen::container<std::vector<std::int64_t>>(*rc::gen::inRange(0, 5),
-                                                              rc::gen::inRange<std::int64_t>(0, s.T + 1));
+                                                             rc::gen::inRange<std::int64_t>(0, s.T + 1));
   cuts.push_back(0);
   cuts.push_back(s.T);
   std::sort(cuts.begin(), cuts.end());  // repeated cuts make empty spans, which must fold as the identity

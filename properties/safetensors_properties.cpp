@@ -33,7 +33,8 @@ RC_GTEST_PROP(SafetensorsProperties, AnyTensorSetRoundTripsBitExactly, ()) {
   for (int i = 0; i < n; ++i) file.tensors.insert_or_assign(*gen_name(), *gen_tensor());
   const auto meta_n = *rc::gen::inRange(0, 3);
   for (int i = 0; i < meta_n; ++i)
-    file.metadata[*gen_name()] = *rc::gen::oneOf(gen_name(), rc::gen::container<std::string>(rc::gen::inRange(' ', '~')));
+    file.metadata[*gen_name()] =
+        *rc::gen::oneOf(gen_name(), rc::gen::container<std::string>(rc::gen::inRange(' ', '~')));
 
   const auto bytes = serialize_safetensors(file);
   RC_ASSERT(bytes.size() >= 8);

@@ -20,8 +20,8 @@ struct Conv1dInputs {
 };
 
 struct Conv1dGrads {
-  Tensor dx;                  // [B, T, D]
-  Tensor dweight;             // [D, W]
+  Tensor dx;                    // [B, T, D]
+  Tensor dweight;               // [D, W]
   std::optional<Tensor> dbias;  // [D] when bias is given
   std::optional<Tensor> dh0;    // [N, D, W] when initial_state is given (slot 0 is zero)
 };

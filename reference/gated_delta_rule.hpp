@@ -10,15 +10,15 @@
 namespace gdnv::ref {
 
 struct GdrInputs {
-  Tensor q;                                           // [B, T, Hk, K]  F64
-  Tensor k;                                           // [B, T, Hk, K]  F64
-  Tensor v;                                           // [B, T, Hv, V]  F64
-  Tensor g;                                           // [B, T, Hv]     F64, log decay
-  Tensor beta;                                        // [B, T, Hv]     F64
-  std::optional<Tensor> initial_state;                // [N, Hv, K, V]  F64
+  Tensor q;                                             // [B, T, Hk, K]  F64
+  Tensor k;                                             // [B, T, Hk, K]  F64
+  Tensor v;                                             // [B, T, Hv, V]  F64
+  Tensor g;                                             // [B, T, Hv]     F64, log decay
+  Tensor beta;                                          // [B, T, Hv]     F64
+  std::optional<Tensor> initial_state;                  // [N, Hv, K, V]  F64
   std::optional<std::vector<std::int64_t>> cu_seqlens;  // [N + 1], only with B == 1
-  std::optional<double> scale;                        // default 1/sqrt(K)
-  bool use_qk_l2norm = false;                         // x / sqrt(sum x^2 + 1e-6) on q and k
+  std::optional<double> scale;                          // default 1/sqrt(K)
+  bool use_qk_l2norm = false;                           // x / sqrt(sum x^2 + 1e-6) on q and k
 };
 
 struct GdrOutputs {

@@ -36,8 +36,8 @@ Gates gates_forward(const Tensor& a, const Tensor& b, const Tensor& A_log, const
   return out;
 }
 
-GateGrads gates_backward(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                         const Tensor& dg, const Tensor& dbeta) {
+GateGrads gates_backward(const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, const Tensor& dg,
+                         const Tensor& dbeta) {
   const std::int64_t Hv = heads_of(a, b, A_log, dt_bias);
   GateGrads g{Tensor(DType::F64, a.shape()), Tensor(DType::F64, b.shape()), Tensor(DType::F64, A_log.shape()),
               Tensor(DType::F64, dt_bias.shape())};

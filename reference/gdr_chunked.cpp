@@ -139,8 +139,7 @@ void advance_state(const Chunk& x, const Intra& in, const RowMatrix& v_new, RowM
 }
 
 // Output stage: o [c, V] from the state S [K, V] entering the chunk and V_new [c, V].
-void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const RowMatrix& v_new, double scale,
-                  Rows o) {
+void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const RowMatrix& v_new, double scale, Rows o) {
   RowMatrix P = product(x.q, x.k.transpose());
   P = P.cwiseProduct(in.decay);  // decay is zero above the diagonal: tril_incl
   const RowMatrix q_decayed = in.gamma.array().exp().matrix().asDiagonal() * x.q;
@@ -286,8 +285,8 @@ GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size, int threads)
   return out;
 }
 
-GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
-                              int chunk_size, int threads) {
+GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht, int chunk_size,
+                              int threads) {
   check_chunk_size(chunk_size);
   const GdrGeometry geo = gdr_geometry(in);
   check_grad_inputs(geo, d_o, dht);

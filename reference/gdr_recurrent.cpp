@@ -121,8 +121,7 @@ GdrOutputs gdr_recurrent_forward(const GdrInputs& in, int threads) {
   return out;
 }
 
-GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
-                                int threads) {
+GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht, int threads) {
   const GdrGeometry geo = gdr_geometry(in);
   check_grad_inputs(geo, d_o, dht);
   GdrGrads grads = make_grads(geo);

@@ -84,10 +84,10 @@ TensorFile run_gdr_case(const GdrCase& c, GdrForm form) {
   file.tensors.emplace("o", std::move(out.o));
   file.tensors.emplace("final_state", std::move(out.final_state));
   if (c.d_o) {
-    GdrGrads d = chunked ? gdr_chunked_backward(c.in, *c.d_o, c.dht, c.chunk_size)
-                         : gdr_recurrent_backward(c.in, *c.d_o, c.dht);
-    for (auto& [name, t] : {std::pair{"dq", &d.dq}, {"dk", &d.dk}, {"dv", &d.dv}, {"dg", &d.dg},
-                             {"dbeta", &d.dbeta}, {"dh0", &d.dh0}})
+    GdrGrads d =
+        chunked ? gdr_chunked_backward(c.in, *c.d_o, c.dht, c.chunk_size) : gdr_recurrent_backward(c.in, *c.d_o, c.dht);
+    for (auto& [name, t] :
+         {std::pair{"dq", &d.dq}, {"dk", &d.dk}, {"dv", &d.dv}, {"dg", &d.dg}, {"dbeta", &d.dbeta}, {"dh0", &d.dh0}})
       file.tensors.emplace(name, std::move(*t));
   }
   const std::string form_name =

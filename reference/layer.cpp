@@ -105,8 +105,8 @@ InProjGrads in_proj_backward(const LayerParams& params, const Tensor& h, const I
   return g;
 }
 
-Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const Tensor& p,
-                    const CuSeqlens& cu_seqlens, const LayerOptions& options) {
+Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const Tensor& p, const CuSeqlens& cu_seqlens,
+                    const LayerOptions& options) {
   if (p.rank() != 3) throw Error("mixer_forward: P " + shape_str(p.shape()) + " is not [B, T, in_proj_dim]");
   check_last_dim(p, config.in_proj_dim(), "mixer_forward");
   const std::int64_t B = p.dim(0), T = p.dim(1), C = config.conv_dim(), qk = config.qk_dim();
@@ -135,8 +135,8 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
   return m;
 }
 
-MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,
-                          const Tensor& dy, const LayerOptions& options) {
+MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd, const Tensor& dy,
+                          const LayerOptions& options) {
   if (dy.shape() != fwd.o.shape())
     throw Error("mixer_backward: dy " + shape_str(dy.shape()) + " is not the shape of o " + shape_str(fwd.o.shape()));
   const std::int64_t C = config.conv_dim(), qk = config.qk_dim(), Hv = config.Hv();

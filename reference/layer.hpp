@@ -65,7 +65,7 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params,
                     const CuSeqlens& cu_seqlens, const LayerOptions& options);
 
 struct MixerGrads {
-  Tensor dp;  // [B, T, in_proj_dim]
+  Tensor dp;           // [B, T, in_proj_dim]
   LayerParams params;  // conv1d.weight, conv1d.bias (when present), A_log, dt_bias, out_norm.weight
 };
 MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,

@@ -36,7 +36,7 @@ class LayerConfig {
 
   std::int64_t qk_dim() const { return Hk() * dk(); }
   std::int64_t v_dim() const { return Hv() * dv(); }
-  std::int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }       // channels q, k, v
+  std::int64_t conv_dim() const { return 2 * qk_dim() + v_dim(); }              // channels q, k, v
   std::int64_t in_proj_dim() const { return conv_dim() + v_dim() + 2 * Hv(); }  // + z, beta, alpha
 
  private:

@@ -97,9 +97,8 @@ TensorFile write_layer_case(const LayerCase& layer_case) {
 TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form) {
   const LayerCase c = read_layer_case(file, source);
   const LayerOptions options{form, c.chunk_size};
-  const LayerForward fwd = with_source(source, [&] {
-    return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options);
-  });
+  const LayerForward fwd =
+      with_source(source, [&] { return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options); });
   TensorFile out;
   const bool chunked = form == CoreForm::Chunked;
   const std::string form_name =

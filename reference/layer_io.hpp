@@ -13,7 +13,7 @@ bool is_layer_file(const TensorFile& file);
 
 struct LayerCase {
   LayerConfig config;
-  LayerParams params;  // F64
+  LayerParams params;    // F64
   Tensor hidden_states;  // [S, B, hidden] F64
   CuSeqlens cu_seqlens;
   std::optional<Tensor> grad_output;  // [S, B, hidden] F64

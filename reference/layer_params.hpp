@@ -16,13 +16,13 @@ namespace gdnv::ref {
 using LayerParams = std::map<std::string, Tensor>;
 
 inline constexpr const char* kInProjNorm = "in_proj.layer_norm_weight";  // [hidden]
-inline constexpr const char* kInProj = "in_proj.weight";    // [in_proj_dim, hidden]; rows q,k,v,z,beta,alpha
-inline constexpr const char* kConvWeight = "conv1d.weight"; // [conv_dim, 1, W]; channels q,k,v
-inline constexpr const char* kConvBias = "conv1d.bias";     // [conv_dim], only with conv_bias
-inline constexpr const char* kALog = "A_log";               // [Hv]
-inline constexpr const char* kDtBias = "dt_bias";           // [Hv]
-inline constexpr const char* kOutNorm = "out_norm.weight";  // [dv]
-inline constexpr const char* kOutProj = "out_proj.weight";  // [hidden, Hv*dv]
+inline constexpr const char* kInProj = "in_proj.weight";     // [in_proj_dim, hidden]; rows q,k,v,z,beta,alpha
+inline constexpr const char* kConvWeight = "conv1d.weight";  // [conv_dim, 1, W]; channels q,k,v
+inline constexpr const char* kConvBias = "conv1d.bias";      // [conv_dim], only with conv_bias
+inline constexpr const char* kALog = "A_log";                // [Hv]
+inline constexpr const char* kDtBias = "dt_bias";            // [Hv]
+inline constexpr const char* kOutNorm = "out_norm.weight";   // [dv]
+inline constexpr const char* kOutProj = "out_proj.weight";   // [hidden, Hv*dv]
 
 // The parameter names of `config` in table order (conv1d.bias only when config.conv_bias()).
 std::vector<std::string> param_names(const LayerConfig& config);

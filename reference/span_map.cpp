@@ -40,8 +40,8 @@ void check_state(const Tensor& maps, std::int64_t n, const Tensor& S, const char
 Tensor gdr_span_maps(const GdrInputs& in, int chunk_size) {
   validate(in);
   const std::int64_t Hv = in.v.dim(2), K = in.k.dim(3), V = in.v.dim(3);
-  GdrInputs ext{in.q, in.k, zero_padded_values(in.v, K), in.g, in.beta, std::nullopt, in.cu_seqlens, in.scale,
-                in.use_qk_l2norm};
+  GdrInputs ext{
+      in.q, in.k, zero_padded_values(in.v, K), in.g, in.beta, std::nullopt, in.cu_seqlens, in.scale, in.use_qk_l2norm};
   const std::int64_t N = in.cu_seqlens ? static_cast<std::int64_t>(in.cu_seqlens->size()) - 1 : in.q.dim(0);
   ext.initial_state = identity_states(N, Hv, K, V);
   return gdr_chunked_forward(ext, chunk_size).final_state;

@@ -84,9 +84,8 @@ LayerParams assemble(const LayerConfig& config, const std::vector<LayerParams>& 
 LayerConfig tp_local_config(const LayerConfig& config, std::int64_t tp_size) {
   if (tp_size < 1) throw ConfigError("tensor parallel size " + std::to_string(tp_size) + " must be at least 1");
   if (config.Hk() % tp_size != 0 || config.Hv() % tp_size != 0)
-    throw ConfigError("tensor parallel size " + std::to_string(tp_size) +
-                      " does not divide linear_num_key_heads = " + std::to_string(config.Hk()) +
-                      " and linear_num_value_heads = " + std::to_string(config.Hv()) +
+    throw ConfigError("tensor parallel size " + std::to_string(tp_size) + " does not divide linear_num_key_heads = " +
+                      std::to_string(config.Hk()) + " and linear_num_value_heads = " + std::to_string(config.Hv()) +
                       "; TP shards whole heads, so choose a TP size dividing both");
   LayerConfig::Values v = config.values();
   v.linear_num_key_heads /= tp_size;
@@ -94,12 +93,11 @@ LayerConfig tp_local_config(const LayerConfig& config, std::int64_t tp_size) {
   return LayerConfig(v);
 }
 
-LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::int64_t tp_size,
-                     std::int64_t tp_rank) {
+LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::int64_t tp_size, std::int64_t tp_rank) {
   tp_local_config(config, tp_size);
   if (tp_rank < 0 || tp_rank >= tp_size)
-    throw ConfigError("tensor parallel rank " + std::to_string(tp_rank) + " is outside [0, " +
-                      std::to_string(tp_size) + ")");
+    throw ConfigError("tensor parallel rank " + std::to_string(tp_rank) + " is outside [0, " + std::to_string(tp_size) +
+                      ")");
   validate_params(config, params);
   LayerParams shard;
   for (const auto& [name, full] : params) {

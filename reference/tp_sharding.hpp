@@ -22,8 +22,7 @@ namespace gdnv::ref {
 LayerConfig tp_local_config(const LayerConfig& config, std::int64_t tp_size);
 
 // Rank `tp_rank`'s slice of every parameter (params validated against `config`, the full layer).
-LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::int64_t tp_size,
-                     std::int64_t tp_rank);
+LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::int64_t tp_size, std::int64_t tp_rank);
 
 // Inverse of tp_shard over all ranks (shards[r] from rank r). Replicated parameters must agree
 // bit for bit across ranks.

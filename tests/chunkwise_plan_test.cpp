@@ -7,8 +7,8 @@
 
 #include "comm/inprocess.hpp"
 #include "core/vectors.hpp"
-#include "cpu/backend.hpp"
 #include "cp/layer.hpp"
+#include "cpu/backend.hpp"
 #include "reference/layer_params.hpp"
 
 namespace gdnv::cp {

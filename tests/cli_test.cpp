@@ -78,7 +78,8 @@ TEST(Cli, InspectOfCorruptFileIsOneLineNamingFileAndTensor) {
 }
 
 // Writes a safetensors file whose header is `header` verbatim, followed by `data`.
-std::string write_raw_safetensors(const std::filesystem::path& dir, const std::string& header, const std::string& data) {
+std::string write_raw_safetensors(const std::filesystem::path& dir, const std::string& header,
+                                  const std::string& data) {
   const std::string path = (dir / "raw.safetensors").string();
   std::string len(8, '\0');
   len[0] = static_cast<char>(header.size());
@@ -130,7 +131,8 @@ TEST(Cli, GateWritesJunitXml) {
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(xml);
   EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"9\" failures=\"0\" skipped=\"1\""),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
   EXPECT_NE(text.find("<skipped message="), std::string::npos) << text;
   std::filesystem::remove_all(dir);
@@ -139,10 +141,10 @@ TEST(Cli, GateWritesJunitXml) {
 TEST(Cli, GateListsEveryPlantedFault) {
   const auto r = run_cli("gate --list-faults");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* name : {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
-                           "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
-                           "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
-                           "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows"})
+  for (const char* name :
+       {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank", "headwise_head_perm_shift",
+        "route_off_by_one", "zigzag_swap_halves", "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias",
+        "l2norm_eps_dropped", "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows"})
     EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
 }
 
@@ -171,12 +173,12 @@ TEST_P(GateUnderFault, QuickGateFailsNamingTheStep) {
   EXPECT_NE(r.out.find("\nFAIL\n"), std::string::npos) << r.out;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    PlantedFaults, GateUnderFault,
-    ::testing::Values("allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank",
-                      "conv_halo_one_rank", "headwise_head_perm_shift", "route_off_by_one", "zigzag_swap_halves",
-                      "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
-                      "dynamic_cp_uses_static_group", "softplus_overflows"));
+INSTANTIATE_TEST_SUITE_P(PlantedFaults, GateUnderFault,
+                         ::testing::Values("allgather_no_reduce_scatter", "chunkwise_bf16_state_chain",
+                                           "conv_halo_wrong_rank", "conv_halo_one_rank", "headwise_head_perm_shift",
+                                           "route_off_by_one", "zigzag_swap_halves", "missing_grad_reduction_over_cp",
+                                           "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
+                                           "dynamic_cp_uses_static_group", "softplus_overflows"));
 
 // The extreme inputs' first failure under a softplus that overflows: in bf16 only dA_log = sum dg g
 // breaks (0 * -inf), and the gate fails it on the NaN although its finite elements are within gate.

@@ -25,8 +25,8 @@ struct MpiRun {
 
 MpiRun mpirun(const std::string& scenario, int timeout_ms) {
   testing::prepare_mpirun_env();
-  const auto log = std::filesystem::temp_directory_path() /
-                   ("gdnv_mpi_" + std::to_string(::getpid()) + "_" + scenario + ".log");
+  const auto log =
+      std::filesystem::temp_directory_path() / ("gdnv_mpi_" + std::to_string(::getpid()) + "_" + scenario + ".log");
   const std::string command = std::string(GDNV_MPIEXEC) + " --oversubscribe -np 4 " + GDNV_MPI_SCENARIO + " " +
                               scenario + " " + std::to_string(timeout_ms) + " >" + log.string() + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
@@ -83,8 +83,9 @@ TEST(CommMpiFailure, CountMismatchIsReportedBeforeAnyTransfer) {
   EXPECT_TRUE(has(run.output, "error: rank 1: all_to_all_v on group of 4 ranks [0, 1, 2, 3] (call #1): " + mismatch))
       << run.output;
   for (const int r : {0, 2, 3})
-    EXPECT_TRUE(has(run.output, "error: rank " + std::to_string(r) + ": all_to_all_v on group of 4 ranks [0, 1, 2, 3] "
-                                                                      "(call #1): rank 1 failed: all_to_all_v"))
+    EXPECT_TRUE(has(run.output, "error: rank " + std::to_string(r) +
+                                    ": all_to_all_v on group of 4 ranks [0, 1, 2, 3] "
+                                    "(call #1): rank 1 failed: all_to_all_v"))
         << "rank " << r << ":\n"
         << run.output;
 }

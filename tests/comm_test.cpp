@@ -25,16 +25,15 @@ using namespace std::chrono_literals;
 std::vector<std::string> comm_errors(int n, const std::function<void(Communicator&)>& fn,
                                      std::chrono::milliseconds timeout = 20s) {
   std::vector<std::string> errors(static_cast<std::size_t>(n));
-  run_world(
-      n,
-      [&](Communicator& comm) {
-        try {
-          fn(comm);
-        } catch (const CommError& e) {
-          errors[static_cast<std::size_t>(comm.rank())] = e.what();
-        }
-      },
-      {timeout});
+  run_world(n,
+            [&](Communicator& comm) {
+              try {
+                fn(comm);
+              } catch (const CommError& e) {
+                errors[static_cast<std::size_t>(comm.rank())] = e.what();
+              }
+            },
+            {timeout});
   return errors;
 }
 
@@ -51,22 +50,21 @@ TEST(CommFailure, ThrowingRankFailsEveryPeersPendingCollective) {
   std::array<std::string, 4> seen;
   const auto start = std::chrono::steady_clock::now();
   try {
-    run_world(
-        4,
-        [&](Communicator& comm) {
-          if (comm.rank() == 2) {
-            std::this_thread::sleep_for(50ms);  // the peers are inside all_gather by now
-            throw std::runtime_error("planted failure on rank 2");
-          }
-          try {
-            std::vector<float> mine{1.0f}, all(4);
-            comm.all_gather(mine, all);
-          } catch (const CommError& e) {
-            seen[static_cast<std::size_t>(comm.rank())] = e.what();
-            throw;
-          }
-        },
-        {20s});
+    run_world(4,
+              [&](Communicator& comm) {
+                if (comm.rank() == 2) {
+                  std::this_thread::sleep_for(50ms);  // the peers are inside all_gather by now
+                  throw std::runtime_error("planted failure on rank 2");
+                }
+                try {
+                  std::vector<float> mine{1.0f}, all(4);
+                  comm.all_gather(mine, all);
+                } catch (const CommError& e) {
+                  seen[static_cast<std::size_t>(comm.rank())] = e.what();
+                  throw;
+                }
+              },
+              {20s});
     FAIL() << "run_world returned although rank 2 threw";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "planted failure on rank 2");  // the first failure, its type kept
@@ -80,20 +78,19 @@ TEST(CommFailure, ThrowingRankFailsEveryPeersPendingCollective) {
 
 TEST(CommFailure, FailureReachesPeersWaitingInAnotherGroup) {
   std::array<std::string, 4> seen;
-  EXPECT_THROW(run_world(
-                   4,
-                   [&](Communicator& comm) {
-                     const auto pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1} and {2, 3}
-                     if (comm.rank() == 3) throw ConfigError("planted failure on rank 3");
-                     // Rank 1 comes late: rank 0 is pending when rank 3 fails, rank 1 arrives after.
-                     if (comm.rank() == 1) std::this_thread::sleep_for(50ms);
-                     try {
-                       pair->barrier();
-                     } catch (const CommError& e) {
-                       seen[static_cast<std::size_t>(comm.rank())] = e.what();
-                     }
-                   },
-                   {20s}),
+  EXPECT_THROW(run_world(4,
+                         [&](Communicator& comm) {
+                           const auto pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1} and {2, 3}
+                           if (comm.rank() == 3) throw ConfigError("planted failure on rank 3");
+                           // Rank 1 comes late: rank 0 is pending when rank 3 fails, rank 1 arrives after.
+                           if (comm.rank() == 1) std::this_thread::sleep_for(50ms);
+                           try {
+                             pair->barrier();
+                           } catch (const CommError& e) {
+                             seen[static_cast<std::size_t>(comm.rank())] = e.what();
+                           }
+                         },
+                         {20s}),
                ConfigError);
   EXPECT_EQ(seen[0], "barrier on group of 2 ranks [0, 1] (call #1): world rank 3 failed: planted failure on rank 3");
   EXPECT_EQ(seen[1], seen[0]);
@@ -125,8 +122,8 @@ TEST(CommFailure, SkippedCollectiveTimesOutNamingItAndTheMissingRank) {
         comm.all_reduce(x);
       },
       150ms);
-  expect_cause(errors, {0, 2}, "all_reduce on group of 3 ranks [0, 1, 2] (call #1): ",
-               "timed out after 0.15 s: rank 1 did not arrive");
+  expect_cause(errors, {0, 2},
+               "all_reduce on group of 3 ranks [0, 1, 2] (call #1): ", "timed out after 0.15 s: rank 1 did not arrive");
   EXPECT_EQ(errors[1], "");
 }
 
@@ -157,8 +154,9 @@ TEST(CommMismatch, AllToAllVCountsDisagreeingAreDetectedBeforeAnyCopy) {
     recv = nan_floats(zero ? 3 : 5);
     comm.all_to_all_v(send, send_counts, recv, recv_counts);
   });
-  const std::string want = "all_to_all_v on group of 2 ranks [0, 1] (call #1): count mismatch: rank 0 sends 3 "
-                           "elements to rank 1, which expects 4";
+  const std::string want =
+      "all_to_all_v on group of 2 ranks [0, 1] (call #1): count mismatch: rank 0 sends 3 "
+      "elements to rank 1, which expects 4";
   EXPECT_EQ(errors[0], want);
   EXPECT_EQ(errors[1], want);
   for (const auto& recv : received)
@@ -184,60 +182,61 @@ TEST_P(CommMismatchTable, BothRanksReportTheDisagreement) {
 
 INSTANTIATE_TEST_SUITE_P(
     Comm, CommMismatchTable,
-    ::testing::Values(
-        MismatchCase{"AllGatherV",
-                     [](Communicator& c) {
-                       // Rank 1 sends 2 elements; rank 0 expects 3 from it.
-                       const std::vector<std::int64_t> counts = c.rank() == 0 ? std::vector<std::int64_t>{1, 3}
-                                                                              : std::vector<std::int64_t>{1, 2};
-                       std::vector<float> send(static_cast<std::size_t>(counts[c.rank()]), 1.0f),
-                           recv(static_cast<std::size_t>(counts[0] + counts[1]));
-                       c.all_gather_v(send, recv, counts);
-                     },
-                     "count mismatch: rank 1 sends 2 elements to rank 0, which expects 3"},
-        MismatchCase{"ReduceScatterV",
-                     [](Communicator& c) {
-                       // Rank 1 thinks block 0 has 3 elements; rank 0 says 2.
-                       const std::vector<std::int64_t> counts = c.rank() == 0 ? std::vector<std::int64_t>{2, 2}
-                                                                              : std::vector<std::int64_t>{3, 2};
-                       std::vector<float> send(static_cast<std::size_t>(counts[0] + counts[1]), 1.0f),
-                           recv(static_cast<std::size_t>(counts[c.rank()]));
-                       c.reduce_scatter_v(send, recv, counts);
-                     },
-                     "count mismatch: rank 1 sends 3 elements to rank 0, which expects 2"},
-        MismatchCase{"AllReduce",
-                     [](Communicator& c) {
-                       std::vector<double> x(c.rank() == 0 ? 4 : 5, 1.0);
-                       c.all_reduce(x);
-                     },
-                     "count mismatch: rank 1 sends 5 elements to rank 0, which expects 4"},
-        MismatchCase{"BroadcastRoot",
-                     [](Communicator& c) {
-                       std::vector<float> x(3, 1.0f);
-                       c.broadcast(x, c.rank());
-                     },
-                     "root mismatch: rank 1 uses root 1 but rank 0 uses root 0"},
-        MismatchCase{"Dtype",
-                     [](Communicator& c) {
-                       if (c.rank() == 0) {
-                         std::vector<float> send{1.0f}, recv(2);
-                         c.all_gather(send, recv);
-                       } else {
-                         std::vector<double> send{1.0}, recv(2);
-                         c.all_gather(send, recv);
-                       }
-                     },
-                     "dtype mismatch: rank 1 sends F64 but rank 0 expects F32"},
-        MismatchCase{"Kind",
-                     [](Communicator& c) {
-                       if (c.rank() == 0) {
-                         c.barrier();
-                       } else {
-                         std::vector<float> x{1.0f};
-                         c.all_reduce(x);
-                       }
-                     },
-                     "collective mismatch: rank 1 called all_reduce while rank 0 called barrier"}),
+    ::testing::Values(MismatchCase{"AllGatherV",
+                                   [](Communicator& c) {
+                                     // Rank 1 sends 2 elements; rank 0 expects 3 from it.
+                                     const std::vector<std::int64_t> counts = c.rank() == 0
+                                                                                  ? std::vector<std::int64_t>{1, 3}
+                                                                                  : std::vector<std::int64_t>{1, 2};
+                                     std::vector<float> send(static_cast<std::size_t>(counts[c.rank()]), 1.0f),
+                                         recv(static_cast<std::size_t>(counts[0] + counts[1]));
+                                     c.all_gather_v(send, recv, counts);
+                                   },
+                                   "count mismatch: rank 1 sends 2 elements to rank 0, which expects 3"},
+                      MismatchCase{"ReduceScatterV",
+                                   [](Communicator& c) {
+                                     // Rank 1 thinks block 0 has 3 elements; rank 0 says 2.
+                                     const std::vector<std::int64_t> counts = c.rank() == 0
+                                                                                  ? std::vector<std::int64_t>{2, 2}
+                                                                                  : std::vector<std::int64_t>{3, 2};
+                                     std::vector<float> send(static_cast<std::size_t>(counts[0] + counts[1]), 1.0f),
+                                         recv(static_cast<std::size_t>(counts[c.rank()]));
+                                     c.reduce_scatter_v(send, recv, counts);
+                                   },
+                                   "count mismatch: rank 1 sends 3 elements to rank 0, which expects 2"},
+                      MismatchCase{"AllReduce",
+                                   [](Communicator& c) {
+                                     std::vector<double> x(c.rank() == 0 ? 4 : 5, 1.0);
+                                     c.all_reduce(x);
+                                   },
+                                   "count mismatch: rank 1 sends 5 elements to rank 0, which expects 4"},
+                      MismatchCase{"BroadcastRoot",
+                                   [](Communicator& c) {
+                                     std::vector<float> x(3, 1.0f);
+                                     c.broadcast(x, c.rank());
+                                   },
+                                   "root mismatch: rank 1 uses root 1 but rank 0 uses root 0"},
+                      MismatchCase{"Dtype",
+                                   [](Communicator& c) {
+                                     if (c.rank() == 0) {
+                                       std::vector<float> send{1.0f}, recv(2);
+                                       c.all_gather(send, recv);
+                                     } else {
+                                       std::vector<double> send{1.0}, recv(2);
+                                       c.all_gather(send, recv);
+                                     }
+                                   },
+                                   "dtype mismatch: rank 1 sends F64 but rank 0 expects F32"},
+                      MismatchCase{"Kind",
+                                   [](Communicator& c) {
+                                     if (c.rank() == 0) {
+                                       c.barrier();
+                                     } else {
+                                       std::vector<float> x{1.0f};
+                                       c.all_reduce(x);
+                                     }
+                                   },
+                                   "collective mismatch: rank 1 called all_reduce while rank 0 called barrier"}),
     [](const auto& p) { return std::string(p.param.name); });
 
 // ---- bad arguments on the calling rank: rejected before any rank communicates ----
@@ -337,8 +336,7 @@ INSTANTIATE_TEST_SUITE_P(
                        c.all_reduce(ConstBuf(buf.data(), 3), MutBuf(buf.data() + 1, 3));
                      },
                      "all_reduce on group of 2 ranks [0, 1]: send and recv buffers overlap"},
-        ArgumentCase{"NullBuffer",
-                     [](Communicator& c) { c.all_reduce(MutBuf(static_cast<float*>(nullptr), 2)); },
+        ArgumentCase{"NullBuffer", [](Communicator& c) { c.all_reduce(MutBuf(static_cast<float*>(nullptr), 2)); },
                      "all_reduce on group of 2 ranks [0, 1]: send buffer is null but holds 2 elements"},
         ArgumentCase{"BroadcastRoot",
                      [](Communicator& c) {
@@ -451,11 +449,12 @@ TEST(CommAccounting, ScopedCountersNestAndFeedTheirSink) {
     EXPECT_EQ(forward[r][Collective::AllGather].calls, 0u);
     EXPECT_EQ(forward[r][Collective::Barrier].calls, 0u);
     EXPECT_EQ(forward[r].host_syncs, 1u);
-    EXPECT_EQ(outer[r], forward[r] + [] {
-      Counters barrier;
-      barrier[Collective::Barrier].calls = 1;
-      return barrier;
-    }());
+    EXPECT_EQ(
+        outer[r], forward[r] + [] {
+          Counters barrier;
+          barrier[Collective::Barrier].calls = 1;
+          return barrier;
+        }());
   }
 }
 

@@ -42,7 +42,6 @@ struct Dirs {
   std::string args() const { return "compare " + ref.string() + " " + cand.string(); }
 };
 
-
 TEST(CompareCli, IdenticalDirectoriesAreAllBitwise) {
   const Dirs d(sample(), sample());
   const auto r = run_cli(d.args());
@@ -130,10 +129,14 @@ TEST(CompareCli, PolicyFileRulesByExactNameThenGlobOverTheDefault) {
   c.tensors["grad::w"].set(0, c.tensors["grad::w"].get(0) * 1.01);  // 1% change in one element
   const Dirs d(sample(), c);
   const std::string policy = (d.root / "policy.json").string();
-  write_file_atomic(policy, std::string(R"({"default": {"exact": true}, "tensors": {"grad::*": {"exact": false, "rtol": 0.02}}})"));
+  write_file_atomic(
+      policy, std::string(R"({"default": {"exact": true}, "tensors": {"grad::*": {"exact": false, "rtol": 0.02}}})"));
   const auto loose = run_cli(d.args() + " --policy " + policy);
   EXPECT_EQ(loose.code, 0) << loose.out << loose.err;
-  write_file_atomic(policy, std::string(R"({"default": {"exact": false, "rtol": 0.02}, "tensors": {"grad::w": {"rtol": 0.001}, "grad::*": {"rtol": 1}}})"));
+  write_file_atomic(
+      policy,
+      std::string(
+          R"({"default": {"exact": false, "rtol": 0.02}, "tensors": {"grad::w": {"rtol": 0.001}, "grad::*": {"rtol": 1}}})"));
   const auto strict = run_cli(d.args() + " --policy " + policy);
   EXPECT_EQ(strict.code, 1) << strict.out << strict.err;  // the exact name wins over the glob
   const auto bitwise = run_cli(d.args() + " --policy bitwise");
@@ -185,7 +188,9 @@ TEST(CompareCli, BadPoliciesAreBadInputNamingTheKey) {
   }
   const auto unknown = run_cli(d.args() + " --policy strictest");
   EXPECT_EQ(unknown.code, 3);
-  EXPECT_TRUE(contains(unknown.err, "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise, upstream-probe) nor a file"))
+  EXPECT_TRUE(
+      contains(unknown.err,
+               "'strictest' is neither a built-in policy (cp1-vs-old, cp-vs-cp1, bitwise, upstream-probe) nor a file"))
       << unknown.err;
 }
 

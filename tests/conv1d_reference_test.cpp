@@ -19,8 +19,12 @@ using testing::random_normal;
 Conv1dInputs random_conv(std::int64_t B, std::int64_t T, std::int64_t D, std::int64_t W, bool bias, bool h0,
                          std::optional<std::vector<std::int64_t>> cu, Activation act, std::uint64_t seed) {
   const std::int64_t N = cu ? static_cast<std::int64_t>(cu->size()) - 1 : B;
-  Conv1dInputs in{random_normal({B, T, D}, seed, "x"), random_normal({D, W}, seed, "w", 0.5), std::nullopt,
-                  std::nullopt, std::move(cu), act};
+  Conv1dInputs in{random_normal({B, T, D}, seed, "x"),
+                  random_normal({D, W}, seed, "w", 0.5),
+                  std::nullopt,
+                  std::nullopt,
+                  std::move(cu),
+                  act};
   if (bias) in.bias = random_normal({D}, seed, "bias", 0.3);
   if (h0) in.initial_state = random_normal({N, D, W}, seed, "h0");
   return in;
@@ -34,8 +38,11 @@ Conv1dInputs random_conv(std::int64_t B, std::int64_t T, std::int64_t D, std::in
 TEST(Conv1dTiny, TwoTokensMatchClosedForm) {
   const double x0 = 0.7, x1 = -1.2, xm1 = 0.4, w0 = 0.3, w1 = -0.8, b = 0.1, dy0 = 1.5, dy1 = -0.6;
   const Conv1dInputs in{Tensor::from(std::vector<double>{x0, x1}, {1, 2, 1}),
-                        Tensor::from(std::vector<double>{w0, w1}, {1, 2}), Tensor::from(std::vector<double>{b}, {1}),
-                        Tensor::from(std::vector<double>{0.0, xm1}, {1, 1, 2}), std::nullopt, Activation::Silu};
+                        Tensor::from(std::vector<double>{w0, w1}, {1, 2}),
+                        Tensor::from(std::vector<double>{b}, {1}),
+                        Tensor::from(std::vector<double>{0.0, xm1}, {1, 1, 2}),
+                        std::nullopt,
+                        Activation::Silu};
   auto s = [](double p) { return 1 / (1 + std::exp(-p)); };
   const double p0 = b + w0 * xm1 + w1 * x0, p1 = b + w0 * x0 + w1 * x1;
   const double e0 = dy0 * s(p0) * (1 + p0 * (1 - s(p0))), e1 = dy1 * s(p1) * (1 + p1 * (1 - s(p1)));
@@ -82,17 +89,24 @@ Tensor fd_gradient(const Conv1dInputs& base, const std::function<Tensor&(Conv1dI
 class Conv1dFiniteDifferences : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(Conv1dFiniteDifferences, GradientsMatchCentralDifferences) {
-  const Conv1dInputs in =
-      random_conv(1, 11, 3, 4, true, true, std::vector<std::int64_t>{0, 2, 11}, GetParam(), 21);
+  const Conv1dInputs in = random_conv(1, 11, 3, 4, true, true, std::vector<std::int64_t>{0, 2, 11}, GetParam(), 21);
   const Tensor dy = random_normal(in.x.shape(), 21, "dy");
   const ref::Conv1dGrads d = ref::conv1d_backward(in, dy);
-  EXPECT_TRUE(close("dx", d.dx, fd_gradient(in, [](Conv1dInputs& c) -> Tensor& { return c.x; }, dy), kFdTol));
-  EXPECT_TRUE(
-      close("dweight", d.dweight, fd_gradient(in, [](Conv1dInputs& c) -> Tensor& { return c.weight; }, dy), kFdTol));
-  EXPECT_TRUE(
-      close("dbias", *d.dbias, fd_gradient(in, [](Conv1dInputs& c) -> Tensor& { return *c.bias; }, dy), kFdTol));
+  EXPECT_TRUE(close("dx", d.dx,
+                    fd_gradient(
+                        in, [](Conv1dInputs& c) -> Tensor& { return c.x; }, dy),
+                    kFdTol));
+  EXPECT_TRUE(close("dweight", d.dweight,
+                    fd_gradient(
+                        in, [](Conv1dInputs& c) -> Tensor& { return c.weight; }, dy),
+                    kFdTol));
+  EXPECT_TRUE(close("dbias", *d.dbias,
+                    fd_gradient(
+                        in, [](Conv1dInputs& c) -> Tensor& { return *c.bias; }, dy),
+                    kFdTol));
   // Slot 0 of initial_state is never read: its gradient is exactly zero, the rest must match.
-  const Tensor fd_h0 = fd_gradient(in, [](Conv1dInputs& c) -> Tensor& { return *c.initial_state; }, dy);
+  const Tensor fd_h0 = fd_gradient(
+      in, [](Conv1dInputs& c) -> Tensor& { return *c.initial_state; }, dy);
   EXPECT_TRUE(close("dh0", *d.dh0, fd_h0, kFdTol));
   for (std::int64_t i = 0; i < d.dh0->numel(); i += 4) EXPECT_EQ(d.dh0->get(i), 0.0) << "slot 0 at " << i;
 }
@@ -127,8 +141,8 @@ TEST(Conv1dVarlen, PackedEqualsEachSequenceAlone) {
 TEST(Conv1dInitialState, SlotsActAsPrependedTokens) {
   const std::int64_t T = 6, D = 3, W = 4;
   const Conv1dInputs in = random_conv(1, T, D, W, true, true, std::nullopt, Activation::Silu, 41);
-  Conv1dInputs longer{Tensor(DType::F64, {1, T + W - 1, D}), in.weight, in.bias, std::nullopt, std::nullopt,
-                      Activation::Silu};
+  Conv1dInputs longer{
+      Tensor(DType::F64, {1, T + W - 1, D}), in.weight, in.bias, std::nullopt, std::nullopt, Activation::Silu};
   for (std::int64_t d = 0; d < D; ++d) {
     for (std::int64_t j = 1; j < W; ++j) longer.x.set((j - 1) * D + d, in.initial_state->get(d * W + j));
     for (std::int64_t t = 0; t < T; ++t) longer.x.set((W - 1 + t) * D + d, in.x.get(t * D + d));

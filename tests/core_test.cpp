@@ -53,12 +53,12 @@ TEST(Bf16, PreservesNaN) {
 TEST(Fp16, RoundsToNearestEvenAcrossRanges) {
   EXPECT_EQ(float_to_fp16(1.0f), 0x3c00);
   EXPECT_EQ(float_to_fp16(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);  // below the midpoint to 65536
-  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // midpoint: ties to even = inf
-  EXPECT_EQ(float_to_fp16(0x1.0p-24f), 0x0001);  // smallest subnormal
-  EXPECT_EQ(float_to_fp16(0x1.0p-25f), 0x0000);  // half of it: ties to even = 0
-  EXPECT_EQ(float_to_fp16(3 * 0x1.0p-25f), 0x0002);  // 1.5 ulp: ties to even = 2
-  EXPECT_EQ(float_to_fp16(0x1.0p-14f), 0x0400);  // smallest normal
+  EXPECT_EQ(float_to_fp16(65519.0f), 0x7bff);           // below the midpoint to 65536
+  EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);           // midpoint: ties to even = inf
+  EXPECT_EQ(float_to_fp16(0x1.0p-24f), 0x0001);         // smallest subnormal
+  EXPECT_EQ(float_to_fp16(0x1.0p-25f), 0x0000);         // half of it: ties to even = 0
+  EXPECT_EQ(float_to_fp16(3 * 0x1.0p-25f), 0x0002);     // 1.5 ulp: ties to even = 2
+  EXPECT_EQ(float_to_fp16(0x1.0p-14f), 0x0400);         // smallest normal
   EXPECT_EQ(float_to_fp16(1.0f + 0x1.0p-11f), 0x3c00);  // tie between 1 and 1+2^-10: even
   EXPECT_EQ(float_to_fp16(-2.0f), 0xc000);
   EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(std::numeric_limits<float>::quiet_NaN()))));
@@ -185,10 +185,12 @@ TEST(Printable, KeepsPrintableTextAndValidUtf8) {
 }
 
 TEST(Printable, EscapesControlAndInvalidBytes) {
-  EXPECT_EQ(printable(std::string("a\xb9" "b")), "a\\xb9b");              // stray continuation byte
+  EXPECT_EQ(printable(std::string("a\xb9"
+                                  "b")),
+            "a\\xb9b");  // stray continuation byte
   EXPECT_EQ(printable(std::string("line\nnext\x1b[31m")), "line\\x0anext\\x1b[31m");
-  EXPECT_EQ(printable(std::string("\xc3")), "\\xc3");                     // truncated 2-byte sequence
-  EXPECT_EQ(printable(std::string("\xc0\xaf")), "\\xc0\\xaf");          // overlong '/'
+  EXPECT_EQ(printable(std::string("\xc3")), "\\xc3");                    // truncated 2-byte sequence
+  EXPECT_EQ(printable(std::string("\xc0\xaf")), "\\xc0\\xaf");           // overlong '/'
   EXPECT_EQ(printable(std::string("\xed\xa0\x80")), "\\xed\\xa0\\x80");  // UTF-16 surrogate
   EXPECT_EQ(printable(std::string("\x7f", 1) + std::string(1, '\0')), "\\x7f\\x00");
   EXPECT_EQ(printable("back\\slash"), "back\\\\slash");  // unambiguous: a real backslash doubles

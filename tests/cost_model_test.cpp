@@ -7,9 +7,9 @@
 
 #include <sstream>
 
+#include "cost/roofline.hpp"
 #include "cpu/backend.hpp"
 #include "harness/harness.hpp"
-#include "cost/roofline.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -112,8 +112,7 @@ TEST_P(CostModel, MatchesMeasuredAccountingOnEveryRank) {
         ASSERT_GT(got.forward.calls() + got.backward.calls(), 0u);
       }
       EXPECT_EQ(want.forward.comm, got.forward) << "model:\n" << want.forward.comm << "measured:\n" << got.forward;
-      EXPECT_EQ(want.backward.comm, got.backward) << "model:\n" << want.backward.comm << "measured:\n"
-                                                  << got.backward;
+      EXPECT_EQ(want.backward.comm, got.backward) << "model:\n" << want.backward.comm << "measured:\n" << got.backward;
       // Within 1% is what a planner needs; the model prices the very ops the counting backend sees, so
       // anything beyond summation rounding means an op the model misses or invents.
       EXPECT_NEAR(want.forward.flops(), got.forward_flops, 1e-9 * got.forward_flops);

@@ -7,15 +7,17 @@
 
 #include "comm/groups.hpp"
 #include "comm/inprocess.hpp"
-#include "cpu/backend.hpp"
 #include "cp/illegal.hpp"
 #include "cp/layer.hpp"
+#include "cpu/backend.hpp"
 #include "reference/layer_params.hpp"
 
 namespace gdnv::cp {
 namespace {
 
-ref::LayerConfig layer(std::int64_t Hk = 4, std::int64_t Hv = 8) { return ref::LayerConfig({32, Hk, Hv, 8, 8, 4, 1e-6, false}); }
+ref::LayerConfig layer(std::int64_t Hk = 4, std::int64_t Hv = 8) {
+  return ref::LayerConfig({32, Hk, Hv, 8, 8, 4, 1e-6, false});
+}
 
 CpConfig config(CpMode mode, int cp, int tp = 1) {
   CpConfig c;
@@ -176,7 +178,8 @@ TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
   const CpConfig c = config(CpMode::Headwise, 4);
   EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 0, 2}), "only one of cp_group and local_cp_size");
   EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, false, 2, 0}), "only one of cp_group and local_cp_size");
-  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 4, 2}), "local_cp_size = 4 but the cp_group has 2 ranks");
+  EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {16}, true, 4, 2}),
+             "local_cp_size = 4 but the cp_group has 2 ranks");
   EXPECT_HAS(micro_batch_error(c, {Format::Thd, 1, {18}, true, 3, 3}), "dynamic CP size 3 does not divide");
   EXPECT_EQ(micro_batch_error(c, {Format::Thd, 1, {16}, true, 2, 2}), "(accepted)");
 }
@@ -204,9 +207,8 @@ TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
 // On a TP x CP grid of 2 x 2 in-process ranks, head counts that do not shard fail at construction,
 // before any collective, on every rank: headwise needs tp*cp | Hk, the others tp | Hk.
 TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
-  const std::pair<CpMode, ref::LayerConfig> bad[] = {{CpMode::Headwise, layer(2, 4)},
-                                                     {CpMode::Chunkwise, layer(3, 6)},
-                                                     {CpMode::AllGather, layer(1, 2)}};
+  const std::pair<CpMode, ref::LayerConfig> bad[] = {
+      {CpMode::Headwise, layer(2, 4)}, {CpMode::Chunkwise, layer(3, 6)}, {CpMode::AllGather, layer(1, 2)}};
   for (const auto& entry : bad) {
     const CpMode mode = entry.first;  // named, not bound: clang before 16 cannot capture a binding
     const ref::LayerConfig& l = entry.second;
@@ -220,7 +222,8 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
         ADD_FAILURE() << mode_name(mode) << " accepted Hk=" << l.Hk();
       } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find(mode == CpMode::Headwise ? "divisible by tp*cp" : "divisible by tp ="),
-                  std::string::npos) << e.what();
+                  std::string::npos)
+            << e.what();
       }
       EXPECT_EQ(counter.delta().calls(), 0u);
     });

@@ -19,10 +19,9 @@ using gdnv::testing::random_normal;
 using gdnv::testing::stored;
 using gdnv::testing::Tolerance;
 
-
 using gdnv::testing::around_one;
-using gdnv::testing::index_buffer;
 using gdnv::testing::expect_all;
+using gdnv::testing::index_buffer;
 using gdnv::testing::NamedConv;
 using gdnv::testing::NamedGdr;
 using gdnv::testing::storage_name;
@@ -64,7 +63,8 @@ TEST(CpuBackendData, AllocIsZeroFilledWithTheRequestedShape) {
 TEST(CpuBackendData, UploadRoundsToNearestEvenAndDownloadReturnsTheSameBytes) {
   const auto be = cpu::make_backend(DType::BF16);
   const Tensor t = random_normal({4, 7}, 5, "upload");
-  for (const DType d : {DType::F64, DType::F32, DType::BF16}) EXPECT_TRUE(be->download(be->upload(t, d)).bitwise_equal(t.to(d)));
+  for (const DType d : {DType::F64, DType::F32, DType::BF16})
+    EXPECT_TRUE(be->download(be->upload(t, d)).bitwise_equal(t.to(d)));
   const Tensor ints = Tensor::from(std::vector<std::int32_t>{0, 3, -2}, {3});
   EXPECT_TRUE(be->download(be->upload(ints, DType::I64)).bitwise_equal(ints.to(DType::I64)));
 }
@@ -100,7 +100,9 @@ TEST_P(CpuBackendOps, LinearForwardAndBackwardMatchFp64Gemm) { expect_all(gdnv::
 
 TEST_P(CpuBackendOps, GatesForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_gates(*be, 9)); }
 
-TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) { expect_all(gdnv::testing::compare_gated_norm(*be, 6)); }
+TEST_P(CpuBackendOps, GatedNormForwardAndBackwardMatchTheOracle) {
+  expect_all(gdnv::testing::compare_gated_norm(*be, 6));
+}
 
 INSTANTIATE_TEST_SUITE_P(Storage, CpuBackendOps, ::testing::Values(DType::F64, DType::F32, DType::BF16),
                          [](const auto& p) { return storage_name(p.param); });
@@ -143,13 +145,15 @@ TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {
   const Buffer v = be->upload(random_normal({N, Hv, V}, 51, "v"), DType::F32);
   Tensor g_t = random_normal({N, Hv}, 51, "g");
   for (std::int64_t i = 0; i < g_t.numel(); ++i) g_t.set(i, -std::abs(g_t.get(i)));
-  const Buffer g = be->upload(g_t, DType::F32), beta = be->upload(around_one(N * Hv, 51, "b", 0.1).reshaped({N, Hv}), DType::F32);
+  const Buffer g = be->upload(g_t, DType::F32),
+               beta = be->upload(around_one(N * Hv, 51, "b", 0.1).reshaped({N, Hv}), DType::F32);
   const Buffer d_o = be->upload(random_normal({N, Hv, V}, 51, "do"), DType::F32), none;
   const Varlen seqs{cu, be->upload(Tensor::from(cu, {4}), DType::I64)};
   const GdrArgs args{q, k, v, g, beta, seqs, none, 0.4};
   const auto run = [&] {
     const GdrGrads d = be->gdr_backward(args, d_o, none);
-    return std::vector<Tensor>{be->download(be->gdr(args).o), be->download(d.dq), be->download(d.dk), be->download(d.dg)};
+    return std::vector<Tensor>{be->download(be->gdr(args).o), be->download(d.dq), be->download(d.dk),
+                               be->download(d.dg)};
   };
   const std::vector<Tensor> first = run();
   ASSERT_TRUE(gdnv::testing::nontrivial(first[1]));
@@ -163,7 +167,8 @@ TEST(CpuBackendGdrThreads, RepeatedRunsAreBitwiseIdentical) {
 // the fp32 backend's outputs on the same stored inputs.
 TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
   const auto bf16 = cpu::make_backend(DType::BF16), fp32 = cpu::make_backend(DType::F32);
-  const Tensor x = random_normal({24, 10}, 31, "x").to(DType::BF16), w = random_normal({10, 4}, 31, "w").to(DType::BF16);
+  const Tensor x = random_normal({24, 10}, 31, "x").to(DType::BF16),
+               w = random_normal({10, 4}, 31, "w").to(DType::BF16);
   const std::vector<std::int64_t> cu{0, 7, 24};
   const auto conv = [&](Backend& be) {
     const Buffer xb = be.upload(x, be.dtype()), wb = be.upload(w, be.dtype()), none;
@@ -174,7 +179,9 @@ TEST(CpuBackendBf16, OutputsAreTheFp32ResultsRoundedToNearestEven) {
   ASSERT_TRUE(gdnv::testing::nontrivial(y32));
   EXPECT_TRUE(y16.bitwise_equal(y32.to(DType::BF16)));
   const Tensor lw = random_normal({5, 10}, 31, "lw").to(DType::BF16);
-  const auto lin = [&](Backend& be) { return be.download(be.linear(be.upload(x, be.dtype()), be.upload(lw, be.dtype()))); };
+  const auto lin = [&](Backend& be) {
+    return be.download(be.linear(be.upload(x, be.dtype()), be.upload(lw, be.dtype())));
+  };
   EXPECT_TRUE(lin(*bf16).bitwise_equal(lin(*fp32).to(DType::BF16)));
 }
 
@@ -201,7 +208,7 @@ void expect_span_map_is_the_state_update(double tol) {
   Mat<C> S = rand(K, V, "S");
   const Mat<C> via_map = map.M * S + map.h_ext;
   ChunkStages<C>::advance(in, ChunkStages<C>::new_values(in, S), S);
-  ASSERT_GT(in.e_C, 0.3);                                                      // the state survives the chunk
+  ASSERT_GT(in.e_C, 0.3);                                            // the state survives the chunk
   ASSERT_GT((map.M - in.e_C * Mat<C>::Identity(K, K)).norm(), 0.1);  // and the keys move it
   ASSERT_GT(map.h_ext.norm(), 0.1);
   EXPECT_LT((via_map - S).norm() / S.norm(), tol);
@@ -224,10 +231,14 @@ Buffer f32(Backend& be, Shape shape) { return be.alloc(DType::F32, std::move(sha
 std::vector<ErrorCase> error_cases() {
   return {
       {"gather_rows_index_out_of_range",
-       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), index_buffer(be, {0, 5})); },
+       [](Backend& be) {
+         be.gather_rows(f32(be, {5, 2}), index_buffer(be, {0, 5}));
+       },
        "gather_rows: index[1] = 5 is outside [0, 5)"},
       {"gather_rows_index_dtype",
-       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2})); },
+       [](Backend& be) {
+         be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2}));
+       },
        "gather_rows: index is I32 [2]; expected I64 [M]"},
       {"scatter_rows_row_mismatch",
        [](Backend& be) {
@@ -236,7 +247,9 @@ std::vector<ErrorCase> error_cases() {
        },
        "scatter_rows: x F32 [2, 2] does not match 2 rows of out F32 [4, 3]"},
       {"gather_columns_rank",
-       [](Backend& be) { be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0})); },
+       [](Backend& be) {
+         be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0}));
+       },
        "gather_columns: x has shape [2, 3, 4]; expected rank 2 [N, D]"},
       {"scatter_columns_width",
        [](Backend& be) {
@@ -251,10 +264,14 @@ std::vector<ErrorCase> error_cases() {
        },
        "accumulate: y F32 [2, 3] and x F32 [3, 2] must be F64, F32 or BF16 of one shape"},
       {"rmsnorm_weight_dtype",
-       [](Backend& be) { be.rmsnorm(f32(be, {3, 4}), be.alloc(DType::BF16, {4}), 1e-6); },
+       [](Backend& be) {
+         be.rmsnorm(f32(be, {3, 4}), be.alloc(DType::BF16, {4}), 1e-6);
+       },
        "rmsnorm: w is BF16 [4]; expected F32 [D] = [4]"},
       {"linear_empty_input",
-       [](Backend& be) { be.linear(Buffer(), f32(be, {2, 3})); },
+       [](Backend& be) {
+         be.linear(Buffer(), f32(be, {2, 3}));
+       },
        "linear: x has shape (empty); expected rank 2 [N, in]"},
       {"conv_halo_rows",
        [](Backend& be) {

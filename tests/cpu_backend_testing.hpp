@@ -13,11 +13,11 @@
 
 #include "core/half.hpp"
 #include "cp/backend.hpp"
-#include "reference/span_map.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/gates.hpp"
 #include "reference/norms.hpp"
+#include "reference/span_map.hpp"
 #include "tests/reference_testing.hpp"
 
 namespace gdnv::testing {
@@ -34,10 +34,12 @@ inline Tolerance tolerance(DType storage) {
     // fp64: unit roundoff 1.1e-16; the deepest sums here (a <= 200-token state recurrence, 64-row chunk
     // GEMMs, condition of the unit-lower (I + A) ~ 1e2) stay near 1e-13; chunked and recurrent
     // forms agree to ~1e-12 (docs/DESIGN.md §1.1). 1e-10 leaves two orders of margin.
-    case DType::F64: return {1e-10, 1e-10, 1e-10};
+    case DType::F64:
+      return {1e-10, 1e-10, 1e-10};
     // fp32: unit roundoff 6e-8; sums of <= 64 terms per chunk in blocked form grow it to ~5e-7, times a
     // condition ~10 for the chunk solve: the docs/DESIGN.md §4 gate 1e-5.
-    case DType::F32: return {1e-5, 1e-5, 1e-5};
+    case DType::F32:
+      return {1e-5, 1e-5, 1e-5};
     // bf16 storage: values stored in bf16 are compared with the oracle rounded to bf16, what an exact
     // kernel stores (ThunderKittens' convention: round the reference too). Against the unrounded oracle the
     // storage rounding alone is 2^-7 / sqrt(12 E[m^2]) ~ 1.5e-3 relative RMS for mantissas m log-uniform
@@ -46,8 +48,10 @@ inline Tolerance tolerance(DType storage) {
     // (<= 2^-7) with probability ~1e-6 / 2^-8, ~1e-5 relative RMS, well inside the docs/DESIGN.md §4 gates
     // (bf16 conv 1e-3, used for every single op; bf16 GDN 2e-3). Outputs kept in fp32 (gates, rstd,
     // states, dg, dbeta, parameter gradients) see fp32 math on the same stored inputs: the fp32 gate.
-    case DType::BF16: return {1e-3, 2e-3, 1e-5};
-    default: return {0, 0, 0};
+    case DType::BF16:
+      return {1e-3, 2e-3, 1e-5};
+    default:
+      return {0, 0, 0};
   }
 }
 
@@ -142,7 +146,8 @@ inline Results compare_rmsnorm(cp::Backend& be, std::int64_t rows) {
   const ref::RmsNorm want = ref::rmsnorm_forward(x, w, 1e-6);
   const cp::RmsNormGrads g = be.rmsnorm_backward(be.upload(dy, act), be.upload(x, act), be.upload(w, act), fwd.rstd);
   const ref::RmsNormGrads g_want = ref::rmsnorm_backward(x, w, want.rstd, dy);
-  return {matches("y", be.download(fwd.y), want.y, tol.act), matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
+  return {matches("y", be.download(fwd.y), want.y, tol.act),
+          matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
           matches("dx", be.download(g.dx), g_want.dx, tol.act), matches("dw", be.download(g.dw), g_want.dw, tol.state)};
 }
 
@@ -178,7 +183,8 @@ inline Results compare_gates(cp::Backend& be, std::int64_t rows) {
   A_log = stored(A_log, act);
   const Tensor dt_bias = stored(around_one(Hv, 5, "dt", 0.1), act);
   const Tensor dg = stored(random_normal({N, Hv}, 5, "dg"), st), dbeta = stored(random_normal({N, Hv}, 5, "dbeta"), st);
-  const cp::Buffer ab = be.upload(a, act), bb = be.upload(b, act), Ab = be.upload(A_log, act), db = be.upload(dt_bias, act);
+  const cp::Buffer ab = be.upload(a, act), bb = be.upload(b, act), Ab = be.upload(A_log, act),
+                   db = be.upload(dt_bias, act);
   const cp::Gates fwd = be.gates(ab, bb, Ab, db);
   const ref::Gates want = ref::gates_forward(a, b, A_log, dt_bias);
   const cp::GateGrads g = be.gates_backward(be.upload(dg, st), be.upload(dbeta, st), ab, bb, Ab, db);
@@ -202,7 +208,8 @@ inline Results compare_gated_norm(cp::Backend& be, std::int64_t rows) {
   const ref::GatedNorm want = ref::gated_rmsnorm_forward(o, z, w, 1e-6);
   const cp::GatedNormGrads g = be.gated_norm_backward(be.upload(dy, act), ob, zb, wb, fwd.rstd, 1e-6);
   const ref::GatedNormGrads g_want = ref::gated_rmsnorm_backward(o, z, w, want.rstd, dy);
-  return {matches("y", be.download(fwd.y), want.y, tol.act), matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
+  return {matches("y", be.download(fwd.y), want.y, tol.act),
+          matches("rstd", be.download(fwd.rstd), want.rstd, tol.state),
           matches("d_o", be.download(g.d_o), g_want.d_o, tol.act), matches("dz", be.download(g.dz), g_want.dz, tol.act),
           matches("dw", be.download(g.dw), g_want.dw, tol.state)};
 }
@@ -317,8 +324,8 @@ inline Results compare_gdr(cp::Backend& be, const GdrCase& c) {
   const GdrBuffers bufs(be, in, c, c.h0 ? be.upload(h0, st) : cp::Buffer());
   const cp::GdrArgs args = bufs.args();
   const cp::GdrOut out = be.gdr(args);
-  const cp::GdrGrads gr = be.gdr_backward(args, be.upload(d_o.reshaped({N, c.Hv, c.V}), act),
-                                          c.dht ? be.upload(dht, st) : cp::Buffer());
+  const cp::GdrGrads gr =
+      be.gdr_backward(args, be.upload(d_o.reshaped({N, c.Hv, c.V}), act), c.dht ? be.upload(dht, st) : cp::Buffer());
   const auto last = [&](const Tensor& t) { return rows_of(t, (n - 1) * S, S, state_shape); };
   return {matches("o", be.download(out.o), out_ref.o, tol.gdr),
           matches("final_state", be.download(out.final_state), last(out_ref.final_state.reshaped({n * S})), tol.state),
@@ -395,8 +402,7 @@ inline std::vector<NamedConv> conv_cases() {
 
 // Chunk edges (T = 1, 63, 64, 65), packed GVA groups of 1, 2 and 4, and the strong-decay regimes.
 inline std::vector<NamedGdr> gdr_cases() {
-  return {NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}},
-          NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
+  return {NamedGdr{"T1", {{0, 1}, 1, 3, 8, 6, true, true, 21}}, NamedGdr{"T63", {{0, 63}, 1, 2, 5, 7, true, true, 22}},
           NamedGdr{"T64", {{0, 64}, 1, 1, 8, 6, true, true, 23}},
           NamedGdr{"T65", {{0, 65}, 2, 2, 6, 5, true, true, 24}},
           NamedGdr{"packed_gva2", {{0, 1, 66, 129, 193}, 2, 4, 12, 10, true, true, 25}},

@@ -17,8 +17,9 @@ namespace {
 
 using testing::run_cli;
 
-const std::string kSmall = " --lengths 16,8 --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 "
-                           "--value-head-dim 10";
+const std::string kSmall =
+    " --lengths 16,8 --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 "
+    "--value-head-dim 10";
 
 TEST(CudaCli, RunWithTheCudaBackendNamesTheFixOrPasses) {
   const std::string reason = gpu::cuda_backend_unavailable_reason();
@@ -111,8 +112,8 @@ TEST(CudaCli, WithoutThePluginTheGateSkipsItsCudaStepSayingWhy) {
   const PluginDir empty;
   const auto r = run_cli("gate --quick");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(testing::contains(r.out, "CP mode matrix (cuda) ... skipped\n    cannot load the CUDA plugin " +
-                                           empty.path() + ": no such file\n"))
+  EXPECT_TRUE(testing::contains(
+      r.out, "CP mode matrix (cuda) ... skipped\n    cannot load the CUDA plugin " + empty.path() + ": no such file\n"))
       << r.out;
 }
 

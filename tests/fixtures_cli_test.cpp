@@ -8,13 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include "cli_harness.hpp"
+#include "core/faults.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "core/sha256.hpp"
-#include "core/faults.hpp"
 #include "fixtures/fixtures.hpp"
 #include "fixtures/manifest.hpp"
-#include "cli_harness.hpp"
 
 namespace gdnv::testing {
 namespace {
@@ -69,7 +69,9 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
   EXPECT_TRUE(contains(r.out, "[ 9/11] layer-thd-wide-conv-bias")) << r.out;
   EXPECT_TRUE(contains(r.out, "[10/11] layer-thd-odd-lengths-cp1")) << r.out;
   EXPECT_TRUE(contains(r.out, "[11/11] layer-thd-extreme-fp32")) << r.out;
-  EXPECT_TRUE(contains(r.out, "11 cases (0 failed), 91 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems")) << r.out;
+  EXPECT_TRUE(
+      contains(r.out, "11 cases (0 failed), 91 CP runs (0 failed), 0 tensor failures, 0 manifest/structure problems"))
+      << r.out;
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
@@ -206,15 +208,18 @@ TEST(FixturesCli, BadInputIsOneLineAndExit3) {
   const std::vector<Case> cases = {
       {"fixtures generate --dir " + dir.string() + " --catalog bogus",
        "error: --catalog 'bogus' is unknown: use default or full\n"},
-      {"fixtures generate", "error: gdn-verify fixtures generate: the option '--dir' is required but missing; see "
-                            "'gdn-verify fixtures generate --help'\n"},
-      {"fixtures verify", "error: gdn-verify fixtures verify: the option '--dir' is required but missing; see "
-                          "'gdn-verify fixtures verify --help'\n"},
+      {"fixtures generate",
+       "error: gdn-verify fixtures generate: the option '--dir' is required but missing; see "
+       "'gdn-verify fixtures generate --help'\n"},
+      {"fixtures verify",
+       "error: gdn-verify fixtures verify: the option '--dir' is required but missing; see "
+       "'gdn-verify fixtures verify --help'\n"},
       {"fixtures verify --dir " + dir.string(),
        "error: fixtures verify: --dir '" + dir.string() +
            "' is not a directory: pass a directory written by 'gdn-verify fixtures generate --dir DIR'\n"},
-      {"fixtures", "error: fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
-                   "'gdn-verify fixtures verify --dir DIR'\n"},
+      {"fixtures",
+       "error: fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
+       "'gdn-verify fixtures verify --dir DIR'\n"},
       {"fixtures regenerate", "error: unknown fixtures subcommand 'regenerate': use generate or verify\n"},
   };
   for (const auto& c : cases) {

@@ -91,9 +91,9 @@ TEST(FixturesCpRuns, FollowTheIllegalCombinationMatrix) {
 // Odd lengths (9, 5, 3) split nowhere at CP=1: every mode runs there, at both TP sizes.
 TEST(FixturesCpRuns, OddLengthsRunEveryModeAtCp1) {
   const auto runs = allowed_runs(fixture_of(named("layer-thd-odd-lengths-cp1")));
-  EXPECT_EQ(labels(runs), (std::vector<std::string>{"headwise tp=1 cp=1", "headwise tp=2 cp=1", "chunkwise tp=1 cp=1",
-                                                    "chunkwise tp=2 cp=1", "all_gather tp=1 cp=1",
-                                                    "all_gather tp=2 cp=1"}));
+  EXPECT_EQ(labels(runs),
+            (std::vector<std::string>{"headwise tp=1 cp=1", "headwise tp=2 cp=1", "chunkwise tp=1 cp=1",
+                                      "chunkwise tp=2 cp=1", "all_gather tp=1 cp=1", "all_gather tp=2 cp=1"}));
 }
 
 TEST(FixturesFile, InputsAreDeterministicAndOutputsSeparable) {
@@ -101,7 +101,8 @@ TEST(FixturesFile, InputsAreDeterministicAndOutputsSeparable) {
   const auto a = serialize_safetensors(case_inputs(c)), b = serialize_safetensors(case_inputs(c));
   EXPECT_EQ(a, b);
   const TensorFile full = with_oracle(case_inputs(c), c.name);
-  for (const char* out : {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dh0"}) EXPECT_TRUE(full.has(out)) << out;
+  for (const char* out : {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dh0"})
+    EXPECT_TRUE(full.has(out)) << out;
   EXPECT_EQ(serialize_safetensors(inputs_of(full)).size() < serialize_safetensors(full).size(), true);
   EXPECT_FALSE(inputs_of(full).has("o"));
   EXPECT_TRUE(inputs_of(full).has("q"));
@@ -122,7 +123,8 @@ TEST(FixturesManifest, RoundTripsAndRejectsPathsOutsideTheDirectory) {
     parse_manifest(manifest_json(m), "M");
     FAIL() << "no error";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("names file '../a.safetensors'; it must be a plain file name"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("names file '../a.safetensors'; it must be a plain file name"),
+              std::string::npos)
         << e.what();
   }
   try {

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "reference/span_map.hpp"
 #include "reference/l2norm.hpp"
+#include "reference/span_map.hpp"
 #include "reference_testing.hpp"
 
 namespace gdnv {
@@ -31,8 +31,12 @@ struct Grads {
 };
 
 Grads named(ref::GdrGrads d) {
-  return {{{"dq", std::move(d.dq)}, {"dk", std::move(d.dk)}, {"dv", std::move(d.dv)}, {"dg", std::move(d.dg)},
-           {"dbeta", std::move(d.dbeta)}, {"dh0", std::move(d.dh0)}}};
+  return {{{"dq", std::move(d.dq)},
+           {"dk", std::move(d.dk)},
+           {"dv", std::move(d.dv)},
+           {"dg", std::move(d.dg)},
+           {"dbeta", std::move(d.dbeta)},
+           {"dh0", std::move(d.dh0)}}};
 }
 
 // Runs one form: forward and backward.
@@ -103,8 +107,15 @@ void check_tiny(const Tiny& c, const FormRun& run) {
 
 void run_tiny_case(const Tiny& c) {
   const auto T = static_cast<std::int64_t>(c.q.size());
-  GdrInputs in{from(c.q, {1, T, 1, 1}), from(c.k, {1, T, 1, 1}), from(c.v, {1, T, 1, 1}), from(c.g, {1, T, 1}),
-               from(c.beta, {1, T, 1}), from({c.s0}, {1, 1, 1, 1}), std::nullopt, std::nullopt, false};
+  GdrInputs in{from(c.q, {1, T, 1, 1}),
+               from(c.k, {1, T, 1, 1}),
+               from(c.v, {1, T, 1, 1}),
+               from(c.g, {1, T, 1}),
+               from(c.beta, {1, T, 1}),
+               from({c.s0}, {1, 1, 1, 1}),
+               std::nullopt,
+               std::nullopt,
+               false};
   const Tensor d_o = from(c.d_o, {1, T, 1, 1});
   const Tensor dht = from({c.dht}, {1, 1, 1, 1});
   {
@@ -117,9 +128,7 @@ void run_tiny_case(const Tiny& c) {
   }
 }
 
-TEST(GdrTiny, OneTokenMatchesClosedForm) {
-  run_tiny_case({{1.1}, {0.8}, {1.5}, {-0.2}, {0.6}, 0.5, 0.3, {-0.7}});
-}
+TEST(GdrTiny, OneTokenMatchesClosedForm) { run_tiny_case({{1.1}, {0.8}, {1.5}, {-0.2}, {0.6}, 0.5, 0.3, {-0.7}}); }
 
 TEST(GdrTiny, TwoTokensMatchClosedForm) {
   run_tiny_case({{1.1, -0.4}, {0.8, 0.9}, {1.5, -2.0}, {-0.2, -1.3}, {0.6, 0.25}, 0.5, 0.3, {-0.7, 1.2}});
@@ -173,8 +182,15 @@ void expect_gradients_match_fd(const GdrInputs& in, const Forward& fwd, const Gr
 
 // Two sequences, each crossing chunk boundaries for C = 2.
 GdrSpec fd_spec(bool l2norm) {
-  return {.T = 9, .Hk = 1, .Hv = 2, .K = 3, .V = 2, .cu_seqlens = std::vector<std::int64_t>{0, 4, 9}, .scale = 0.8,
-          .l2norm = l2norm, .seed = 11};
+  return {.T = 9,
+          .Hk = 1,
+          .Hv = 2,
+          .K = 3,
+          .V = 2,
+          .cu_seqlens = std::vector<std::int64_t>{0, 4, 9},
+          .scale = 0.8,
+          .l2norm = l2norm,
+          .seed = 11};
 }
 
 class GdrFiniteDifferences : public ::testing::TestWithParam<bool> {};
@@ -182,13 +198,15 @@ class GdrFiniteDifferences : public ::testing::TestWithParam<bool> {};
 TEST_P(GdrFiniteDifferences, RecurrentGradientsMatchCentralDifferences) {
   const GdrInputs in = random_gdr(fd_spec(GetParam()));
   const Grads d = named(ref::gdr_recurrent_backward(in, d_o_for(in, 7), dht_for(in, 7)));
-  expect_gradients_match_fd(in, [](const GdrInputs& x) { return ref::gdr_recurrent_forward(x); }, d);
+  expect_gradients_match_fd(
+      in, [](const GdrInputs& x) { return ref::gdr_recurrent_forward(x); }, d);
 }
 
 TEST_P(GdrFiniteDifferences, ChunkedGradientsMatchCentralDifferences) {
   const GdrInputs in = random_gdr(fd_spec(GetParam()));
   const Grads d = named(ref::gdr_chunked_backward(in, d_o_for(in, 7), dht_for(in, 7), 2));
-  expect_gradients_match_fd(in, [](const GdrInputs& x) { return ref::gdr_chunked_forward(x, 2); }, d);
+  expect_gradients_match_fd(
+      in, [](const GdrInputs& x) { return ref::gdr_chunked_forward(x, 2); }, d);
 }
 
 INSTANTIATE_TEST_SUITE_P(L2Norm, GdrFiniteDifferences, ::testing::Values(false, true),
@@ -246,18 +264,24 @@ TEST_P(GdrVarlen, PackedEqualsEachSequenceAlone) {
   for (std::int64_t n = 0; n + 1 < static_cast<std::int64_t>(s.cu_seqlens->size()); ++n) {
     const std::int64_t t0 = (*s.cu_seqlens)[n], len = (*s.cu_seqlens)[n + 1] - t0;
     SCOPED_TRACE("sequence " + std::to_string(n));
-    const GdrInputs one{slice_tokens(in.q, 0, t0, len), slice_tokens(in.k, 0, t0, len), slice_tokens(in.v, 0, t0, len),
-                        slice_tokens(in.g, 0, t0, len), slice_tokens(in.beta, 0, t0, len),
-                        slice_state(*in.initial_state, n), std::nullopt, std::nullopt, false};
+    const GdrInputs one{slice_tokens(in.q, 0, t0, len),
+                        slice_tokens(in.k, 0, t0, len),
+                        slice_tokens(in.v, 0, t0, len),
+                        slice_tokens(in.g, 0, t0, len),
+                        slice_tokens(in.beta, 0, t0, len),
+                        slice_state(*in.initial_state, n),
+                        std::nullopt,
+                        std::nullopt,
+                        false};
     const FormRun alone = run(one, slice_tokens(d_o, 0, t0, len), slice_state(dht, n));
     // Identical arithmetic per sequence: bit-for-bit equal, so the tolerance is eps-level.
     const FormRun packed_n{{slice_tokens(packed.out.o, 0, t0, len), slice_state(packed.out.final_state, n)},
-                       {{{"dq", slice_tokens(packed.grads.all[0].second, 0, t0, len)},
-                         {"dk", slice_tokens(packed.grads.all[1].second, 0, t0, len)},
-                         {"dv", slice_tokens(packed.grads.all[2].second, 0, t0, len)},
-                         {"dg", slice_tokens(packed.grads.all[3].second, 0, t0, len)},
-                         {"dbeta", slice_tokens(packed.grads.all[4].second, 0, t0, len)},
-                         {"dh0", slice_state(packed.grads.all[5].second, n)}}}};
+                           {{{"dq", slice_tokens(packed.grads.all[0].second, 0, t0, len)},
+                             {"dk", slice_tokens(packed.grads.all[1].second, 0, t0, len)},
+                             {"dv", slice_tokens(packed.grads.all[2].second, 0, t0, len)},
+                             {"dg", slice_tokens(packed.grads.all[3].second, 0, t0, len)},
+                             {"dbeta", slice_tokens(packed.grads.all[4].second, 0, t0, len)},
+                             {"dh0", slice_state(packed.grads.all[5].second, n)}}}};
     expect_runs_close(packed_n, alone, 1e-15);
   }
 }
@@ -324,8 +348,13 @@ TEST(GdrForms, BatchedEqualsPacked) {
 // Each (sequence, key head) piece runs whole on one thread: 1, 2 or 3 threads give the same bits,
 // including dq, dk, which sum over the value heads of a GVA group.
 TEST(GdrForms, ThreadCountChangesNoBit) {
-  const GdrSpec s{.T = 90, .Hk = 2, .Hv = 6, .K = 7, .V = 5,
-                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90}, .l2norm = true};
+  const GdrSpec s{.T = 90,
+                  .Hk = 2,
+                  .Hv = 6,
+                  .K = 7,
+                  .V = 5,
+                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90},
+                  .l2norm = true};
   const GdrInputs in = random_gdr(s);
   const Tensor d_o = d_o_for(in, 4), dht = dht_for(in, 4);
   for (const bool chunked : {false, true}) {
@@ -417,9 +446,7 @@ void expect_config_error(const GdrInputs& in, const std::string& message) {
   }
 }
 
-GdrInputs valid_inputs() {
-  return random_gdr({.T = 6, .Hk = 2, .Hv = 4, .K = 3, .V = 2});
-}
+GdrInputs valid_inputs() { return random_gdr({.T = 6, .Hk = 2, .Hv = 4, .K = 3, .V = 2}); }
 
 TEST(GdrErrors, ValueHeadsNotAMultipleOfKeyHeads) {
   GdrInputs in = valid_inputs();
@@ -473,9 +500,9 @@ TEST(GdrErrors, BadCuSeqlensAreRejected) {
 TEST(GdrErrors, BadGradientInputsAreRejected) {
   const GdrInputs in = valid_inputs();
   const Tensor bad_do(DType::F64, {1, 6, 4, 3});
-  for (const auto& f : std::vector<std::function<void()>>{
-           [&] { ref::gdr_recurrent_backward(in, bad_do, std::nullopt); },
-           [&] { ref::gdr_chunked_backward(in, bad_do, std::nullopt); }}) {
+  for (const auto& f :
+       std::vector<std::function<void()>>{[&] { ref::gdr_recurrent_backward(in, bad_do, std::nullopt); },
+                                          [&] { ref::gdr_chunked_backward(in, bad_do, std::nullopt); }}) {
     try {
       f();
       ADD_FAILURE() << "expected ConfigError";

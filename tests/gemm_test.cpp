@@ -44,9 +44,8 @@ struct Dims {
 
 // Edges of the 6 x 8 tile, of the 144-row A block (3 blocks at M = 300, one per thread of 3), the
 // 256-deep K block and the 1024-column B block.
-const Dims kDims[] = {{1, 1, 1},      {5, 3, 7},      {6, 8, 8},     {7, 9, 9},      {13, 255, 17},
-                      {97, 257, 9},   {12, 513, 31},  {3, 40, 1025}, {191, 64, 130}, {64, 128, 128},
-                      {300, 40, 20}};
+const Dims kDims[] = {{1, 1, 1},     {5, 3, 7},     {6, 8, 8},      {7, 9, 9},      {13, 255, 17}, {97, 257, 9},
+                      {12, 513, 31}, {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}, {300, 40, 20}};
 
 TEST(Gemm, EveryKernelAndThreadCountFollowsTheFmaChainBitForBit) {
   for (const Dims& d : kDims) {

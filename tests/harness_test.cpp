@@ -74,8 +74,9 @@ TEST(Harness, EachMicroBatchIsValidatedAtItsOwnCpSize) {
 TEST(Harness, OneLengthsListPerMicroBatch) {
   RunSpec s = dynamic_spec();
   s.micro_batch_lengths.pop_back();
-  const std::string message = "2 lists of sequence lengths for 3 micro-batch(es): give one list per micro-batch, in "
-                              "micro-batch order";
+  const std::string message =
+      "2 lists of sequence lengths for 3 micro-batch(es): give one list per micro-batch, in "
+      "micro-batch order";
   EXPECT_EQ(config_error_of([&] { validate_run(s); }), message);
   EXPECT_EQ(config_error_of([&] { (void)planned_micro_batches(s); }), message);
 }

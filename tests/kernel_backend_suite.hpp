@@ -14,12 +14,12 @@
 
 #include <gtest/gtest.h>
 
-#include "core/half.hpp"
-#include "cpu/backend.hpp"
 #include "core/faults.hpp"
-#include "harness/harness.hpp"
+#include "core/half.hpp"
 #include "core/metrics.hpp"
 #include "cost/counting_backend.hpp"
+#include "cpu/backend.hpp"
+#include "harness/harness.hpp"
 #include "tests/cpu_backend_testing.hpp"
 
 namespace gdnv::cp {
@@ -41,9 +41,9 @@ using gdnv::testing::index_buffer;
 
 using gdnv::testing::expect_all;
 
-#define GDNV_SUITE_SKIP_WITHOUT_BACKEND()                                       \
-  if (const std::string reason = suite_skip_reason(); !reason.empty()) {       \
-    GTEST_SKIP() << reason;                                                    \
+#define GDNV_SUITE_SKIP_WITHOUT_BACKEND()                                \
+  if (const std::string reason = suite_skip_reason(); !reason.empty()) { \
+    GTEST_SKIP() << reason;                                              \
   }
 
 class SuiteData : public ::testing::Test {
@@ -132,7 +132,9 @@ Varlen one_sequence(Backend& be, std::int64_t n) { return {{0, n}, upload_index(
 std::vector<ErrorCase> error_cases() {
   return {
       {"gather_rows_index_dtype",
-       [](Backend& be) { be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2})); },
+       [](Backend& be) {
+         be.gather_rows(f32(be, {5, 2}), be.alloc(DType::I32, {2}));
+       },
        "gather_rows: index is I32 [2]; expected I64 [M]"},
       {"scatter_rows_row_width",
        [](Backend& be) {
@@ -147,7 +149,9 @@ std::vector<ErrorCase> error_cases() {
        },
        "scatter_rows: x F32 [0, 5] does not match 0 rows of out F32 [4, 3]"},
       {"gather_columns_rank",
-       [](Backend& be) { be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0})); },
+       [](Backend& be) {
+         be.gather_columns(f32(be, {2, 3, 4}), index_buffer(be, {0}));
+       },
        "gather_columns: x has shape [2, 3, 4]; expected rank 2 [N, D]"},
       {"scatter_columns_width",
        [](Backend& be) {
@@ -168,7 +172,9 @@ std::vector<ErrorCase> error_cases() {
        },
        "rmsnorm_backward: rstd is BF16 [3]; expected F32 [N] = [3]"},
       {"linear_backward_dy_shape",
-       [](Backend& be) { be.linear_backward(f32(be, {3, 3}), f32(be, {3, 4}), f32(be, {2, 4})); },
+       [](Backend& be) {
+         be.linear_backward(f32(be, {3, 3}), f32(be, {3, 4}), f32(be, {2, 4}));
+       },
        "linear_backward: dy is F32 [3, 3]; expected F32 [N, out] = [3, 2]"},
       {"conv1d_offsets",
        [](Backend& be) {
@@ -196,7 +202,9 @@ std::vector<ErrorCase> error_cases() {
        },
        "gdr_first_backward_span_map: d_o is F32 [4, 2, 3]; expected F32 [N, Hv, dv] = [4, 2, 2]"},
       {"fold_span_maps_ranks",
-       [](Backend& be) { be.fold_span_maps(f32(be, {2, 1, 2, 5}), 1, 3, false); },
+       [](Backend& be) {
+         be.fold_span_maps(f32(be, {2, 1, 2, 5}), 1, 3, false);
+       },
        "fold_span_maps: ranks [1, 3) of maps [2, 1, 2, 5]; expected 0 <= begin <= end <= cp and dv+dk > dk"},
       {"gated_norm_backward_rstd_shape",
        [](Backend& be) {
@@ -317,8 +325,9 @@ TEST(SuiteVsCpu, ChunkedCoreForwardAndBackwardAgreeWithTheCpuBackend) {
     const gdnv::testing::GdrBuffers bufs(b, in, c, b.upload(h0, DType::F32));
     const GdrOut out = b.gdr(bufs.args());
     const GdrGrads g = b.gdr_backward(bufs.args(), b.upload(d_o, DType::F32), Buffer());
-    return std::vector<Tensor>{b.download(out.o), b.download(out.final_state), b.download(g.dq), b.download(g.dk),
-                               b.download(g.dv), b.download(g.dg), b.download(g.dbeta), b.download(g.dh0)};
+    return std::vector<Tensor>{
+        b.download(out.o), b.download(out.final_state), b.download(g.dq), b.download(g.dk), b.download(g.dv),
+        b.download(g.dg),  b.download(g.dbeta),         b.download(g.dh0)};
   };
   const std::vector<Tensor> got = run(*be), want = run(*cpu);
   const char* names[] = {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
@@ -337,7 +346,8 @@ TEST(SuiteFaults, GateSoftplusMissingDtBiasDropsTheBiasLikeTheCpuBackend) {
   const Tensor A_log = random_normal({3}, 61, "A", 0.5), dt_bias = around_one(3, 61, "dt");
   const auto g_of = [&](Backend& x) {
     return x.download(x.gates(x.upload(a, DType::F32), x.upload(b, DType::F32), x.upload(A_log, DType::F32),
-                              x.upload(dt_bias, DType::F32)).g);
+                              x.upload(dt_bias, DType::F32))
+                          .g);
   };
   const Tensor correct = g_of(*be);
   const ScopedFault fault(Fault::GateSoftplusMissingDtBias);
@@ -354,7 +364,8 @@ TEST(SuiteFaults, SoftplusOverflowsMakesTheGateInfiniteLikeTheCpuBackend) {
   const Tensor a = Tensor::from(std::vector<double>{1e3, -1e3}, {1, 2}), zeros(DType::F64, {2});
   const auto g_of = [&](Backend& x) {
     return x.download(x.gates(x.upload(a, DType::F32), x.upload(a, DType::F32), x.upload(zeros, DType::F32),
-                              x.upload(zeros, DType::F32)).g);
+                              x.upload(zeros, DType::F32))
+                          .g);
   };
   EXPECT_EQ(g_of(*be).get(0), -1e3);
   const ScopedFault fault(Fault::SoftplusOverflows);

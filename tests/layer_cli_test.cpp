@@ -28,10 +28,9 @@ class LayerCli : public ::testing::Test {
                                    .linear_key_head_dim = 4,
                                    .linear_value_head_dim = 3,
                                    .conv_bias = true});
-    return ref::write_layer_case({config, ref::init_params(config, 1),
-                                  ref::seeded_normal(1, "hidden_states", {10, 1, 8}),
-                                  std::vector<std::int64_t>{0, 4, 10},
-                                  ref::seeded_normal(1, "grad_output", {10, 1, 8})});
+    return ref::write_layer_case(
+        {config, ref::init_params(config, 1), ref::seeded_normal(1, "hidden_states", {10, 1, 8}),
+         std::vector<std::int64_t>{0, 4, 10}, ref::seeded_normal(1, "grad_output", {10, 1, 8})});
   }
 
   testing::CliResult run(const std::string& extra = "") const {

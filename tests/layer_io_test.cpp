@@ -96,10 +96,14 @@ TEST(LayerIo, EachMalformedFileGetsOneClearError) {
             "case.safetensors: tensor 'A_log' has dtype I64; it must be floating point (F64, F32, BF16 or F16)");
   EXPECT_EQ(error_of_file([](TensorFile& f) { f.tensors["cu_seqlens"] = Tensor(DType::F32, {3}); }),
             "case.safetensors: tensor 'cu_seqlens' is F32 [3]; it must be a 1-d I32 or I64 tensor [N + 1]");
-  EXPECT_EQ(error_of_file([](TensorFile& f) { f.tensors["conv1d.weight"] = Tensor(DType::F64, {28, 4}); }),
+  EXPECT_EQ(error_of_file([](TensorFile& f) {
+              f.tensors["conv1d.weight"] = Tensor(DType::F64, {28, 4});
+            }),
             "case.safetensors: parameter 'conv1d.weight' has shape [28, 4], expected [28, 1, 4] for hidden_size=8 "
             "Hk=2 Hv=4 dk=4 dv=3 W=4");
-  EXPECT_EQ(error_of_file([](TensorFile& f) { f.tensors["grad_output"] = Tensor(DType::F64, {10, 1, 7}); }),
+  EXPECT_EQ(error_of_file([](TensorFile& f) {
+              f.tensors["grad_output"] = Tensor(DType::F64, {10, 1, 7});
+            }),
             "case.safetensors: grad_output has shape [10, 1, 7]; it must have the shape of hidden_states [10, 1, 8]");
   EXPECT_EQ(error_of_file([](TensorFile& f) {
               f.tensors["cu_seqlens"] = Tensor::from(std::vector<std::int32_t>{0, 6, 4, 10}, {4});

@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "layer_test_util.hpp"
 #include "reference/gates.hpp"
 #include "reference/layer_config.hpp"
 #include "reference/layer_params.hpp"
 #include "reference/norms.hpp"
-#include "core/parallel.hpp"
 #include "reference/tp_sharding.hpp"
 
 namespace gdnv::ref {
@@ -100,8 +100,9 @@ TEST(LayerConfig, MetadataErrorsNameFileAndKey) {
             "Megatron's names (docs/DESIGN.md §5)");
   write_layer_config(LayerConfig(small_values()), m);
   m.insert_or_assign("linear_num_key_heads", std::string("3"));
-  EXPECT_NE(error_of([&] { layer_config_from_metadata(m, false, "x.safetensors"); })
-                .find("x.safetensors: layer config: linear_num_value_heads = 8 is not a multiple"),
+  EXPECT_NE(error_of([&] {
+              layer_config_from_metadata(m, false, "x.safetensors");
+            }).find("x.safetensors: layer config: linear_num_value_heads = 8 is not a multiple"),
             std::string::npos);
 }
 
@@ -161,8 +162,12 @@ double variance_of(const Tensor& t) {
 }
 
 TEST(LayerParams, InitFollowsMegatron) {
-  const LayerConfig c({.hidden_size = 64, .linear_num_key_heads = 2, .linear_num_value_heads = 4,
-                       .linear_key_head_dim = 16, .linear_value_head_dim = 16, .conv_bias = true});
+  const LayerConfig c({.hidden_size = 64,
+                       .linear_num_key_heads = 2,
+                       .linear_num_value_heads = 4,
+                       .linear_key_head_dim = 16,
+                       .linear_value_head_dim = 16,
+                       .conv_bias = true});
   const LayerParams p = init_params(c, 11);
   for (const char* ones : {kInProjNorm, kOutNorm, kDtBias})
     for (std::int64_t i = 0; i < p.at(ones).numel(); ++i) ASSERT_EQ(p.at(ones).get(i), 1.0) << ones;

@@ -13,8 +13,8 @@ namespace gdnv::ref {
 namespace {
 
 using testing::diff;
-using testing::error_of;
 using testing::dot;
+using testing::error_of;
 using testing::expect_nontrivial;
 using testing::fd_gradient;
 
@@ -67,7 +67,7 @@ struct LayerRun {
   LayerGrads grads;
 };
 LayerRun run_layer(const LayerConfig& config, const LayerParams& params, const Tensor& hidden, const Tensor& dout,
-        const CuSeqlens& cu_seqlens, const LayerOptions& options = {CoreForm::Chunked, kChunk}) {
+                   const CuSeqlens& cu_seqlens, const LayerOptions& options = {CoreForm::Chunked, kChunk}) {
   LayerForward fwd = layer_forward(config, params, hidden, cu_seqlens, options);
   LayerGrads grads = layer_backward(config, params, fwd, dout);
   return {std::move(fwd), std::move(grads)};
@@ -89,8 +89,7 @@ void expect_bitwise_equal(const LayerRun& a, const LayerRun& b, const std::strin
 // the conditioning of the chain (L2 norm, gates, RMSNorms).
 constexpr double kFdRelTol = 1e-6;
 
-void check_all_gradients(const LayerConfig& config, LayerParams params, Tensor hidden,
-                         const CuSeqlens& cu_seqlens) {
+void check_all_gradients(const LayerConfig& config, LayerParams params, Tensor hidden, const CuSeqlens& cu_seqlens) {
   const LayerOptions options{CoreForm::Chunked, kChunk};
   const Tensor grad_output = seeded_normal(9, "grad_output", hidden.shape());
   const LayerForward fwd = layer_forward(config, params, hidden, cu_seqlens, options);
@@ -139,8 +138,7 @@ TEST(Layer, PackedThdEqualsEachSequenceAlone) {
     // Same operations per token; only the GEMM blocking of a shorter T may reassociate dot
     // products of length <= 48 (in_proj rows): <= 48 * 2^-53 ~ 5e-15 relative per stage.
     EXPECT_LT(diff(rows(packed.fwd.out, b, e), alone.fwd.out).rel_rms, 1e-13) << "sequence " << i;
-    EXPECT_LT(diff(rows(packed.grads.grad_hidden, b, e), alone.grads.grad_hidden).rel_rms, 1e-13)
-        << "sequence " << i;
+    EXPECT_LT(diff(rows(packed.grads.grad_hidden, b, e), alone.grads.grad_hidden).rel_rms, 1e-13) << "sequence " << i;
     for (const auto& [name, t] : alone.grads.params) {
       if (!g_sum.count(name)) g_sum[name] = Tensor(DType::F64, t.shape());
       for (std::int64_t j = 0; j < t.numel(); ++j) g_sum[name].data<double>()[j] += t.get(j);
@@ -169,8 +167,7 @@ TEST(Layer, PerturbingOnePackedSequenceChangesNoOtherExactly) {
     for (std::size_t j = 0; j + 1 < kPacked.size(); ++j) {
       const std::int64_t b = kPacked[j], e = kPacked[j + 1];
       const bool same_out = rows(perturbed.fwd.out, b, e).bitwise_equal(rows(base.fwd.out, b, e));
-      const bool same_grad =
-          rows(perturbed.grads.grad_hidden, b, e).bitwise_equal(rows(base.grads.grad_hidden, b, e));
+      const bool same_grad = rows(perturbed.grads.grad_hidden, b, e).bitwise_equal(rows(base.grads.grad_hidden, b, e));
       EXPECT_EQ(same_out, i != j) << "perturbed sequence " << i << ", out of sequence " << j;
       EXPECT_EQ(same_grad, i != j) << "perturbed sequence " << i << ", grad_hidden of sequence " << j;
     }
@@ -207,8 +204,10 @@ TEST(Layer, ChunkedCoreEqualsRecurrentCore) {
     CuSeqlens cu;
   };
   // Lengths around the chunk size (C-1, C, C+1, 3C+2), SBHD with B=2, and the packed case.
-  const std::vector<Case> cases = {{{kChunk - 1, 2, 8}, std::nullopt}, {{kChunk, 2, 8}, std::nullopt},
-                                   {{kChunk + 1, 2, 8}, std::nullopt}, {{3 * kChunk + 2, 1, 8}, std::nullopt},
+  const std::vector<Case> cases = {{{kChunk - 1, 2, 8}, std::nullopt},
+                                   {{kChunk, 2, 8}, std::nullopt},
+                                   {{kChunk + 1, 2, 8}, std::nullopt},
+                                   {{3 * kChunk + 2, 1, 8}, std::nullopt},
                                    {{22, 1, 8}, kPacked}};
   for (const auto& c : cases) {
     const std::string what = "shape " + shape_str(c.shape) + (c.cu ? " packed" : "");
@@ -281,10 +280,14 @@ TEST(Layer, RejectsInputsThatDoNotFitTheConfig) {
             "cu_seqlens ends at 4 but the packed length T is 5; the last offset must equal T");
   LayerParams missing = params;
   missing.erase(kDtBias);
-  EXPECT_EQ(error_of([&] { layer_forward(config, missing, seeded_normal(1, "h", {5, 1, 8}), std::nullopt); }),
+  EXPECT_EQ(error_of([&] {
+              layer_forward(config, missing, seeded_normal(1, "h", {5, 1, 8}), std::nullopt);
+            }),
             "parameter 'dt_bias' [4] is missing");
   const LayerForward f = layer_forward(config, params, seeded_normal(1, "h", {5, 1, 8}), std::nullopt);
-  EXPECT_EQ(error_of([&] { layer_backward(config, params, f, seeded_normal(1, "d", {5, 2, 8})); }),
+  EXPECT_EQ(error_of([&] {
+              layer_backward(config, params, f, seeded_normal(1, "d", {5, 2, 8}));
+            }),
             "grad_output is F64 [5, 2, 8]; expected F64 [5, 1, 8], the shape of out");
 }
 

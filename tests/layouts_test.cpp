@@ -307,7 +307,9 @@ TEST(LayoutsErrors, HeadwiseHeadsNotDivisibleByTpTimesCp) {
               check_headwise(HeadwiseGeometry{4, 6, 2, 2, 1, 1});
             }),
             "Hv must be a multiple of Hk for grouped value heads, got Hk=4 Hv=6; choose Hv = m*Hk");
-  EXPECT_EQ(config_error_of([] { in_proj_row_permutation(HeadwiseGeometry{4, 8, 2, 2, 1, 0}); }),
+  EXPECT_EQ(config_error_of([] {
+              in_proj_row_permutation(HeadwiseGeometry{4, 8, 2, 2, 1, 0});
+            }),
             "tp and cp must be at least 1, got tp=1 cp=0");
 }
 

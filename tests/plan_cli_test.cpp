@@ -14,10 +14,13 @@ namespace {
 
 using testing::run_cli;
 
-const std::string kQwen = " --hidden 2048 --num-key-heads 16 --num-value-heads 32 --key-head-dim 128 --value-head-dim 128";
+const std::string kQwen =
+    " --hidden 2048 --num-key-heads 16 --num-value-heads 32 --key-head-dim 128 --value-head-dim 128";
 const std::string kSmall = " --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 --value-head-dim 10";
 
-std::size_t count_lines(const std::string& text) { return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')); }
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
 
 std::string write_temp(const std::filesystem::path& dir, const std::string& name, const std::string& text) {
   const auto path = (dir / name).string();
@@ -28,8 +31,9 @@ std::string write_temp(const std::filesystem::path& dir, const std::string& name
 TEST(PlanCli, PrintsEveryModeForTheReadmeGeometry) {
   const auto r = run_cli("plan" + kQwen + " --tp 2 --cp 4 --lengths 32768 --layers 24");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  for (const char* line : {"headwise    fwd  2 x", "headwise    bwd  2 x", "chunkwise   fwd  2 x", "chunkwise   bwd  2 x",
-                           "all_gather  fwd  -                 1 x", "all_gather  bwd  -", "fastest: ", "24 layers: "})
+  for (const char* line :
+       {"headwise    fwd  2 x", "headwise    bwd  2 x", "chunkwise   fwd  2 x", "chunkwise   bwd  2 x",
+        "all_gather  fwd  -                 1 x", "all_gather  bwd  -", "fastest: ", "24 layers: "})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   EXPECT_EQ(r.out.find("illegal"), std::string::npos) << r.out;
 }
@@ -37,8 +41,8 @@ TEST(PlanCli, PrintsEveryModeForTheReadmeGeometry) {
 TEST(PlanCli, SweepWritesCsvAndSvgWithOneRowPerPointAndMode) {
   const auto dir = testing::temp_dir("plan");
   const std::string csv = (dir / "plan.csv").string(), svg = (dir / "plan.svg").string();
-  const auto r = run_cli("plan" + kSmall + " --tp 1 --cp 2 --sweep cp=1,2 --sweep seq=64..256 --csv " + csv +
-                         " --svg " + svg);
+  const auto r =
+      run_cli("plan" + kSmall + " --tp 1 --cp 2 --sweep cp=1,2 --sweep seq=64..256 --csv " + csv + " --svg " + svg);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string table = read_file_text(csv);
   EXPECT_EQ(count_lines(table), 1u + 2 * 3 * 3) << table;  // header, cp x seq (64, 128, 256) x mode
@@ -116,7 +120,8 @@ TEST(PlanCli, Cp1AcceptsAnyLength) {
 // One --lengths per --dynamic-cp entry: each micro-batch planned on its own packing at its own CP size,
 // as run runs it.
 TEST(PlanCli, DynamicCpTakesOneLengthsListPerMicroBatch) {
-  const auto r = run_cli("plan" + kSmall + " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8,40,16 --lengths 4,12 "
+  const auto r = run_cli("plan" + kSmall +
+                         " --tp 1 --cp 4 --dynamic-cp 4,2,1 --lengths 8,40,16 --lengths 4,12 "
                          "--lengths 5 --mode chunkwise");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (const char* line : {"micro-batch 1/3: cp=4, 64 tokens (3 packed sequences, THD)",

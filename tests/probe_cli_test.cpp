@@ -3,9 +3,9 @@
 // ones bit for bit, and the bad-input messages.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <algorithm>
 #include <cstdlib>
-#include <sys/wait.h>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -19,7 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::contains;
 using testing::run_cli;
-
 
 // Dumps `modes` (cp1 on one rank, the others on `world` ranks) into dir; asserts each succeeded.
 void dump(const fs::path& dir, const std::string& image, const std::vector<std::string>& modes,
@@ -50,8 +49,8 @@ TEST(ProbeCli, DumpWritesInputsRankShardsAndMeta) {
   EXPECT_EQ(meta["modes"]["chunkwise"]["accounting"]["forward"]["all_to_all_v"]["calls"], 2);
   EXPECT_FALSE(meta["versions"]["git_commit"].get<std::string>().empty());
   // The inputs are a layer-level file the oracle command reads.
-  const auto ref = run_cli("reference --in " + (dir / "inputs.safetensors").string() + " --out " +
-                           (dir / "oracle.out").string());
+  const auto ref =
+      run_cli("reference --in " + (dir / "inputs.safetensors").string() + " --out " + (dir / "oracle.out").string());
   EXPECT_EQ(ref.code, 0) << ref.out << ref.err;
   fs::remove_all(dir);
 }
@@ -63,10 +62,12 @@ TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
   EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
   EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1:out: pass")) << cross.out;
   EXPECT_TRUE(contains(cross.out, "27 tensors compared")) << cross.out;
-  EXPECT_TRUE(contains(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside"))
+      << cross.out;
   const auto oracle = run_cli("probe oracle --dir " + dir.string());
   EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
-  EXPECT_TRUE(contains(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n")) << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n"))
+      << oracle.out;
   fs::remove_all(dir);
 }
 
@@ -79,8 +80,8 @@ TEST(ProbeCli, Cp1DumpsAcceptAnyLength) {
   EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
   const auto oracle = run_cli("probe oracle --dir " + dir.string());
   EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
-  const auto two = run_cli("probe dump --mode chunkwise --image odd --dtype fp64 --case thd-odd --world inproc:2 --out " +
-                           dir.string());
+  const auto two = run_cli(
+      "probe dump --mode chunkwise --image odd --dtype fp64 --case thd-odd --world inproc:2 --out " + dir.string());
   EXPECT_EQ(two.code, 3) << two.out << two.err;
   EXPECT_TRUE(contains(two.err, "sequence lengths 9,5,3 are not divisible by cp = 2")) << two.err;
   EXPECT_FALSE(fs::exists(dir / "chunkwise.rank1.safetensors"));
@@ -94,7 +95,8 @@ TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
   const std::string args = "probe compare --ref " + (root / "old").string() + " --cand " + (root / "new").string();
   const auto same = run_cli(args);
   EXPECT_EQ(same.code, 0) << same.out << same.err;
-  EXPECT_TRUE(contains(same.out, "new: 36 tensors compared, 36 bitwise identical, 0 outside tolerance\nPASS")) << same.out;
+  EXPECT_TRUE(contains(same.out, "new: 36 tensors compared, 36 bitwise identical, 0 outside tolerance\nPASS"))
+      << same.out;
 
   setenv("GDNV_FAULT", "headwise_head_perm_shift", 1);
   dump(root / "bad", "bad", {"cp1", "headwise"});
@@ -134,9 +136,12 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
       {"probe dump --mode headwise --image one --dtype bf16" + out, "holds an image with dtype \"F32\""},
       {"probe cross-mode --dir " + dir.string(), "holds no cp1 dump"},
       {"probe oracle --dir " + (dir / "nope").string(), "holds no inputs.safetensors"},
-      {"probe compare --ref " + dir.string() + " --cand " + dir.string() + " --mode chunkwise", "has no chunkwise dump"},
-      {"probe dump --mode headwise --image one --backend emu" + out, "holds an image with backend \"cpu\", not \"emu\""},
-      {"probe dump --mode headwise --image x --backend tpu" + out, "--backend 'tpu' is not supported: use cpu, emu or cuda"},
+      {"probe compare --ref " + dir.string() + " --cand " + dir.string() + " --mode chunkwise",
+       "has no chunkwise dump"},
+      {"probe dump --mode headwise --image one --backend emu" + out,
+       "holds an image with backend \"cpu\", not \"emu\""},
+      {"probe dump --mode headwise --image x --backend tpu" + out,
+       "--backend 'tpu' is not supported: use cpu, emu or cuda"},
       {"probe dump --mode headwise --image x --backend emu --dtype fp64" + out,
        "the emu backend stores F32 or BF16, not F64; choose --dtype fp32 or bf16"},
       {"probe teleport", "unknown probe subcommand 'teleport'"},
@@ -173,16 +178,17 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     const std::vector<std::string> modes = {"headwise", "chunkwise", "all_gather"};
     dump(root / "inproc", "x", modes, "--dtype bf16", np);
     for (const auto& m : modes) {
-      const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " + GDNV_CLI +
-                              " probe dump --mode " + m + " --image x --dtype bf16 --out " + (root / "mpi").string() +
-                              " >/dev/null 2>&1";
+      const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
+                              GDNV_CLI + " probe dump --mode " + m + " --image x --dtype bf16 --out " +
+                              (root / "mpi").string() + " >/dev/null 2>&1";
       ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     }
     const auto r = run_cli("probe compare --policy bitwise --ref " + (root / "inproc").string() + " --cand " +
                            (root / "mpi").string());
     EXPECT_EQ(r.code, 0) << "np=" << np << "\n" << r.out << r.err;
     const int tensors = 3 * np * 9;  // 3 modes x np ranks x (out, grad_hidden, 7 parameter gradients)
-    EXPECT_TRUE(contains(r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
+    EXPECT_TRUE(contains(
+        r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
         << r.out;
     const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
     EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
@@ -202,7 +208,8 @@ TEST(ProbeCli, TheEmulatedBackendUnderMpirunIsBadInput) {
                           " >/dev/null 2>" + err;
   const int status = std::system(cmd.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << cmd << " status " << status;
-  EXPECT_TRUE(contains(read_file_text(err), "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun"))
+  EXPECT_TRUE(contains(read_file_text(err),
+                       "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun"))
       << read_file_text(err);
   EXPECT_FALSE(fs::exists(root / "img"));
   fs::remove_all(root);

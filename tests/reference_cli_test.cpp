@@ -26,8 +26,8 @@ class ReferenceCli : public ::testing::Test {
 
   // A small valid kernel-level file: packed varlen, GVA, initial state, do and dht.
   TensorFile valid_file() const {
-    const testing::GdrSpec s{.T = 10, .Hk = 1, .Hv = 2, .K = 4, .V = 3,
-                             .cu_seqlens = std::vector<std::int64_t>{0, 3, 10}};
+    const testing::GdrSpec s{
+        .T = 10, .Hk = 1, .Hv = 2, .K = 4, .V = 3, .cu_seqlens = std::vector<std::int64_t>{0, 3, 10}};
     const ref::GdrInputs in = testing::random_gdr(s);
     TensorFile f;
     for (auto [name, t] : {std::pair{"q", &in.q}, {"k", &in.k}, {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta}})
@@ -172,8 +172,8 @@ TEST_F(ReferenceCli, BadMetadataIsRejected) {
 
 TEST_F(ReferenceCli, UnknownFormIsRejected) {
   write_safetensors(path("in.safetensors"), valid_file());
-  const auto r = run_cli("reference --in " + path("in.safetensors") + " --out " + path("out.safetensors") +
-                         " --form fast");
+  const auto r =
+      run_cli("reference --in " + path("in.safetensors") + " --out " + path("out.safetensors") + " --form fast");
   EXPECT_EQ(r.code, 3);
   EXPECT_EQ(r.err, "error: gdn-verify reference: --form 'fast' is not one of chunked, recurrent\n");
   EXPECT_FALSE(std::filesystem::exists(path("out.safetensors")));

@@ -50,8 +50,8 @@ inline bool nontrivial(const Tensor& t) {
 // Same shape, non-trivial reference, relative RMS below tol; the message reports both metrics.
 inline ::testing::AssertionResult close(const std::string& name, const Tensor& got, const Tensor& want, double tol) {
   if (got.shape() != want.shape())
-    return ::testing::AssertionFailure() << name << ": shape " << shape_str(got.shape()) << " != "
-                                         << shape_str(want.shape());
+    return ::testing::AssertionFailure() << name << ": shape " << shape_str(got.shape())
+                                         << " != " << shape_str(want.shape());
   if (!nontrivial(want)) return ::testing::AssertionFailure() << name << ": reference is zero or constant";
   const TensorDiff d = tensor_diff(got, want);
   std::ostringstream msg;
@@ -72,11 +72,16 @@ enum class Gates { LogSigmoidTau01, LogSigmoidTau1, LogSigmoidTau10, Zero, Stron
 
 inline const char* gates_name(Gates g) {
   switch (g) {
-    case Gates::LogSigmoidTau01: return "logsigmoid/0.1";
-    case Gates::LogSigmoidTau1: return "logsigmoid/1";
-    case Gates::LogSigmoidTau10: return "logsigmoid/10";
-    case Gates::Zero: return "zero";
-    case Gates::StronglyNegative: return "strongly negative";
+    case Gates::LogSigmoidTau01:
+      return "logsigmoid/0.1";
+    case Gates::LogSigmoidTau1:
+      return "logsigmoid/1";
+    case Gates::LogSigmoidTau10:
+      return "logsigmoid/10";
+    case Gates::Zero:
+      return "zero";
+    case Gates::StronglyNegative:
+      return "strongly negative";
   }
   return "?";
 }
@@ -114,11 +119,21 @@ inline ref::GdrInputs random_gdr(const GdrSpec& s) {
   for (std::int64_t i = 0; i < in.g.numel(); ++i) {
     double& g = in.g.data<double>()[i];
     switch (s.gates) {
-      case Gates::LogSigmoidTau01: g = logsigmoid(g) / 0.1; break;
-      case Gates::LogSigmoidTau1: g = logsigmoid(g); break;
-      case Gates::LogSigmoidTau10: g = logsigmoid(g) / 10; break;
-      case Gates::Zero: g = 0; break;
-      case Gates::StronglyNegative: g = -u.uniform(static_cast<std::uint64_t>(i), 5, 40); break;
+      case Gates::LogSigmoidTau01:
+        g = logsigmoid(g) / 0.1;
+        break;
+      case Gates::LogSigmoidTau1:
+        g = logsigmoid(g);
+        break;
+      case Gates::LogSigmoidTau10:
+        g = logsigmoid(g) / 10;
+        break;
+      case Gates::Zero:
+        g = 0;
+        break;
+      case Gates::StronglyNegative:
+        g = -u.uniform(static_cast<std::uint64_t>(i), 5, 40);
+        break;
     }
     double& b = in.beta.data<double>()[i];
     b = 1 / (1 + std::exp(-b));

@@ -59,7 +59,7 @@ TEST(Conv1dVectors, SiluBiasOutputAndGradientsMatchTorch) {
   const TensorFile want = read_safetensors(path);
   ASSERT_EQ(want.metadata.at("activation"), "silu");
   const ref::Conv1dInputs in{want.at("x", path), want.at("weight", path), want.at("bias", path), std::nullopt,
-                             std::nullopt, ref::Activation::Silu};
+                             std::nullopt,       ref::Activation::Silu};
   EXPECT_TRUE(close("y", ref::conv1d_forward(in), want.at("y", path), kTol));
   const ref::Conv1dGrads d = ref::conv1d_backward(in, want.at("dy", path));
   EXPECT_TRUE(close("dx", d.dx, want.at("dx", path), kTol));

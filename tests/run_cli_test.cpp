@@ -13,8 +13,9 @@ namespace {
 
 using testing::run_cli;
 
-const std::string kSmall = " --lengths 16,8 --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 "
-                           "--value-head-dim 10";
+const std::string kSmall =
+    " --lengths 16,8 --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 "
+    "--value-head-dim 10";
 
 TEST(RunCli, LegalModesPassAndReportTheirCollectives) {
   const auto headwise = run_cli("run --mode headwise --cp 2 --dtype fp64" + kSmall);
@@ -37,11 +38,15 @@ TEST(RunCli, ChunkwiseRunsWithTpAndDynamicCp) {
 
 // As upstream: headwise when no mode is named, and the active configuration once, first, when CP is in use.
 TEST(RunCli, DefaultsToHeadwiseAndPrintsTheUpstreamConfigLine) {
-  const auto r = run_cli("run --cp 2 --tp 2 --dtype fp64 --lengths 16,8 --hidden 24 --num-key-heads 4 "
-                         "--num-value-heads 8 --key-head-dim 6 --value-head-dim 10");
+  const auto r = run_cli(
+      "run --cp 2 --tp 2 --dtype fp64 --lengths 16,8 --hidden 24 --num-key-heads 4 "
+      "--num-value-heads 8 --key-head-dim 6 --value-head-dim 10");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("[GDN CP] linear_cp_mode=headwise TP=2 max_CP=2 key_heads=4 value_heads=8\n"
-                        "gdn-verify run: mode=headwise cp=2 tp=2 ", 0), 0u) << r.out;
+                        "gdn-verify run: mode=headwise cp=2 tp=2 ",
+                        0),
+            0u)
+      << r.out;
   const auto dynamic = run_cli("run --mode chunkwise --cp 2 --dynamic-cp 1,2 --dtype fp64" + kSmall);
   EXPECT_EQ(dynamic.code, 0) << dynamic.out << dynamic.err;
   EXPECT_EQ(dynamic.out.rfind("[GDN CP] linear_cp_mode=chunkwise TP=1 max_CP=2 ", 0), 0u) << dynamic.out;
@@ -53,7 +58,8 @@ TEST(RunCli, DefaultsToHeadwiseAndPrintsTheUpstreamConfigLine) {
 // Nothing is split at CP=1: odd lengths pass in every mode, THD and SBHD, at the static size and as a
 // dynamic CP=1 micro-batch inside a static 2.
 TEST(RunCli, Cp1AcceptsAnyLength) {
-  const std::string geometry = " --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 --value-head-dim 10";
+  const std::string geometry =
+      " --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 --value-head-dim 10";
   for (const char* mode : {"headwise", "chunkwise", "all_gather"})
     for (const std::string input : {" --format thd --lengths 5,9", " --format sbhd --seq-len 7 --batch 2"}) {
       const auto r = run_cli(std::string("run --mode ") + mode + " --cp 1 --dtype fp64" + input + geometry);
@@ -70,8 +76,10 @@ TEST(RunCli, Cp1AcceptsAnyLength) {
 TEST(RunCli, DynamicCpTakesOneLengthsListPerMicroBatch) {
   const auto dir = testing::temp_dir("run_lengths");
   const std::string json = (dir / "run.json").string();
-  const auto r = run_cli("run --mode chunkwise --cp 4 --dynamic-cp 4,2,1 --gates weak --dtype fp64 --lengths 8,40,16 "
-                         "--lengths 4,12 --lengths 5 --hidden 24 --num-key-heads 2 --num-value-heads 4 --json " + json);
+  const auto r = run_cli(
+      "run --mode chunkwise --cp 4 --dynamic-cp 4,2,1 --gates weak --dtype fp64 --lengths 8,40,16 "
+      "--lengths 4,12 --lengths 5 --hidden 24 --num-key-heads 2 --num-value-heads 4 --json " +
+      json);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   for (const char* line : {"micro-batch 1/3 (cp=4), lengths 8,40,16", "micro-batch 2/3 (cp=2), lengths 4,12",
                            "micro-batch 3/3 (cp=1), lengths 5", "PASS"})

@@ -30,12 +30,12 @@ std::string parse_error(const std::vector<std::uint8_t>& bytes) {
   return "(no error)";
 }
 
-#define EXPECT_ERROR(bytes, ...)                                        \
-  do {                                                                  \
-    const std::string msg = parse_error(bytes);                         \
-    EXPECT_EQ(msg.rfind("bad.safetensors: ", 0), 0u) << msg;           \
+#define EXPECT_ERROR(bytes, ...)                                                                \
+  do {                                                                                          \
+    const std::string msg = parse_error(bytes);                                                 \
+    EXPECT_EQ(msg.rfind("bad.safetensors: ", 0), 0u) << msg;                                    \
     for (const char* part : {__VA_ARGS__}) EXPECT_NE(msg.find(part), std::string::npos) << msg; \
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg; \
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;                        \
   } while (0)
 
 const std::string kOne = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
@@ -58,7 +58,8 @@ TEST(SafetensorsReader, RejectsInvalidJson) { EXPECT_ERROR(image("{\"a\": [1,", 
 TEST(SafetensorsReader, RejectsNonObjectHeader) { EXPECT_ERROR(image("[1, 2]", 0), "not a JSON object"); }
 
 TEST(SafetensorsReader, RejectsUnknownDtype) {
-  EXPECT_ERROR(image(R"({"w":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1), "tensor 'w'", "unknown dtype 'F8'");
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", 1), "tensor 'w'",
+               "unknown dtype 'F8'");
 }
 
 TEST(SafetensorsReader, RejectsOffsetsPastEnd) {
@@ -67,12 +68,16 @@ TEST(SafetensorsReader, RejectsOffsetsPastEnd) {
 
 TEST(SafetensorsReader, RejectsOverlap) {
   EXPECT_ERROR(image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
-                        "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12), "tensor 'b'", "overlaps");
+                        "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                     12),
+               "tensor 'b'", "overlaps");
 }
 
 TEST(SafetensorsReader, RejectsHole) {
   EXPECT_ERROR(image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
-                        "b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12), "tensor 'b'", "hole");
+                        "b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                     12),
+               "tensor 'b'", "hole");
 }
 
 TEST(SafetensorsReader, RejectsTrailingBytes) { EXPECT_ERROR(image(kOne, 12), "trailing bytes"); }
@@ -84,7 +89,9 @@ TEST(SafetensorsReader, RejectsByteCountMismatch) {
 
 TEST(SafetensorsReader, RejectsDuplicateNames) {
   EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
-                        "w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8), "tensor 'w'", "twice");
+                        "w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                     8),
+               "tensor 'w'", "twice");
 }
 
 TEST(SafetensorsReader, RejectsMissingFieldsAndBadTypes) {
@@ -95,8 +102,8 @@ TEST(SafetensorsReader, RejectsMissingFieldsAndBadTypes) {
 }
 
 TEST(SafetensorsReader, RejectsShapeOverflow) {
-  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0),
-               "tensor 'w'", "overflow");
+  EXPECT_ERROR(image(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0), "tensor 'w'",
+               "overflow");
 }
 
 TEST(SafetensorsReader, ReadsFileAndNamesMissingPath) {
@@ -128,8 +135,8 @@ TEST(SafetensorsWriter, WritesAtomicallyAndNeverLeavesPartialFiles) {
 // The reference vectors' reader lists the data files of tests/data/vectors, not its README.
 TEST(ReferenceVectors, ListsEveryJsonAndSafetensorsFileSorted) {
   EXPECT_EQ(vector_files(), (std::vector<std::string>{"conv1d_silu_bias.safetensors", "fla_cp_context.json",
-                                                       "gdr_batched_h0.safetensors", "gdr_varlen_gva_scale.safetensors",
-                                                       "layouts_megatron.json"}));
+                                                      "gdr_batched_h0.safetensors", "gdr_varlen_gva_scale.safetensors",
+                                                      "layouts_megatron.json"}));
 }
 
 TEST(SafetensorsReader, LoadsEveryReferenceVector) {

@@ -123,7 +123,8 @@ const Case kCases[] = {
      [](Communicator& c, void* s, void* r) {
        c.reduce_scatter(ConstBuf(s, kRanks * kBlock, DType::F32), MutBuf(r, kBlock, DType::F32));
      }},
-    {"all_reduce_in_place", [](Communicator& c, void* s, void*) { c.all_reduce(MutBuf(s, kRanks * kBlock, DType::F32)); }},
+    {"all_reduce_in_place",
+     [](Communicator& c, void* s, void*) { c.all_reduce(MutBuf(s, kRanks * kBlock, DType::F32)); }},
     {"broadcast", [](Communicator& c, void* s, void*) { c.broadcast(MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
 };
 
@@ -242,14 +243,17 @@ TEST(StreamMoverWorld, MixedHostAndDeviceMoversAreAConfigError) {
   };
   options.movers[1] = std::make_shared<DeviceMover>();
   try {
-    run_world(2, [](Communicator&) {}, options);
+    run_world(
+        2, [](Communicator&) {}, options);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "run_world: the ranks' data movers mix host and device memory: give every rank the same kind");
+    EXPECT_STREQ(e.what(),
+                 "run_world: the ranks' data movers mix host and device memory: give every rank the same kind");
   }
   options.movers.pop_back();
   try {
-    run_world(2, [](Communicator&) {}, options);
+    run_world(
+        2, [](Communicator&) {}, options);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "run_world: data movers for 1 of 2 ranks: pass one per rank, or none for host memory");
