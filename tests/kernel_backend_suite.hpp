@@ -203,7 +203,7 @@ std::vector<ErrorCase> error_cases() {
        "gdr_first_backward_span_map: d_o is F32 [4, 2, 3]; expected F32 [N, Hv, dv] = [4, 2, 2]"},
       {"fold_span_maps_ranks",
        [](Backend& be) {
-         be.fold_span_maps(f32(be, {2, 1, 2, 5}), 1, 3, false);
+         be.fold_span_maps(f32(be, {2, 1, 2, 5}), 1, 3, FoldDirection::Forward);
        },
        "fold_span_maps: ranks [1, 3) of maps [2, 1, 2, 5]; expected 0 <= begin <= end <= cp and dv+dk > dk"},
       {"gated_norm_backward_rstd_shape",
