@@ -114,9 +114,9 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
                 const cp::BackendFactory& factory = cpu::make_backend) {
   try {
     const auto runs = cp::run_in_process(spec, j.cases, factory);
-    for (std::size_t m = 0; m < runs.size(); ++m) {
-      const cp::MicroBatchRun& run = runs[m];
-      const std::size_t k = j.cases.size() == 1 ? 0 : m;
+    for (std::size_t mb = 0; mb < runs.size(); ++mb) {
+      const cp::MicroBatchRun& run = runs[mb];
+      const std::size_t k = j.cases.size() == 1 ? 0 : mb;
       const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
       // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
       auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {

@@ -10,7 +10,7 @@
 //         span maps of the first local sequences, folded from later ranks into the last local sequence's
 //         dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
-// of the projection width.
+// of the projection width. The fold's arithmetic, per backend and in the oracle: cp/README.md.
 #include "core/faults.hpp"
 #include "cp/modes.hpp"
 
