@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/faults.hpp"
 #include "cpu/kernels.hpp"
 
@@ -19,8 +20,6 @@ using namespace cp;  // the Backend interface this file implements
 // Storage type S -> compute type C: fp64 computes in double, fp32 and bf16 in float.
 template <class S>
 using Compute = std::conditional_t<std::is_same_v<S, double>, double, float>;
-
-const char* storage_name(DType d) { return d == DType::F64 ? "fp64" : d == DType::F32 ? "fp32" : "bf16"; }
 
 // Row r of a buffer seen as [rows, row_bytes].
 std::byte* row_ptr(Buffer& b, std::int64_t r, std::size_t row_bytes) { return b.as<std::byte>() + r * row_bytes; }
@@ -47,7 +46,7 @@ class CpuBackend final : public Backend {
   using C = Compute<S>;
 
  public:
-  std::string name() const override { return std::string("cpu/") + storage_name(dtype()); }
+  std::string name() const override { return "cpu/" + std::string(dtype_option_name(dtype())); }
   DType dtype() const override { return dtype_of<S>(); }
   DType state_dtype() const override { return std::is_same_v<S, double> ? DType::F64 : DType::F32; }
   Memory memory() const override { return Memory::Host; }

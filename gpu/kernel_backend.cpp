@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/faults.hpp"
 #include "gpu/math_gdr.hpp"
 #include "gpu/stream_mover.hpp"
@@ -43,7 +44,7 @@ class KernelBackend final : public cp::Backend {
   KernelBackend(DType storage, std::unique_ptr<Kernels> kernels)
       : dtype_(storage), k_(std::move(kernels)), s_(*k_->stream()), error_(alloc(DType::I32, {1})) {}
 
-  std::string name() const override { return k_->platform() + (bf16() ? "/bf16" : "/fp32"); }
+  std::string name() const override { return k_->platform() + "/" + std::string(dtype_option_name(dtype_)); }
   DType dtype() const override { return dtype_; }
   DType state_dtype() const override { return DType::F32; }
   Memory memory() const override { return s_.memory(); }
