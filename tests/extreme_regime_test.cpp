@@ -11,6 +11,7 @@
 #include "cpu/backend.hpp"
 #include "harness/harness.hpp"
 #include "reference/layer.hpp"
+#include "tests/harness_testing.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -115,19 +116,7 @@ TEST_P(ExtremeOnCpu, EveryTensorMatchesTheOracleWithoutNanOrInf) {
   const auto [mode, cp_size, dtype] = GetParam();
   RunSpec spec = extreme_spec(dtype, cp_size == 1 ? kLengths : std::vector<std::int64_t>{8, 4});
   spec.cp.mode = mode, spec.cp.cp = cp_size;
-  const Case k = make_case(spec);
-  const Answer oracle = oracle_answer(k);
-  const auto gates = oracle_gates(k, oracle, dtype);
-  const auto runs = run_in_process(spec, k, cpu::make_backend);
-  const auto check = [&](const std::string& name, const Tensor& want, const Tensor& got) {
-    const Metrics m = compare(want, got);
-    EXPECT_TRUE(m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0)
-        << name << ": rel RMS " << m.rel_rms << " gate " << gates.at(name) << " NaN " << m.nan_cand << " Inf "
-        << m.inf_cand;
-  };
-  check("out", oracle.out, runs.at(0).answer.out);
-  check("grad_hidden", oracle.grad_hidden, runs.at(0).answer.grad_hidden);
-  for (const auto& [name, t] : oracle.grads) check("grad::" + name, t, runs.at(0).answer.grads.at(name));
+  testing::expect_matches_oracle_without_nan_or_inf(spec, cpu::make_backend);
 }
 
 // The planted log(1 + e^x) softplus: e^1000 = inf in fp32, g = -inf, and dA_log = sum dg g is NaN.

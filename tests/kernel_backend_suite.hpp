@@ -21,6 +21,7 @@
 #include "cpu/backend.hpp"
 #include "harness/harness.hpp"
 #include "tests/cpu_backend_testing.hpp"
+#include "tests/harness_testing.hpp"
 
 namespace gdnv::cp {
 
@@ -434,19 +435,7 @@ TEST_P(SuiteExtreme, LayerMatchesTheOracleWithoutNanOrInf) {
   spec.cp.mode = mode, spec.cp.cp = cp_size, spec.dtype = dtype, spec.format = Format::Thd;
   spec.lengths = cp_size == 1 ? std::vector<std::int64_t>{1, 1, 6} : std::vector<std::int64_t>{8, 4};
   spec.gates = GateRegime::Extreme;
-  const Case k = make_case(spec);
-  const Answer oracle = oracle_answer(k);
-  const auto gates = oracle_gates(k, oracle, dtype);
-  const auto runs = run_in_process(spec, k, [](DType d) { return suite_backend(d); });
-  const auto check = [&](const std::string& name, const Tensor& want, const Tensor& got) {
-    const Metrics m = compare(want, got);
-    EXPECT_TRUE(m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0)
-        << name << ": rel RMS " << m.rel_rms << " gate " << gates.at(name) << " NaN " << m.nan_cand << " Inf "
-        << m.inf_cand;
-  };
-  check("out", oracle.out, runs.at(0).answer.out);
-  check("grad_hidden", oracle.grad_hidden, runs.at(0).answer.grad_hidden);
-  for (const auto& [name, t] : oracle.grads) check("grad::" + name, t, runs.at(0).answer.grads.at(name));
+  testing::expect_matches_oracle_without_nan_or_inf(spec, [](DType d) { return suite_backend(d); });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModes, SuiteExtreme,
