@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
+#include "core/text.hpp"
 #include "cpu/backend.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "harness/harness.hpp"
@@ -131,12 +132,6 @@ std::string upstream_config_line(const cp::RunSpec& spec) {
          " value_heads=" + std::to_string(layer.Hv()) + "\n";
 }
 
-std::string joined(const std::vector<std::int64_t>& values) {
-  std::string s;
-  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
-  return s;
-}
-
 std::string indented(const std::string& lines) {
   std::string out;
   std::size_t begin = 0;
@@ -175,7 +170,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     const std::size_t k = cases.size() == 1 ? 0 : i;
     const auto rows = judge(oracles[k], runs[i].answer, gates[k]);
     out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")"
-        << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + joined(spec.micro_batch_lengths[i])) << "\n";
+        << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
     out << "  collectives of rank 0, forward:\n"
         << indented(format_counters(runs[i].forward)) << "  collectives of rank 0, backward:\n"

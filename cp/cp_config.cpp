@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "cp/illegal.hpp"
 
 namespace gdnv::cp {
@@ -10,12 +11,6 @@ namespace {
 
 // Every §3.1 check throws through its rule of cp/illegal.hpp, so the table can tell which rule fired.
 [[noreturn]] void illegal(Rule rule, const std::string& what) { throw IllegalCombination(rule, what); }
-
-std::string list(const std::vector<std::int64_t>& values) {
-  std::string s;
-  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
-  return s;
-}
 
 void check_heads(const CpConfig& cp, const ref::LayerConfig& layer, int cp_size) {
   const std::int64_t Hk = layer.Hk(), Hv = layer.Hv();
@@ -137,12 +132,12 @@ int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, cons
     else if (L % (2 * c) != 0) not_2cp.push_back(L);
   }
   if (!not_cp.empty())
-    illegal(Rule::LengthsNotDivisibleByCp, "sequence lengths " + list(not_cp) +
+    illegal(Rule::LengthsNotDivisibleByCp, "sequence lengths " + comma_list(not_cp) +
                                                " are not divisible by cp = " + std::to_string(c) +
                                                ": pad each sequence to a multiple of 2*cp = " + std::to_string(2 * c));
   if (!not_2cp.empty())
     illegal(Rule::LengthsNotDivisibleByTwoCp,
-            "sequence lengths " + list(not_2cp) + " are not divisible by 2*cp = " + std::to_string(2 * c) +
+            "sequence lengths " + comma_list(not_2cp) + " are not divisible by 2*cp = " + std::to_string(2 * c) +
                 " (zigzag layout): pad each sequence to a multiple of " + std::to_string(2 * c));
   return c;
 }

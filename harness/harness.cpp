@@ -7,6 +7,7 @@
 #include "comm/inprocess.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
+#include "core/text.hpp"
 #include "cost/counting_backend.hpp"
 #include "cp/layer.hpp"
 #include "layouts/apply.hpp"
@@ -30,12 +31,6 @@ Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double h
   Tensor t(DType::F64, {heads});
   for (std::int64_t i = 0; i < heads; ++i) t.set(i, det_log(lo) + (det_log(hi) - det_log(lo)) * rng.uniform(i));
   return t;
-}
-
-std::string joined(const std::vector<std::int64_t>& values) {
-  std::string s;
-  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + std::to_string(values[i]);
-  return s;
 }
 
 std::vector<std::int64_t> lengths_in(const Case& k) {
@@ -72,8 +67,8 @@ int validate_micro_batch_of(const RunSpec& s, const ref::LayerConfig& config, co
   } catch (const ConfigError& e) {
     if (sizes.size() == 1) throw;
     throw ConfigError("micro-batch " + std::to_string(m + 1) + "/" + std::to_string(sizes.size()) +
-                      " (cp=" + std::to_string(c) + (s.format == Format::Thd ? ", lengths " + joined(lengths) : "") +
-                      "): " + e.what());
+                      " (cp=" + std::to_string(c) +
+                      (s.format == Format::Thd ? ", lengths " + comma_list(lengths) : "") + "): " + e.what());
   }
 }
 
