@@ -9,6 +9,7 @@
 #include "cli/command.hpp"
 #include "cli/gate_steps.hpp"
 #include "cli/lists.hpp"
+#include "cli/reproduce.hpp"
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
@@ -73,6 +74,28 @@ void list_faults(std::ostream& out) {
   for (const auto& f : all_faults()) out << "  " << std::left << std::setw(32) << f.name << f.what << "\n";
 }
 
+// The steps to run: all, or the one --step names.
+std::vector<GateStep> selected_steps(const po::variables_map& vm) {
+  const auto& steps = gate_steps();
+  if (!vm.count("step")) {
+    if (vm.count("case")) throw ConfigError("gate --case needs --step: give the step the case belongs to");
+    return steps;
+  }
+  const std::string name = vm["step"].as<std::string>();
+  std::string known;
+  for (const auto& step : steps) {
+    if (step.name == name) return {step};
+    known += (known.empty() ? "'" : ", '") + step.name + "'";
+  }
+  throw ConfigError("gate --step '" + name + "' is not a gate step: use one of " + known);
+}
+
+void print_failure(std::ostream& out, const GateStep& step, const StepResult& result) {
+  out << "    " << result.failed << " of " << result.cases << " failed; first: " << result.detail << "\n"
+      << "    reproduce: " << (result.reproduce.empty() ? gate_case_command(step.name, result.label) : result.reproduce)
+      << "\n";
+}
+
 }  // namespace
 
 const std::vector<GateStep>& gate_steps() {
@@ -88,13 +111,19 @@ const std::vector<GateStep>& gate_steps() {
 
 int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
-  options.add_options()("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE")(
-      "quick", po::bool_switch(), "a smaller matrix (under a minute)")("list-faults", po::bool_switch(),
-                                                                       "list the planted faults and exit")(
-      "backend", po::value<std::string>()->default_value("cpu"),
-      "cpu: the CUDA step runs where a device is usable, else is skipped; cuda: the device is required");
-  const auto vm =
-      parse_options("gate", "[--quick] [--junit FILE] [--list-faults] [--backend cpu|cuda]", options, {}, args, out);
+  // clang-format off
+  options.add_options()
+      ("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE")
+      ("quick", po::bool_switch(), "a smaller matrix (under 15 s)")
+      ("list-faults", po::bool_switch(), "list the planted faults and exit")
+      ("step", po::value<std::string>(), "run only the step of this name")
+      ("case", po::value<std::string>(), "with --step: run only the case of this label (a failing gate prints it)")
+      ("backend", po::value<std::string>()->default_value("cpu"),
+       "cpu: the CUDA step runs where a device is usable, else is skipped; cuda: the device is required");
+  // clang-format on
+  const auto vm = parse_options(
+      "gate", "[--quick] [--junit FILE] [--list-faults] [--step NAME [--case LABEL]] [--backend cpu|cuda]", options, {},
+      args, out);
   if (!vm) return kPass;
   if (const std::string backend = (*vm)["backend"].as<std::string>(); backend == "cuda")
     (void)parse_backend_option(backend);  // no device: the one line naming the fix, exit 3
@@ -103,27 +132,32 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     list_faults(out);
     return kPass;
   }
-  const bool quick = (*vm)["quick"].as<bool>();
-  const auto& steps = gate_steps();
+  const StepOptions step_options{(*vm)["quick"].as<bool>(),
+                                 vm->count("case") ? (*vm)["case"].as<std::string>() : std::string()};
+  const bool quick = step_options.quick;
+  const std::vector<GateStep> steps = selected_steps(*vm);
   std::vector<Row> rows;
   int failed_steps = 0;
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < steps.size(); ++i) {
     out << "[" << i + 1 << "/" << steps.size() << "] " << steps[i].name << " ..." << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
-    StepResult result;
+    StepResult result(step_options);
     try {
-      result = steps[i].run(quick);
+      result = steps[i].run(step_options);
     } catch (const std::exception& e) {
-      result = {1, 1, e.what(), ""};
+      result.check(false, "step", e.what());
     }
     rows.push_back(
         {steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+    if (!step_options.only.empty() && result.cases == 0 && result.skip_reason.empty())
+      throw ConfigError("gate step '" + steps[i].name + "' has no case '" + step_options.only +
+                        "': give a label exactly as a failing gate prints it");
     out << " " << (result.skip_reason.empty() ? (result.failed ? "FAIL" : "ok") : "skipped") << "\n";
     if (!result.skip_reason.empty()) out << "    " << result.skip_reason << "\n";
     if (result.failed) {
       ++failed_steps;
-      out << "    " << result.failed << " of " << result.cases << " failed; first: " << result.detail << "\n";
+      print_failure(out, steps[i], result);
     }
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

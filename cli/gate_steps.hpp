@@ -1,43 +1,67 @@
 #pragma once
 // The steps of `gdn-verify gate`, in the order it runs them. Each returns how many cases it checked,
-// how many failed (with the first failure's detail), or that it was skipped and why.
+// how many failed (with the first failure's label, detail and reproduce command), or that it was
+// skipped and why. Every case has a label unique within its step, so `gate --step S --case LABEL`
+// runs that case alone.
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace gdnv::cli {
 
+// What a step is asked to run: the --quick matrix (a subset of the full one) or the full one, or,
+// from `gate --case LABEL`, only the full matrix's case of that label.
+struct StepOptions {
+  bool quick = false;
+  std::string only;
+
+  // The --quick matrix, unless one case of the full matrix is asked for.
+  bool quick_matrix() const { return quick && only.empty(); }
+};
+
 struct StepResult {
+  explicit StepResult(const StepOptions& options = {}) : only(options.only) {}
+
   int cases = 0;
   int failed = 0;
-  std::string detail;       // the first failure
+  std::string label;        // the first failing case's
+  std::string detail;       // the first failure: "<label>: <why>"
+  std::string reproduce;    // the first failure's own command (run/probe/fixtures), if it has one
   std::string skip_reason;  // non-empty: the step could not run here (never a pass)
+  std::string only;         // StepOptions::only
 
-  // Counts one case; a failure keeps the first detail.
-  void check(bool ok, const std::string& what) {
+  // Whether the case of this label runs (steps skip the work of unselected cases).
+  bool selected(const std::string& case_label) const { return only.empty() || case_label == only; }
+  // Counts one case; a failure keeps the first label, detail and command. An unselected case is not
+  // counted.
+  void check(bool ok, const std::string& case_label, const std::string& why, const std::string& command = "") {
+    if (!selected(case_label)) return;
     ++cases;
     if (ok) return;
     ++failed;
-    if (detail.empty()) detail = what;
+    if (!detail.empty()) return;
+    label = case_label;
+    detail = case_label + (why.empty() ? "" : ": " + why);
+    reproduce = command;
   }
 };
 
 struct GateStep {
   std::string name;
-  std::function<StepResult(bool quick)> run;
+  std::function<StepResult(const StepOptions&)> run;
 };
 
 const std::vector<GateStep>& gate_steps();
 
 // Steps by theme (cli/gate_steps_*.cpp).
-StepResult safetensors_round_trip(bool quick);
-StepResult reference_vectors(bool quick);
-StepResult oracle_self_checks(bool quick);
-StepResult layout_properties(bool quick);
-StepResult cp_mode_matrix(bool quick);
-StepResult illegal_combinations(bool quick);
-StepResult fixture_verification(bool quick);
-StepResult probe_self_compare(bool quick);
-StepResult gpu_mode_matrix(bool quick);
+StepResult safetensors_round_trip(const StepOptions& options);
+StepResult reference_vectors(const StepOptions& options);
+StepResult oracle_self_checks(const StepOptions& options);
+StepResult layout_properties(const StepOptions& options);
+StepResult cp_mode_matrix(const StepOptions& options);
+StepResult illegal_combinations(const StepOptions& options);
+StepResult fixture_verification(const StepOptions& options);
+StepResult probe_self_compare(const StepOptions& options);
+StepResult gpu_mode_matrix(const StepOptions& options);
 
 }  // namespace gdnv::cli

@@ -10,10 +10,12 @@
 #include <sstream>
 
 #include "cli/gate_steps.hpp"
+#include "cli/reproduce.hpp"
 #include "comm/inprocess.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
+#include "core/text.hpp"
 #include "core/vectors.hpp"
 #include "cp/illegal.hpp"
 #include "cpu/backend.hpp"
@@ -39,8 +41,9 @@ void megatron_indices(StepResult& r) {
     for (auto [layout, key] :
          {std::pair{layouts::Layout::zigzag, "zigzag"}, {layouts::Layout::contiguous, "contiguous"}})
       r.check(layouts::thd_partition(layout, cu, W, rank).positions() == c.at(key).get<Ints>(),
-              std::string(key) + " positions differ from Megatron's at " + c.at("cu_seqlens").dump() +
-                  " W=" + std::to_string(W) + " rank " + std::to_string(rank));
+              std::string(key) + " " + c.at("cu_seqlens").dump() + " W=" + std::to_string(W) + " rank " +
+                  std::to_string(rank),
+              "positions differ from Megatron's");
   }
 }
 
@@ -53,15 +56,15 @@ void fla_contexts(StepResult& r) {
                 ctx.pre_num_ranks == c.at("pre_num_ranks").get<int>() &&
                 ctx.post_num_ranks == c.at("post_num_ranks").get<int>() &&
                 ctx.pre_num_conv_tokens == c.at("pre_num_conv_tokens").get<std::int64_t>(),
-            "chunkwise context differs from FLA's at " + c.at("cu_seqlens").dump() + " W=" + c.at("cp_size").dump() +
-                " rank " + c.at("cp_rank").dump());
+            "context " + c.at("cu_seqlens").dump() + " W=" + c.at("cp_size").dump() + " rank " + c.at("cp_rank").dump(),
+            "chunkwise context differs from FLA's");
   }
 }
 
 // The route, simulated: rank r receives from each peer p, in p's zigzag order, p's rows that fall in
 // r's contiguous span; the counts must be the route's and the receive index must put every row at its
 // place in the span.
-void route_delivers_contiguous_spans(StepResult& r, const Ints& cu, int W) {
+void route_delivers_contiguous_spans(StepResult& r, const std::string& tag, const Ints& cu, int W) {
   const std::int64_t n = cu.back() / W;
   std::vector<Ints> zigzag;
   for (int p = 0; p < W; ++p) zigzag.push_back(layouts::thd_partition(layouts::Layout::zigzag, cu, W, p).positions());
@@ -79,8 +82,8 @@ void route_delivers_contiguous_spans(StepResult& r, const Ints& cu, int W) {
     for (std::size_t k = 0; ok && k < received.size(); ++k) placed[route.index[k]] = received[k];
     Ints span(static_cast<std::size_t>(n));
     std::iota(span.begin(), span.end(), rank * n);
-    r.check(ok && placed == span, "route of rank " + std::to_string(rank) + " of " + std::to_string(W) +
-                                      " does not deliver its contiguous span");
+    r.check(ok && placed == span, tag + " rank " + std::to_string(rank),
+            "the route does not deliver the rank's contiguous span of " + comma_list(cu));
   }
 }
 
@@ -110,31 +113,36 @@ Judged judged(const cp::RunSpec& spec) {
   return j;
 }
 
+// One case: every micro-batch's tensors within their oracle gates; the first failing tensor is the why,
+// and `gdn-verify run` with the same spec on `backend` reproduces it.
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
-                const cp::BackendFactory& factory = cpu::make_backend) {
+                const std::string& backend, const cp::BackendFactory& factory) {
+  std::string why;
   try {
     const auto runs = cp::run_in_process(spec, j.cases, factory);
-    for (std::size_t mb = 0; mb < runs.size(); ++mb) {
+    for (std::size_t mb = 0; mb < runs.size() && why.empty(); ++mb) {
       const cp::MicroBatchRun& run = runs[mb];
       const std::size_t k = j.cases.size() == 1 ? 0 : mb;
-      const std::string at = tag + (spec.micro_batches.empty() ? "" : " cp=" + std::to_string(run.cp_size)) + " ";
+      const std::string at = spec.micro_batches.empty() ? "" : "cp=" + std::to_string(run.cp_size) + " ";
       // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
       auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
         const Metrics m = compare(ref, got);
+        if (!why.empty() || (m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0)) return;
         char buf[128];
         if (m.nan_cand || m.inf_cand)
           std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
                         static_cast<long long>(m.inf_cand));
         else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
-        r.check(m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0, at + name + buf);
+        why = at + name + buf;
       };
       check("out", j.oracles[k].out, run.answer.out);
       check("grad_hidden", j.oracles[k].grad_hidden, run.answer.grad_hidden);
       for (const auto& [name, t] : j.oracles[k].grads) check("grad::" + name, t, run.answer.grads.at(name));
     }
   } catch (const Error& e) {
-    r.check(false, tag + ": " + e.what());
+    why = e.what();
   }
+  r.check(why.empty(), tag, why, run_command(spec, backend));
 }
 
 bool legal(const cp::RunSpec& s) {
@@ -165,25 +173,39 @@ cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format 
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
-// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `factory`'s backend, and CP=1
-// again with odd lengths (9, 5, 3; S = 7), which nothing splits.
-void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::BackendFactory& factory) {
+// The backend a matrix runs on: its --backend name (for the reproduce command) and its factory.
+struct MatrixBackend {
+  std::string name;
+  cp::BackendFactory factory;
+};
+
+// Judges `spec` as the case `tag` when it is selected; `cache` holds the oracle's answers by batch (the
+// case depends on the batch, not on mode or TP).
+void judge_selected(StepResult& r, const std::string& tag, const cp::RunSpec& spec, const MatrixBackend& backend,
+                    std::map<std::int64_t, Judged>& cache) {
+  if (!r.selected(tag)) return;
+  auto it = cache.find(spec.batch);
+  if (it == cache.end()) it = cache.emplace(spec.batch, judged(spec)).first;
+  judge_runs(r, tag, it->second, spec, backend.name, backend.factory);
+}
+
+// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `backend`, and CP=1 again with
+// odd lengths (9, 5, 3; S = 7), which nothing splits.
+void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
   for (const auto& [W, odd] : {std::pair{1, false}, {1, true}, {2, false}, {4, false}})
     for (DType dtype : dtypes)
       for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
-        std::map<std::int64_t, Judged> by_batch;  // the case depends on the batch, not on mode or TP
+        std::map<std::int64_t, Judged> by_batch;
         for (cp::CpMode mode : kModes)
           for (int tp : {1, 2}) {
             cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
             if (odd) spec.lengths = {9, 5, 3}, spec.seq_len = 7;
             if (!legal(spec)) continue;
-            auto it = by_batch.find(spec.batch);
-            if (it == by_batch.end()) it = by_batch.emplace(spec.batch, judged(spec)).first;
-            judge_runs(r,
-                       std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
-                           " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
-                           format_name(format),
-                       it->second, spec, factory);
+            judge_selected(r,
+                           std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
+                               " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
+                               format_name(format),
+                           spec, backend, by_batch);
           }
       }
 }
@@ -191,32 +213,35 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const cp::Back
 // Each mode on the extreme inputs of harness/harness.hpp (GateRegime::Extreme) in bf16 and fp32: at CP=2 with
 // lengths divisible by 2*cp (zigzag), and at CP=1, where any length is legal, with two sequences of one
 // token (one a zero hidden row, one a spike); every tensor within its oracle gate (a NaN or Inf fails it).
-void extreme_inputs(StepResult& r, const cp::BackendFactory& factory) {
+void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
   for (DType dtype : {DType::BF16, DType::F32})
     for (int W : {2, 1}) {
       cp::RunSpec spec = matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
       spec.gates = cp::GateRegime::Extreme;
       if (W == 1) spec.lengths = {1, 1, 6};
-      const Judged j = judged(spec);
+      std::map<std::int64_t, Judged> cache;
       for (cp::CpMode mode : kModes) {
         spec.cp.mode = mode;
-        judge_runs(r,
-                   std::string(cp::mode_name(mode)) + " extreme inputs W=" + std::to_string(W) + " " +
-                       std::string(dtype_name(dtype)),
-                   j, spec, factory);
+        judge_selected(r,
+                       std::string(cp::mode_name(mode)) + " extreme inputs W=" + std::to_string(W) + " " +
+                           std::string(dtype_name(dtype)),
+                       spec, backend, cache);
       }
     }
 }
 
+const MatrixBackend kCpu{"cpu", cpu::make_backend};
+
 }  // namespace
 
-StepResult layout_properties(bool quick) {
-  StepResult r;
+StepResult layout_properties(const StepOptions& options) {
+  StepResult r(options);
   megatron_indices(r);
   fla_contexts(r);
   for (int W = 1; W <= 8; ++W)
-    for (std::uint64_t seed = 0; seed < (quick ? 2u : 8u); ++seed)
-      route_delivers_contiguous_spans(r, seeded_cu(W, seed), W);
+    for (std::uint64_t seed = 0; seed < (options.quick_matrix() ? 2u : 8u); ++seed)
+      route_delivers_contiguous_spans(r, "route W=" + std::to_string(W) + " seed " + std::to_string(seed),
+                                      seeded_cu(W, seed), W);
   return r;
 }
 
@@ -224,37 +249,40 @@ StepResult layout_properties(bool quick) {
 // lengths), plus dynamic CP (micro-batches of CP 4, 2, 1 in a static group of 4, on one packing and
 // each on its own, padded for its own CP size only), chunkwise spans shorter than the conv halo and the
 // extreme inputs, in-process, every tensor against the oracle.
-StepResult cp_mode_matrix(bool quick) {
-  StepResult r;
+StepResult cp_mode_matrix(const StepOptions& options) {
+  StepResult r(options);
+  const bool quick = options.quick_matrix();
   const std::vector<DType> dtypes =
       quick ? std::vector<DType>{DType::F64, DType::BF16} : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
-  mode_matrix(r, dtypes, cpu::make_backend);
-  extreme_inputs(r, cpu::make_backend);
+  mode_matrix(r, dtypes, kCpu);
+  extreme_inputs(r, kCpu);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
-    dynamic.cp.dynamic_cp = {1, 2};
     dynamic.micro_batches = {4, 2, 1};
+    dynamic.cp.dynamic_cp = dynamic.micro_batches;  // as `run --dynamic-cp 4,2,1` sets it
     cp::RunSpec own = dynamic;
     own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {5}};  // 4, 12 and 5 are not multiples of 2*4 = 8
     cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
     for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic},
                                     {"dynamic CP 4,2,1 own packings", own},
-                                    {"spans of 2 tokens", short_spans}})
-      judge_runs(r, std::string(cp::mode_name(mode)) + " " + tag, judged(spec), spec);
+                                    {"spans of 2 tokens", short_spans}}) {
+      const std::string label = std::string(cp::mode_name(mode)) + " " + tag;
+      if (r.selected(label)) judge_runs(r, label, judged(spec), spec, kCpu.name, kCpu.factory);
+    }
   }
   return r;
 }
 
 // docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix, raised by its own
 // rule (the layer config's own check for Hv % Hk).
-StepResult illegal_combinations(bool) {
-  StepResult r;
+StepResult illegal_combinations(const StepOptions& options) {
+  StepResult r(options);
   for (const cp::IllegalRule& rule : cp::illegal_rules()) {
     const cp::Rejection got = cp::check_example(rule);
     const bool by_rule = rule.stage == cp::Stage::LayerConfig ? !got.rule.has_value() : got.rule == rule.id;
-    r.check(by_rule && got.message.find(rule.fragment) != std::string::npos,
-            rule.name + ": expected '" + rule.fragment + "', got: " + got.message);
+    r.check(by_rule && got.message.find(rule.fragment) != std::string::npos, rule.name,
+            "expected '" + rule.fragment + "', got: " + got.message);
   }
   return r;
 }
@@ -262,26 +290,29 @@ StepResult illegal_combinations(bool) {
 // The committed regression fixtures (fixtures/data): the manifest holds, the oracle still gives the
 // stored answers, and every CP run each case allows reproduces them. Counted in one unit: the
 // directory, each case and each CP run is one case of the step.
-StepResult fixture_verification(bool) {
+StepResult fixture_verification(const StepOptions& options) {
   std::ostringstream log;
-  const fixtures::Verification v = fixtures::verify_fixtures(fixtures::committed_fixtures_dir(), false, log);
-  StepResult r;
+  const std::string dir = fixtures::committed_fixtures_dir();
+  const fixtures::Verification v = fixtures::verify_fixtures(dir, false, log);
+  StepResult r(options);
   r.cases = 1 + v.cases + v.cp_runs;
   r.failed = v.directory_problem + v.failed_cases + v.failed_cp_runs;
-  if (!v.problems.empty()) r.detail = v.problems.front();
-  else if (!v.failures.empty()) r.detail = v.failures.front();
+  r.detail = !v.problems.empty() ? v.problems.front() : !v.failures.empty() ? v.failures.front() : "";
+  r.label = r.detail.substr(0, r.detail.find(':'));
+  if (r.failed) r.reproduce = fault_prefix() + "gdn-verify fixtures verify --dir " + dir;
   return r;
 }
 
 // Two dumps of the same image are bitwise identical, every CP mode agrees with CP=1, and every dumped
 // tensor is within its oracle gate.
-StepResult probe_self_compare(bool quick) {
+StepResult probe_self_compare(const StepOptions& options) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("gdnv_gate_probe_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  StepResult r;
-  const std::vector<std::string> modes = quick ? std::vector<std::string>{"cp1", "chunkwise"}
-                                               : std::vector<std::string>{"cp1", "headwise", "chunkwise", "all_gather"};
+  StepResult r(options);
+  const std::vector<std::string> modes = options.quick_matrix()
+                                             ? std::vector<std::string>{"cp1", "chunkwise"}
+                                             : std::vector<std::string>{"cp1", "headwise", "chunkwise", "all_gather"};
   try {
     for (const char* image : {"a", "b"})
       for (const auto& mode : modes) {
@@ -296,13 +327,13 @@ StepResult probe_self_compare(bool quick) {
     const auto same =
         probes::compare_images((root / "a").string(), (root / "b").string(), "", probes::load_policy("bitwise"));
     for (const auto& t : same.tensors)
-      r.check(t.structure.empty() && t.pass, "redump " + t.file + ":" + t.name + " differs");
+      r.check(t.structure.empty() && t.pass, "redump " + t.file + ":" + t.name, "differs");
     const auto cross = probes::cross_mode((root / "a").string(), probes::load_policy("cp-vs-cp1"));
-    for (const auto& t : cross.vs_cp1.tensors) r.check(t.pass, "cross-mode " + t.file + ":" + t.name + ": " + t.why);
+    for (const auto& t : cross.vs_cp1.tensors) r.check(t.pass, "cross-mode " + t.file + ":" + t.name, t.why);
     for (const auto& t : probes::judge_with_oracle((root / "a").string()).tensors)
-      r.check(t.pass, "oracle " + t.file + ":" + t.name + ": " + t.why);
+      r.check(t.pass, "oracle " + t.file + ":" + t.name, t.why);
   } catch (const Error& e) {
-    r.check(false, e.what());
+    r.check(false, "dump", e.what());
   }
   fs::remove_all(root);
   return r;
@@ -310,15 +341,16 @@ StepResult probe_self_compare(bool quick) {
 
 // The mode matrix on the CUDA backend (fp32, bf16: the storage it supports); skipped, never passed,
 // without the CUDA plugin or a usable device.
-StepResult gpu_mode_matrix(bool quick) {
-  StepResult r;
+StepResult gpu_mode_matrix(const StepOptions& options) {
+  StepResult r(options);
   if (const std::string reason = gpu::cuda_plugin_unavailable_reason(); !reason.empty()) {
     r.skip_reason = reason;
     return r;
   }
-  mode_matrix(r, quick ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
-              gpu::cuda_plugin().api->make_backend);
-  extreme_inputs(r, gpu::cuda_plugin().api->make_backend);
+  const MatrixBackend cuda{"cuda", gpu::cuda_plugin().api->make_backend};
+  mode_matrix(r, options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
+              cuda);
+  extreme_inputs(r, cuda);
   return r;
 }
 

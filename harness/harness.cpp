@@ -92,6 +92,11 @@ GateRegime parse_gate_regime(std::string_view name) {
   throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak, strong or extreme");
 }
 
+std::string_view gate_regime_name(GateRegime regime) {
+  constexpr std::string_view names[] = {"default", "weak", "strong", "extreme"};
+  return names[static_cast<int>(regime)];
+}
+
 Case make_case(const RunSpec& spec, std::size_t micro_batch) {
   const ref::LayerConfig config(spec.layer);
   Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};

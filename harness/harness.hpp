@@ -28,6 +28,7 @@ namespace gdnv::cp {
 // the edges of every op's range (make_case, extreme_rows below).
 enum class GateRegime { Default, Weak, Strong, Extreme };
 GateRegime parse_gate_regime(std::string_view name);  // "default" | "weak" | "strong" | "extreme"
+std::string_view gate_regime_name(GateRegime regime);
 
 struct RunSpec {
   ref::LayerConfig::Values layer;
