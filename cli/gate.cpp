@@ -104,7 +104,7 @@ const std::vector<GateStep>& gate_steps() {
       {"oracle self-checks", oracle_self_checks},         {"layout properties", layout_properties},
       {"CP mode matrix (cpu)", cp_mode_matrix},           {"illegal combinations", illegal_combinations},
       {"fixture verification", fixture_verification},     {"probe self-compare", probe_self_compare},
-      {"CP mode matrix (cuda)", gpu_mode_matrix},
+      {"CP mode matrix (cuda)", gpu_mode_matrix},         {"CP mode matrix (emu)", emu_mode_matrix},
   };
   return table;
 }

@@ -63,5 +63,6 @@ StepResult illegal_combinations(const StepOptions& options);
 StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);
 StepResult gpu_mode_matrix(const StepOptions& options);
+StepResult emu_mode_matrix(const StepOptions& options);
 
 }  // namespace gdnv::cli

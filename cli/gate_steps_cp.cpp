@@ -21,6 +21,7 @@
 #include "cpu/backend.hpp"
 #include "fixtures/fixtures.hpp"
 #include "gpu/cuda_plugin.hpp"
+#include "gpu/kernel_backend.hpp"
 #include "harness/harness.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
@@ -230,6 +231,39 @@ void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
     }
 }
 
+// Spans of several 64-token chunks at W = 3 and 4, where one sequence straddles every rank: packed
+// first (it starts on rank 0 and its state runs forward through every later rank's fold) and packed
+// last (it starts inside rank 0's span and ends on the last rank), THD and, for chunkwise, SBHD. Every
+// rank's first local sequence is longer than a chunk, so a chunk-level slip in the span maps, the folds
+// or the chunk backward shows (docs/DESIGN.md §3); lengths are multiples of 2W.
+void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
+  const std::vector<std::pair<int, std::vector<std::int64_t>>> packings = {
+      {3, {480, 48, 12}}, {3, {12, 48, 480}}, {4, {560, 48, 32}}, {4, {32, 48, 560}}};
+  for (const auto& [W, lengths] : packings)
+    for (DType dtype : dtypes) {
+      std::map<std::int64_t, Judged> cache;
+      for (cp::CpMode mode : kModes) {
+        cp::RunSpec spec = matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
+        spec.lengths = lengths;
+        if (legal(spec))
+          judge_selected(r,
+                         std::string(cp::mode_name(mode)) + " multi-chunk spans W=" + std::to_string(W) + " lengths " +
+                             comma_list(lengths) + " " + std::string(dtype_name(dtype)),
+                         spec, backend, cache);
+      }
+    }
+  for (DType dtype : dtypes)
+    for (int W : {3, 4}) {
+      cp::RunSpec spec = matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
+      spec.seq_len = 160 * W;
+      std::map<std::int64_t, Judged> cache;
+      judge_selected(r,
+                     "chunkwise multi-chunk spans W=" + std::to_string(W) + " S=" + std::to_string(spec.seq_len) + " " +
+                         std::string(dtype_name(dtype)) + " sbhd",
+                     spec, backend, cache);
+    }
+}
+
 const MatrixBackend kCpu{"cpu", cpu::make_backend};
 
 }  // namespace
@@ -256,16 +290,21 @@ StepResult cp_mode_matrix(const StepOptions& options) {
       quick ? std::vector<DType>{DType::F64, DType::BF16} : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
   mode_matrix(r, dtypes, kCpu);
   extreme_inputs(r, kCpu);
+  multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.micro_batches = {4, 2, 1};
     dynamic.cp.dynamic_cp = dynamic.micro_batches;  // as `run --dynamic-cp 4,2,1` sets it
     cp::RunSpec own = dynamic;
-    own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {5}};  // 4, 12 and 5 are not multiples of 2*4 = 8
+    // 4, 12 and 5 are not multiples of 2*4 = 8; the two micro-batches at CP 2 hold as many tokens in
+    // different packings, so a plan kept from one serves the other wrongly.
+    own.micro_batches = {4, 2, 2, 1};
+    own.cp.dynamic_cp = own.micro_batches;
+    own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {8, 8}, {5}};
     cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
     for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic},
-                                    {"dynamic CP 4,2,1 own packings", own},
+                                    {"dynamic CP 4,2,2,1 own packings", own},
                                     {"spans of 2 tokens", short_spans}}) {
       const std::string label = std::string(cp::mode_name(mode)) + " " + tag;
       if (r.selected(label)) judge_runs(r, label, judged(spec), spec, kCpu.name, kCpu.factory);
@@ -341,6 +380,24 @@ StepResult probe_self_compare(const StepOptions& options) {
 
 // The mode matrix on the CUDA backend (fp32, bf16: the storage it supports); skipped, never passed,
 // without the CUDA plugin or a usable device.
+// Where the CUDA step cannot run: the same matrix, extreme inputs and multi-chunk spans on the emu
+// backend (gpu/'s kernel math on host streams), so a bug in a gpu/ kernel fails the gate on a machine
+// without a device. Skipped where the CUDA step runs them on the device.
+StepResult emu_mode_matrix(const StepOptions& options) {
+  StepResult r(options);
+  if (gpu::cuda_plugin_unavailable_reason().empty()) {
+    r.skip_reason = "the CUDA step runs gpu/'s kernels on the device";
+    return r;
+  }
+  const MatrixBackend emu{"emu", gpu::make_emulated_backend};
+  const std::vector<DType> dtypes =
+      options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16};
+  mode_matrix(r, dtypes, emu);
+  extreme_inputs(r, emu);
+  multi_chunk_spans(r, dtypes, emu);
+  return r;
+}
+
 StepResult gpu_mode_matrix(const StepOptions& options) {
   StepResult r(options);
   if (const std::string reason = gpu::cuda_plugin_unavailable_reason(); !reason.empty()) {

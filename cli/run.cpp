@@ -157,7 +157,16 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const std::vector<cp::Case> cases = cp::make_cases(spec);
   std::vector<cp::Answer> oracles;
   for (const cp::Case& k : cases) oracles.push_back(cp::oracle_answer(k));
-  const auto runs = cp::run_in_process(spec, cases, factory);
+  std::vector<cp::MicroBatchRun> runs;
+  try {
+    runs = cp::run_in_process(spec, cases, factory);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    // The configuration was legal: the implementation under test failed to complete, a failed verdict.
+    out << "the run did not complete: " << printable(e.what()) << "\nFAIL\n";
+    return kNumericFailure;
+  }
   std::vector<std::map<std::string, double>> gates;
   for (std::size_t m = 0; m < cases.size(); ++m) gates.push_back(cp::oracle_gates(cases[m], oracles[m], spec.dtype));
 

@@ -51,6 +51,11 @@ const std::vector<FaultInfo>& all_faults() {
        "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
       {Fault::SoftplusOverflows, "softplus_overflows",
        "the gate's softplus is log(1 + e^x): inf past x = 88 in fp32, and imprecise for x << 0"},
+      {Fault::DynamicCpReusesPlan, "dynamic_cp_reuses_plan",
+       "micro-batch plans (routes, contexts) are cached by CP size: a later micro-batch at that size with another "
+       "packing runs on the first one's plan"},
+      {Fault::GpuConvBleedsAcrossSequences, "gpu_conv_bleeds_across_sequences",
+       "the gpu/ conv kernel's window reads the previous packed sequence's last tokens (emu and cuda only)"},
   };
   return table;
 }

@@ -9,18 +9,20 @@ namespace gdnv {
 
 enum class Fault {
   None,
-  AllGatherNoReduceScatter,    // all_gather backward keeps its own gradient rows, no reduce-scatter
-  HeadwiseHeadPermShift,       // headwise section permutation shifted by one CP rank
-  MissingGradReductionOverCp,  // parameter gradients not summed over the CP group
-  ChunkwiseBf16StateChain,     // chunkwise (M, h_ext) maps and folded states rounded to bf16
-  ConvHaloWrongRank,           // chunkwise conv halo read from the next rank instead of the owner
-  ConvHaloOneRank,             // chunkwise conv halo limited to the previous rank (zeros beyond)
-  RouteOffByOne,               // zigzag -> contiguous route index shifted by one row
-  DynamicCpUsesStaticGroup,    // a dynamic-CP micro-batch's collectives run on the static group
-  ZigzagSwapHalves,            // the zigzag shard's two chunks of each sequence taken in swapped order
-  GateSoftplusMissingDtBias,   // g = -exp(A_log) softplus(a), dt_bias dropped
-  L2normEpsDropped,            // the core's q/k L2 norm without its 1e-6 epsilon
-  SoftplusOverflows,           // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
+  AllGatherNoReduceScatter,      // all_gather backward keeps its own gradient rows, no reduce-scatter
+  HeadwiseHeadPermShift,         // headwise section permutation shifted by one CP rank
+  MissingGradReductionOverCp,    // parameter gradients not summed over the CP group
+  ChunkwiseBf16StateChain,       // chunkwise (M, h_ext) maps and folded states rounded to bf16
+  ConvHaloWrongRank,             // chunkwise conv halo read from the next rank instead of the owner
+  ConvHaloOneRank,               // chunkwise conv halo limited to the previous rank (zeros beyond)
+  RouteOffByOne,                 // zigzag -> contiguous route index shifted by one row
+  DynamicCpUsesStaticGroup,      // a dynamic-CP micro-batch's collectives run on the static group
+  ZigzagSwapHalves,              // the zigzag shard's two chunks of each sequence taken in swapped order
+  GateSoftplusMissingDtBias,     // g = -exp(A_log) softplus(a), dt_bias dropped
+  L2normEpsDropped,              // the core's q/k L2 norm without its 1e-6 epsilon
+  SoftplusOverflows,             // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
+  DynamicCpReusesPlan,           // a micro-batch's plan cached by CP size: another packing at that size reuses it
+  GpuConvBleedsAcrossSequences,  // gpu/'s conv window reads the previous sequence's tokens (varlen start ignored)
 };
 
 struct FaultInfo {

@@ -154,6 +154,7 @@ std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec
     shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);
   (void)size_params(validate_micro_batch(cp_, config_, shape));
   auto mb = make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
+  if (fault_active(Fault::DynamicCpReusesPlan)) mb = plan_by_size_.emplace(mb->cp_size, mb).first->second;
   if (!cp_group || !fault_active(Fault::DynamicCpUsesStaticGroup)) return mb;
   auto wrong = std::make_shared<MicroBatch>(*mb);
   wrong->cp = &cp_group_;

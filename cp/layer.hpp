@@ -77,6 +77,8 @@ class GdnCpLayer {
   ref::LayerParams local_params_;  // TP shard, F64
   std::unique_ptr<DynamicCpGroups> dynamic_groups_;
   std::map<int, std::unique_ptr<SizeParams>> by_size_;
+  // Only under the planted fault DynamicCpReusesPlan: the first plan of each CP size.
+  mutable std::map<int, std::shared_ptr<const MicroBatch>> plan_by_size_;
 };
 
 }  // namespace gdnv::cp

@@ -318,6 +318,7 @@ class KernelBackend final : public cp::Backend {
     p.x = a.x.data(), p.weight = a.weight.data(), p.bias = a.bias ? a.bias->data() : nullptr;
     p.halo = a.halo.empty() ? nullptr : a.halo.data();
     p.cu = device_offsets(a.seqs, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
+    p.bleed = fault_active(Fault::GpuConvBleedsAcrossSequences);
     return p;
   }
 

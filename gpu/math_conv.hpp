@@ -10,7 +10,7 @@ namespace gdnv::gpu {
 
 // Channel d of the token `back` rows behind row r, and whether it exists (false: a zero token).
 GDNV_HD bool conv_tap(const ConvParams& p, i64 r, i64 back, i64 d, float& x) {
-  const i64 start = p.cu[sequence_of(p.cu, p.n, r)];
+  const i64 start = p.bleed ? 0 : p.cu[sequence_of(p.cu, p.n, r)];
   if (r - back >= start) {
     x = load(p.x, (r - back) * p.D + d, p.bf16);
     return true;

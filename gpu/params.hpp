@@ -87,6 +87,7 @@ struct ConvParams {
   float* dbias;    // [D] or nullptr
   void* dhalo;     // [W-1, D] or nullptr
   bool bf16;
+  bool bleed;  // planted fault GpuConvBleedsAcrossSequences: windows ignore where their sequence starts
 };
 
 // ---- gates ----------------------------------------------------------------------------------------

@@ -4,16 +4,19 @@
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "cli_harness.hpp"
+#include "core/faults.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
 
 namespace gdnv {
 namespace {
 
+using testing::contains;
 using testing::run_cli;
 
 int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
@@ -138,6 +141,31 @@ TEST(Cli, GateWritesJunitXml) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Cli, GateStepAndCaseOptionsNameWhatIsWrong) {
+  const auto no_step = run_cli("gate --step 'no such step'");
+  EXPECT_EQ(no_step.code, 3);
+  EXPECT_TRUE(contains(no_step.err,
+                       "error: gate --step 'no such step' is not a gate step: use one of "
+                       "'safetensors round-trip'"))
+      << no_step.err;
+  const auto no_case = run_cli("gate --step 'illegal combinations' --case 'no such case'");
+  EXPECT_EQ(no_case.code, 3);
+  EXPECT_TRUE(contains(no_case.err,
+                       "error: gate step 'illegal combinations' has no case 'no such case': give a "
+                       "label exactly as a failing gate prints it"))
+      << no_case.err;
+  const auto case_alone = run_cli("gate --case x");
+  EXPECT_EQ(case_alone.code, 3);
+  EXPECT_TRUE(contains(case_alone.err, "error: gate --case needs --step")) << case_alone.err;
+}
+
+// `--step S --case LABEL` runs exactly one case of the full matrix, even with --quick.
+TEST(Cli, GateCaseRunsThatCaseAlone) {
+  const auto r = run_cli("gate --quick --step 'CP mode matrix (cpu)' --case 'chunkwise W=4 tp=2 F32 thd'");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCP mode matrix \(cpu\) +1 +pass)"))) << r.out;
+}
+
 TEST(Cli, GateListsEveryPlantedFault) {
   const auto r = run_cli("gate --list-faults");
   EXPECT_EQ(r.code, 0) << r.err;
@@ -161,24 +189,76 @@ TEST(Cli, GateFixtureStepCountsFailedRunsNotTensors) {
   EXPECT_LE(std::stoi(m[1]), std::stoi(m[2])) << m[0];
 }
 
-// Each planted fault makes `gate --quick` fail, and the CP mode matrix is the step that names it.
-class GateUnderFault : public ::testing::TestWithParam<const char*> {};
+// Each planted fault and the gate step built to catch it (docs/DESIGN.md §10). The emu step stands in
+// for the CUDA step on a machine without a device and is skipped where the CUDA step runs.
+struct FaultCatch {
+  const char* fault;
+  const char* step;
+};
+constexpr FaultCatch kFaultCatches[] = {
+    {"allgather_no_reduce_scatter", "CP mode matrix (cpu)"},
+    {"headwise_head_perm_shift", "CP mode matrix (cpu)"},
+    {"missing_grad_reduction_over_cp", "CP mode matrix (cpu)"},
+    {"chunkwise_bf16_state_chain", "CP mode matrix (cpu)"},
+    {"conv_halo_wrong_rank", "CP mode matrix (cpu)"},
+    {"conv_halo_one_rank", "CP mode matrix (cpu)"},
+    {"route_off_by_one", "CP mode matrix (cpu)"},
+    {"dynamic_cp_uses_static_group", "CP mode matrix (cpu)"},
+    {"zigzag_swap_halves", "CP mode matrix (cpu)"},
+    {"gate_softplus_missing_dt_bias", "CP mode matrix (cpu)"},
+    {"l2norm_eps_dropped", "CP mode matrix (cpu)"},
+    {"softplus_overflows", "CP mode matrix (cpu)"},
+    {"dynamic_cp_reuses_plan", "CP mode matrix (cpu)"},
+    {"gpu_conv_bleeds_across_sequences", "CP mode matrix (emu)"},
+};
 
-TEST_P(GateUnderFault, QuickGateFailsNamingTheStep) {
-  setenv("GDNV_FAULT", GetParam(), 1);
-  const auto r = run_cli("gate --quick");
-  unsetenv("GDNV_FAULT");
-  EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("CP mode matrix (cpu) ... FAIL"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\nFAIL\n"), std::string::npos) << r.out;
+TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
+  for (const FaultInfo& f : all_faults())
+    EXPECT_TRUE(std::any_of(std::begin(kFaultCatches), std::end(kFaultCatches),
+                            [&](const FaultCatch& c) { return c.fault == f.name; }))
+        << f.name << " has no gate step in kFaultCatches";
+  EXPECT_GE(all_faults().size(), 20u);
 }
 
-INSTANTIATE_TEST_SUITE_P(PlantedFaults, GateUnderFault,
-                         ::testing::Values("allgather_no_reduce_scatter", "chunkwise_bf16_state_chain",
-                                           "conv_halo_wrong_rank", "conv_halo_one_rank", "headwise_head_perm_shift",
-                                           "route_off_by_one", "zigzag_swap_halves", "missing_grad_reduction_over_cp",
-                                           "gate_softplus_missing_dt_bias", "l2norm_eps_dropped",
-                                           "dynamic_cp_uses_static_group", "softplus_overflows"));
+// Whether the reproduce command's output shows the gate's first failure: the same detail for a gate
+// or fixtures command; for `run`, a row of the failing tensor marked FAIL, with the same rel_rms when
+// the detail gives one, or the same error where the run did not complete.
+bool fails_the_same_way(const std::string& command, const std::string& detail, const std::string& out) {
+  if (!command.starts_with("run ")) return contains(out, detail);
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex("the run did not complete: (.*)\n"))) return detail.ends_with(m[1].str());
+  if (!std::regex_search(detail, m, std::regex(R"((\S+): (rel_rms (\S+) >=|\d+ NaN))"))) return false;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("  " + m[1].str() + " ") && line.ends_with("FAIL") && contains(line, m[3].str())) return true;
+  return false;
+}
+
+// Under each planted fault its step fails in `gate --quick`, and the command printed to reproduce the
+// first failure fails alone in the same way.
+class GateUnderFault : public ::testing::TestWithParam<FaultCatch> {};
+
+TEST_P(GateUnderFault, ItsStepFailsAndTheReproduceCommandFailsTheSameWay) {
+  const FaultCatch c = GetParam();
+  setenv("GDNV_FAULT", c.fault, 1);
+  auto r = run_cli(std::string("gate --quick --step '") + c.step + "'");
+  if (std::string(c.step) == "CP mode matrix (emu)" && contains(r.out, "... skipped"))
+    r = run_cli("gate --quick --step 'CP mode matrix (cuda)'");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  std::smatch m;
+  const std::string prefix = std::string("GDNV_FAULT=") + c.fault + " gdn-verify ";
+  const bool found = std::regex_search(r.out, m, std::regex("first: (.*)\n    reproduce: " + prefix + "(.*)\n"));
+  ASSERT_TRUE(found) << r.out;
+  const std::string detail = m[1], command = m[2];
+  const auto again = run_cli(command);
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(again.code, 1) << command << "\n" << again.out << again.err;
+  EXPECT_TRUE(fails_the_same_way(command, detail, again.out)) << command << "\nfirst: " << detail << "\n" << again.out;
+}
+
+std::string fault_test_name(const ::testing::TestParamInfo<FaultCatch>& info) { return info.param.fault; }
+
+INSTANTIATE_TEST_SUITE_P(PlantedFaults, GateUnderFault, ::testing::ValuesIn(kFaultCatches), fault_test_name);
 
 // The extreme inputs' first failure under a softplus that overflows: in bf16 only dA_log = sum dg g
 // breaks (0 * -inf), and the gate fails it on the NaN although its finite elements are within gate.
