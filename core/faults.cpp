@@ -51,6 +51,8 @@ const std::vector<FaultInfo>& all_faults() {
        "the core's L2 norm of q and k divides by sqrt(sum x^2), without eps"},
       {Fault::SoftplusOverflows, "softplus_overflows",
        "the gate's softplus is log(1 + e^x): inf past x = 88 in fp32, and imprecise for x << 0"},
+      {Fault::RmsnormFastRsqrt, "rmsnorm_fast_rsqrt",
+       "the RMSNorms' fp32 1/sqrt is a fast approximation (interpolated table, relative error <= 1.5e-6)"},
   };
   return table;
 }

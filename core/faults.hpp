@@ -21,6 +21,7 @@ enum class Fault {
   GateSoftplusMissingDtBias,   // g = -exp(A_log) softplus(a), dt_bias dropped
   L2normEpsDropped,            // the core's q/k L2 norm without its 1e-6 epsilon
   SoftplusOverflows,           // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
+  RmsnormFastRsqrt,            // the norms' fp32 1/sqrt by a fast approximation (relative error up to 1.5e-6)
 };
 
 struct FaultInfo {
