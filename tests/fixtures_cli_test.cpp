@@ -226,7 +226,8 @@ TEST(FixturesCli, BadInputIsOneLineAndExit3) {
       {"fixtures",
        "error: fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
        "'gdn-verify fixtures verify --dir DIR'\n"},
-      {"fixtures regenerate", "error: unknown fixtures subcommand 'regenerate': use generate or verify\n"},
+      {"fixtures regenerate",
+       "error: unknown fixtures subcommand 'regenerate': use generate, verify or precision-baseline\n"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_cli(c.args);
