@@ -1,7 +1,9 @@
 // gdn-verify fixtures generate | verify: the regression catalog (fixtures/fixtures.hpp).
+#include <filesystem>
 #include <ostream>
 
 #include "cli/command.hpp"
+#include "cli/gate_steps.hpp"
 #include "core/error.hpp"
 #include "fixtures/fixtures.hpp"
 
@@ -35,11 +37,29 @@ int verify_main(const std::vector<std::string>& args, std::ostream& out) {
   return fixtures::verify_fixtures((*vm)["dir"].as<std::string>(), (*vm)["update"].as<bool>(), out).exit_code();
 }
 
+// The gate's precision baseline (cli/gate_steps_precision.cpp): rerun its catalog, write the deviations.
+int precision_baseline_main(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description o("fixtures precision-baseline options");
+  const std::string help = "the file to write (the gate reads " + committed_precision_baseline() + ")";
+  o.add_options()("write", po::value<std::string>()->required(), help.c_str());
+  const auto vm = parse_options("fixtures precision-baseline", "--write FILE", o, {}, args, out);
+  if (!vm) return kPass;
+  // Checked before the catalog runs, so a typo costs no wait.
+  const std::filesystem::path file = (*vm)["write"].as<std::string>();
+  const std::filesystem::path dir = file.parent_path().empty() ? "." : file.parent_path();
+  if (file.filename().empty() || std::filesystem::is_directory(file) || !std::filesystem::is_directory(dir))
+    throw ConfigError("fixtures precision-baseline --write '" + file.string() +
+                      "' is not a file in an existing directory: give a FILE path such as " +
+                      committed_precision_baseline());
+  write_precision_baseline(file.string(), out);
+  return kPass;
+}
+
 }  // namespace
 
 int fixtures_main(const std::vector<std::string>& args, std::ostream& out) {
   if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
-    out << "usage: gdn-verify fixtures generate|verify [options]   (each takes --help)\n";
+    out << "usage: gdn-verify fixtures generate|verify|precision-baseline [options]   (each takes --help)\n";
     return kPass;
   }
   if (args.empty())
@@ -48,7 +68,8 @@ int fixtures_main(const std::vector<std::string>& args, std::ostream& out) {
         "'gdn-verify fixtures verify --dir DIR'");
   if (args[0] == "generate") return generate_main({args.begin() + 1, args.end()}, out);
   if (args[0] == "verify") return verify_main({args.begin() + 1, args.end()}, out);
-  throw ConfigError("unknown fixtures subcommand '" + args[0] + "': use generate or verify");
+  if (args[0] == "precision-baseline") return precision_baseline_main({args.begin() + 1, args.end()}, out);
+  throw ConfigError("unknown fixtures subcommand '" + args[0] + "': use generate, verify or precision-baseline");
 }
 
 }  // namespace gdnv::cli

@@ -99,13 +99,21 @@ void print_failure(std::ostream& out, const GateStep& step, const StepResult& re
 }  // namespace
 
 const std::vector<GateStep>& gate_steps() {
+  // clang-format off
   static const std::vector<GateStep> table = {
-      {"safetensors round-trip", safetensors_round_trip}, {"reference vectors", reference_vectors},
-      {"oracle self-checks", oracle_self_checks},         {"layout properties", layout_properties},
-      {"CP mode matrix (cpu)", cp_mode_matrix},           {"illegal combinations", illegal_combinations},
-      {"fixture verification", fixture_verification},     {"probe self-compare", probe_self_compare},
-      {"CP mode matrix (cuda)", gpu_mode_matrix},         {"CP mode matrix (emu)", emu_mode_matrix},
+      {"safetensors round-trip", safetensors_round_trip},
+      {"reference vectors", reference_vectors},
+      {"oracle self-checks", oracle_self_checks},
+      {"layout properties", layout_properties},
+      {"CP mode matrix (cpu)", cp_mode_matrix},
+      {"illegal combinations", illegal_combinations},
+      {"fixture verification", fixture_verification},
+      {"precision regression", precision_regression},
+      {"probe self-compare", probe_self_compare},
+      {"CP mode matrix (cuda)", gpu_mode_matrix},
+      {"CP mode matrix (emu)", emu_mode_matrix},
   };
+  // clang-format on
   return table;
 }
 
@@ -155,6 +163,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
                         "': give a label exactly as a failing gate prints it");
     out << " " << (result.skip_reason.empty() ? (result.failed ? "FAIL" : "ok") : "skipped") << "\n";
     if (!result.skip_reason.empty()) out << "    " << result.skip_reason << "\n";
+    if (result.notes) out << "    " << result.notes << " note(s); first: " << result.first_note << "\n";
     if (result.failed) {
       ++failed_steps;
       print_failure(out, steps[i], result);

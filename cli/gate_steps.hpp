@@ -4,6 +4,7 @@
 // skipped and why. Every case has a label unique within its step, so `gate --step S --case LABEL`
 // runs that case alone.
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct StepResult {
   std::string reproduce;    // the first failure's own command (run/probe/fixtures), if it has one
   std::string skip_reason;  // non-empty: the step could not run here (never a pass)
   std::string only;         // StepOptions::only
+  int notes = 0;            // things worth a look that are no failure (a precision gain), and the first
+  std::string first_note;
 
   // Whether the case of this label runs (steps skip the work of unselected cases).
   bool selected(const std::string& case_label) const { return only.empty() || case_label == only; }
@@ -43,6 +46,9 @@ struct StepResult {
     label = case_label;
     detail = case_label + (why.empty() ? "" : ": " + why);
     reproduce = command;
+  }
+  void add_note(const std::string& text) {
+    if (notes++ == 0) first_note = text;
   }
 };
 
@@ -64,5 +70,14 @@ StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);
 StepResult gpu_mode_matrix(const StepOptions& options);
 StepResult emu_mode_matrix(const StepOptions& options);
+
+// Precision regression (cli/gate_steps_precision.cpp): the catalog's deviations from the oracle against
+// the committed baseline, or the one at `baseline_path`.
+StepResult precision_regression(const StepOptions& options);
+StepResult precision_regression_against(const StepOptions& options, const std::string& baseline_path);
+// The committed baseline in the source tree (fixtures/precision_baseline.json).
+std::string committed_precision_baseline();
+// Runs the whole catalog and writes its deviations to `path` atomically; a line per step on `log`.
+void write_precision_baseline(const std::string& path, std::ostream& log);
 
 }  // namespace gdnv::cli

@@ -56,6 +56,8 @@ const std::vector<FaultInfo>& all_faults() {
        "packing runs on the first one's plan"},
       {Fault::GpuConvBleedsAcrossSequences, "gpu_conv_bleeds_across_sequences",
        "the gpu/ conv kernel's window reads the previous packed sequence's last tokens (emu and cuda only)"},
+      {Fault::RmsnormFastRsqrt, "rmsnorm_fast_rsqrt",
+       "the RMSNorms' fp32 1/sqrt is a fast approximation (interpolated table, relative error <= 1.5e-6)"},
   };
   return table;
 }

@@ -23,6 +23,7 @@ enum class Fault {
   SoftplusOverflows,             // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
   DynamicCpReusesPlan,           // a micro-batch's plan cached by CP size: another packing at that size reuses it
   GpuConvBleedsAcrossSequences,  // gpu/'s conv window reads the previous sequence's tokens (varlen start ignored)
+  RmsnormFastRsqrt,              // the norms' fp32 1/sqrt by a fast approximation (relative error up to 1.5e-6)
 };
 
 struct FaultInfo {

@@ -1,17 +1,25 @@
 // RMSNorm and the gated per-head output norm, forward and backward, row by row in C.
 #include <cmath>
+#include <type_traits>
 
+#include "core/fast_rsqrt.hpp"
+#include "core/faults.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
 
 namespace gdnv::cpu {
 namespace {
 
+// rstd = 1 / sqrt(mean(x^2) + eps); under the planted fault RmsnormFastRsqrt an fp32 rstd is the fast
+// approximation a fast-math build substitutes (fp64 has no such instruction to fall back on).
 template <class C>
 C row_rstd(const C* x, std::int64_t n, double eps) {
   C ss = 0;
   for (std::int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  return C(1) / std::sqrt(ss / static_cast<C>(n) + static_cast<C>(eps));
+  const C mean_eps = ss / static_cast<C>(n) + static_cast<C>(eps);
+  if constexpr (std::is_same_v<C, float>)
+    if (fault_active(Fault::RmsnormFastRsqrt)) return fast_rsqrt(mean_eps);
+  return C(1) / std::sqrt(mean_eps);
 }
 
 // With nrm = x * rstd and y = nrm * w, for the row gradient dy: dx = rstd * (dy*w - nrm * mean(dy*w*nrm)).

@@ -300,6 +300,7 @@ class KernelBackend final : public cp::Backend {
     NormParams p{};
     p.x = x.data(), p.z = z ? z->data() : nullptr, p.w = w.data();
     p.rows = rows, p.n = n, p.eps = static_cast<float>(eps), p.bf16 = bf16();
+    p.fast_rsqrt = fault_active(Fault::RmsnormFastRsqrt);
     return p;
   }
 

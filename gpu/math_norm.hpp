@@ -1,12 +1,14 @@
 #pragma once
 // RMSNorm and the gated per-head output norm (docs/DESIGN.md §1.3), forward and backward, per row and per
 // weight column, in fp32: the arithmetic of cpu/kernels_norm.cpp in the same order.
+#include "core/fast_rsqrt.hpp"
 #include "gpu/math_common.hpp"
 #include "gpu/params.hpp"
 
 namespace gdnv::gpu {
 
-// Row r: rstd = 1 / sqrt(mean(x^2) + eps); y = x rstd w (times silu(z) for the gated norm).
+// Row r: rstd = 1 / sqrt(mean(x^2) + eps) (the fast approximation under planted fault RmsnormFastRsqrt);
+// y = x rstd w (times silu(z) for the gated norm).
 GDNV_HD void norm_forward_row(const NormParams& p, i64 r) {
   const i64 base = r * p.n;
   float ss = 0;
@@ -14,7 +16,8 @@ GDNV_HD void norm_forward_row(const NormParams& p, i64 r) {
     const float x = load(p.x, base + i, p.bf16);
     ss += x * x;
   }
-  const float rstd = 1.0f / sqrt_f(ss / static_cast<float>(p.n) + p.eps);
+  const float mean_eps = ss / static_cast<float>(p.n) + p.eps;
+  const float rstd = p.fast_rsqrt ? fast_rsqrt(mean_eps) : 1.0f / sqrt_f(mean_eps);
   p.rstd[r] = rstd;
   for (i64 i = 0; i < p.n; ++i) {
     float y = load(p.x, base + i, p.bf16) * rstd * load(p.w, i, p.bf16);

@@ -59,6 +59,7 @@ struct NormParams {
   std::int64_t rows, n;
   float eps;
   bool bf16;
+  bool fast_rsqrt;  // planted fault RmsnormFastRsqrt: rstd by the fast approximation
 };
 
 // ---- projections (host emulation; CUDA runs cuBLAS) ----------------------------------------------

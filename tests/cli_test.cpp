@@ -123,7 +123,7 @@ TEST(Cli, InspectEscapesControlBytesInNamesAndMetadata) {
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("gate: 9 steps, 0 failed"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\ngate: \d+ steps, 0 failed)"))) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
 }
 
@@ -133,7 +133,11 @@ TEST(Cli, GateWritesJunitXml) {
   const auto r = run_cli("gate --quick --junit " + xml);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(xml);
-  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"9\" failures=\"0\" skipped=\"1\""),
+  // One testcase per step; the CUDA step or the emu step is skipped, never both.
+  const std::regex progress(R"(\[\d+/\d+\] )");
+  const auto steps = std::distance(std::sregex_iterator(r.out.begin(), r.out.end(), progress), std::sregex_iterator());
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"" + std::to_string(steps) +
+                      "\" failures=\"0\" skipped=\"1\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
@@ -210,6 +214,7 @@ constexpr FaultCatch kFaultCatches[] = {
     {"softplus_overflows", "CP mode matrix (cpu)"},
     {"dynamic_cp_reuses_plan", "CP mode matrix (cpu)"},
     {"gpu_conv_bleeds_across_sequences", "CP mode matrix (emu)"},
+    {"rmsnorm_fast_rsqrt", "precision regression"},
 };
 
 TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
@@ -267,7 +272,7 @@ TEST(Cli, GateFailsANanTensorWhoseFiniteElementsPass) {
   const auto r = run_cli("gate --quick");
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16 grad::A_log: 3 NaN, 1 Inf"), std::string::npos)
+  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16: grad::A_log: 3 NaN, 1 Inf"), std::string::npos)
       << r.out;
 }
 

@@ -76,9 +76,15 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
 }
 
 // Every planted fault of the CP implementation (core/faults.hpp) moves some CP run of the committed
-// catalog outside its gate: the catalog is strong enough to catch each of them.
+// catalog outside its gate: the catalog is strong enough to catch each of them. Except the faults that
+// stay inside every absolute gate by design, which the gate's "precision regression" step catches
+// against its baseline (tests/precision_regression_test.cpp).
 TEST(FixturesCli, CommittedCatalogCatchesEveryPlantedFault) {
+  const std::vector<std::string> inside_absolute_gates = {"rmsnorm_fast_rsqrt"};
   for (const auto& fault : all_faults()) {
+    if (std::find(inside_absolute_gates.begin(), inside_absolute_gates.end(), fault.name) !=
+        inside_absolute_gates.end())
+      continue;
     ::setenv("GDNV_FAULT", std::string(fault.name).c_str(), 1);
     const CliResult r = run_cli("fixtures verify --dir " + committed());
     ::unsetenv("GDNV_FAULT");
@@ -220,7 +226,8 @@ TEST(FixturesCli, BadInputIsOneLineAndExit3) {
       {"fixtures",
        "error: fixtures: missing subcommand: use 'gdn-verify fixtures generate --dir DIR' or "
        "'gdn-verify fixtures verify --dir DIR'\n"},
-      {"fixtures regenerate", "error: unknown fixtures subcommand 'regenerate': use generate or verify\n"},
+      {"fixtures regenerate",
+       "error: unknown fixtures subcommand 'regenerate': use generate, verify or precision-baseline\n"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_cli(c.args);

@@ -6,6 +6,7 @@
 // through the unchanged mode code. The includer defines
 //   std::unique_ptr<cp::Backend> suite_backend(DType storage);
 //   std::string suite_skip_reason();  // "" to run; else every test skips with it
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -372,6 +373,24 @@ TEST(SuiteFaults, SoftplusOverflowsMakesTheGateInfiniteLikeTheCpuBackend) {
   const ScopedFault fault(Fault::SoftplusOverflows);
   EXPECT_TRUE(std::isinf(g_of(*be).get(0)));
   EXPECT_TRUE(g_of(*be).bitwise_equal(g_of(*cpu)));
+}
+
+// The planted fast rsqrt is honoured like the CPU backend's: a row of mean square 1.002 falls mid-way
+// in the table's first interval, where the chord lies ~1.4e-6 above 1 / sqrt (core/fast_rsqrt.hpp).
+TEST(SuiteFaults, RmsnormFastRsqrtMovesRstdLikeTheCpuBackend) {
+  GDNV_SUITE_SKIP_WITHOUT_BACKEND();
+  const auto be = suite_backend(DType::F32), cpu = cpu::make_backend(DType::F32);
+  const Tensor x = Tensor::from(std::vector<double>{1.0, std::sqrt(1.004)}, {1, 2});
+  const Tensor w = Tensor::from(std::vector<double>{1.0, 1.0}, {2});
+  const auto rstd_of = [&](Backend& b) {
+    return b.download(b.rmsnorm(b.upload(x, DType::F32), b.upload(w, DType::F32), 1e-6).rstd);
+  };
+  const double exact = rstd_of(*be).get(0);
+  const ScopedFault fault(Fault::RmsnormFastRsqrt);
+  const double fast = rstd_of(*be).get(0);
+  EXPECT_GT(fast / exact - 1, 1e-6);
+  EXPECT_LT(fast / exact - 1, 1.5e-6);
+  EXPECT_TRUE(rstd_of(*be).bitwise_equal(rstd_of(*cpu)));
 }
 
 // ---- the CP modes, unchanged, on this backend ---------------------------------------------------------------
