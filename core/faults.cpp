@@ -56,6 +56,18 @@ const std::vector<FaultInfo>& all_faults() {
        "packing runs on the first one's plan"},
       {Fault::GpuConvBleedsAcrossSequences, "gpu_conv_bleeds_across_sequences",
        "the gpu/ conv kernel's window reads the previous packed sequence's last tokens (emu and cuda only)"},
+      {Fault::BackwardSpanMapUntransposed, "backward_span_map_untransposed",
+       "the backward span map composes its chunks' maps as the forward does (M <- M_c M) while it walks them last "
+       "to first: a span of several 64-token chunks gets M_1 ... M_n, whose transpose is not the forward's adjoint"},
+      {Fault::HaloGradPreviousRankOnly, "halo_grad_previous_rank_only",
+       "chunkwise returns the conv-halo gradient to the previous rank only: halo rows read from ranks further back "
+       "get none (the forward halo is right)"},
+      {Fault::RouteReturnUninverted, "route_return_uninverted",
+       "the contiguous -> zigzag return places row k at route index[k] (the forward's placement) instead of taking "
+       "row index[k]: the route's permutation not inverted"},
+      {Fault::AllGatherGradNaturalOrder, "allgather_grad_natural_order",
+       "all_gather backward reduce-scatters the input gradient in natural token order, without undoing the "
+       "forward's reorder to source-rank-major"},
   };
   return table;
 }

@@ -23,6 +23,11 @@ enum class Fault {
   SoftplusOverflows,             // softplus as log(1 + e^x): inf for x > 88 in fp32 (709 in fp64)
   DynamicCpReusesPlan,           // a micro-batch's plan cached by CP size: another packing at that size reuses it
   GpuConvBleedsAcrossSequences,  // gpu/'s conv window reads the previous sequence's tokens (varlen start ignored)
+  // Wrong adjoints in hand-written backwards (the gate's adjoint dot-products step):
+  BackwardSpanMapUntransposed,  // a multi-chunk backward span map composes its chunks' M in forward order
+  HaloGradPreviousRankOnly,     // chunkwise halo gradient returned to the previous rank only
+  RouteReturnUninverted,        // contiguous -> zigzag return places rows by the route index, not inverted
+  AllGatherGradNaturalOrder,    // all_gather backward reduce-scatters natural-order rows
 };
 
 struct FaultInfo {
