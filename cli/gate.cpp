@@ -102,9 +102,10 @@ const std::vector<GateStep>& gate_steps() {
   static const std::vector<GateStep> table = {
       {"safetensors round-trip", safetensors_round_trip}, {"reference vectors", reference_vectors},
       {"oracle self-checks", oracle_self_checks},         {"layout properties", layout_properties},
-      {"CP mode matrix (cpu)", cp_mode_matrix},           {"illegal combinations", illegal_combinations},
-      {"fixture verification", fixture_verification},     {"probe self-compare", probe_self_compare},
-      {"CP mode matrix (cuda)", gpu_mode_matrix},         {"CP mode matrix (emu)", emu_mode_matrix},
+      {"adjoint dot-products", adjoint_dot_products},     {"CP mode matrix (cpu)", cp_mode_matrix},
+      {"illegal combinations", illegal_combinations},     {"fixture verification", fixture_verification},
+      {"probe self-compare", probe_self_compare},         {"CP mode matrix (cuda)", gpu_mode_matrix},
+      {"CP mode matrix (emu)", emu_mode_matrix},
   };
   return table;
 }

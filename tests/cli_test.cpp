@@ -123,7 +123,7 @@ TEST(Cli, InspectEscapesControlBytesInNamesAndMetadata) {
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("gate: 9 steps, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gate: 10 steps, 0 failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
 }
 
@@ -133,7 +133,7 @@ TEST(Cli, GateWritesJunitXml) {
   const auto r = run_cli("gate --quick --junit " + xml);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(xml);
-  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"9\" failures=\"0\" skipped=\"1\""),
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"10\" failures=\"0\" skipped=\"1\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
@@ -172,7 +172,9 @@ TEST(Cli, GateListsEveryPlantedFault) {
   for (const char* name :
        {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank", "headwise_head_perm_shift",
         "route_off_by_one", "zigzag_swap_halves", "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias",
-        "l2norm_eps_dropped", "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows"})
+        "l2norm_eps_dropped", "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows",
+        "backward_span_map_untransposed", "halo_grad_previous_rank_only", "route_return_uninverted",
+        "allgather_grad_natural_order"})
     EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
 }
 
