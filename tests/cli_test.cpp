@@ -123,7 +123,7 @@ TEST(Cli, InspectEscapesControlBytesInNamesAndMetadata) {
 TEST(Cli, GatePassesAndPrintsSummary) {
   const auto r = run_cli("gate");
   EXPECT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("gate: 10 steps, 0 failed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gate: 11 steps, 0 failed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nPASS\n"), std::string::npos) << r.out;
 }
 
@@ -133,7 +133,7 @@ TEST(Cli, GateWritesJunitXml) {
   const auto r = run_cli("gate --quick --junit " + xml);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(xml);
-  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"10\" failures=\"0\" skipped=\"1\""),
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"11\" failures=\"0\" skipped=\"1\""),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("<testcase classname=\"gate\" name=\"CP mode matrix (cpu)\""), std::string::npos) << text;
