@@ -105,6 +105,7 @@ const std::vector<GateStep>& gate_steps() {
       {"reference vectors", reference_vectors},
       {"oracle self-checks", oracle_self_checks},
       {"layout properties", layout_properties},
+      {"adjoint dot-products", adjoint_dot_products},
       {"CP mode matrix (cpu)", cp_mode_matrix},
       {"illegal combinations", illegal_combinations},
       {"fixture verification", fixture_verification},

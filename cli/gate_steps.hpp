@@ -64,6 +64,7 @@ StepResult safetensors_round_trip(const StepOptions& options);
 StepResult reference_vectors(const StepOptions& options);
 StepResult oracle_self_checks(const StepOptions& options);
 StepResult layout_properties(const StepOptions& options);
+StepResult adjoint_dot_products(const StepOptions& options);
 StepResult cp_mode_matrix(const StepOptions& options);
 StepResult illegal_combinations(const StepOptions& options);
 StepResult fixture_verification(const StepOptions& options);

@@ -58,6 +58,18 @@ const std::vector<FaultInfo>& all_faults() {
        "the gpu/ conv kernel's window reads the previous packed sequence's last tokens (emu and cuda only)"},
       {Fault::RmsnormFastRsqrt, "rmsnorm_fast_rsqrt",
        "the RMSNorms' fp32 1/sqrt is a fast approximation (interpolated table, relative error <= 1.5e-6)"},
+      {Fault::BackwardSpanMapUntransposed, "backward_span_map_untransposed",
+       "the backward span map composes its chunks' maps as the forward does (M <- M_c M) while it walks them last "
+       "to first: a span of several 64-token chunks gets M_1 ... M_n, whose transpose is not the forward's adjoint"},
+      {Fault::HaloGradPreviousRankOnly, "halo_grad_previous_rank_only",
+       "chunkwise returns the conv-halo gradient to the previous rank only: halo rows read from ranks further back "
+       "get none (the forward halo is right)"},
+      {Fault::RouteReturnUninverted, "route_return_uninverted",
+       "the contiguous -> zigzag return places row k at route index[k] (the forward's placement) instead of taking "
+       "row index[k]: the route's permutation not inverted"},
+      {Fault::AllGatherGradNaturalOrder, "allgather_grad_natural_order",
+       "all_gather backward reduce-scatters the input gradient in natural token order, without undoing the "
+       "forward's reorder to source-rank-major"},
   };
   return table;
 }

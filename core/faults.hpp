@@ -24,6 +24,11 @@ enum class Fault {
   DynamicCpReusesPlan,           // a micro-batch's plan cached by CP size: another packing at that size reuses it
   GpuConvBleedsAcrossSequences,  // gpu/'s conv window reads the previous sequence's tokens (varlen start ignored)
   RmsnormFastRsqrt,              // the norms' fp32 1/sqrt by a fast approximation (relative error up to 1.5e-6)
+  // Wrong adjoints in hand-written backwards (the gate's adjoint dot-products step):
+  BackwardSpanMapUntransposed,  // a multi-chunk backward span map composes its chunks' M in forward order
+  HaloGradPreviousRankOnly,     // chunkwise halo gradient returned to the previous rank only
+  RouteReturnUninverted,        // contiguous -> zigzag return places rows by the route index, not inverted
+  AllGatherGradNaturalOrder,    // all_gather backward reduce-scatters natural-order rows
 };
 
 struct FaultInfo {

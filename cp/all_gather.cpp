@@ -3,15 +3,41 @@
 // rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
 // back to the shards' owners. Without that reduce-scatter input gradients are wrong.
 #include "core/faults.hpp"
+#include "cp/exchanges.hpp"
 #include "cp/modes.hpp"
 
 namespace gdnv::cp {
+
+Buffer gather_shards(Backend& be, const MicroBatch& mb, const Buffer& hidden) {
+  const std::int64_t D = hidden.dim(1);
+  Buffer gathered = be.alloc(hidden.dtype(), {mb.full.tokens(), D});
+  mb.cp->all_gather_v(hidden.view(), gathered.mut(), mb.element_counts(D));
+  return be.gather_rows(gathered, mb.natural_from_received);
+}
+
+namespace {
+
+// The rows the reduce-scatter reads: source-rank-major, undoing the forward's reorder to natural order
+// (under the planted fault: natural order, the reorder not undone).
+Buffer received_order(Backend& be, const MicroBatch& mb, const Buffer& dgathered) {
+  if (fault_active(Fault::AllGatherGradNaturalOrder)) return dgathered;
+  return be.gather_rows(dgathered, mb.received_from_natural);
+}
+
+}  // namespace
+
+Buffer reduce_scatter_shards(Backend& be, const MicroBatch& mb, const Buffer& dgathered) {
+  if (fault_active(Fault::AllGatherNoReduceScatter))
+    return be.gather_rows(dgathered, mb.own_positions);  // this rank's own contribution only
+  const std::int64_t D = dgathered.dim(1);
+  Buffer dhidden = be.alloc(dgathered.dtype(), {mb.local_tokens, D});
+  mb.cp->reduce_scatter_v(received_order(be, mb, dgathered).view(), dhidden.mut(), mb.element_counts(D));
+  return dhidden;
+}
+
 Buffer all_gather_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
-  const std::int64_t D = hidden.dim(1);
-  Buffer gathered = parts.be.alloc(hidden.dtype(), {mb.full.tokens(), D});
-  mb.cp->all_gather_v(hidden.view(), gathered.mut(), mb.element_counts(D));
-  const Buffer hidden_full = parts.be.gather_rows(gathered, mb.natural_from_received);
+  const Buffer hidden_full = gather_shards(parts.be, mb, hidden);
   const Buffer out_full = plain_forward(parts, mb.full, hidden_full, ctx);
   return parts.be.gather_rows(out_full, mb.own_positions);
 }
@@ -22,13 +48,7 @@ LocalGrads all_gather_backward(const LayerParts& parts, const Context& ctx, cons
   Buffer dout_full = parts.be.alloc(dout.dtype(), {mb.full.tokens(), D});
   parts.be.scatter_rows(dout, mb.own_positions, dout_full);
   LocalGrads grads = plain_backward(parts, ctx, dout_full);
-  const Buffer dhidden_received = parts.be.gather_rows(grads.dhidden, mb.received_from_natural);
-  if (fault_active(Fault::AllGatherNoReduceScatter)) {
-    grads.dhidden = parts.be.gather_rows(grads.dhidden, mb.own_positions);  // this rank's own contribution only
-    return grads;
-  }
-  grads.dhidden = parts.be.alloc(dout.dtype(), {mb.local_tokens, D});
-  mb.cp->reduce_scatter_v(dhidden_received.view(), grads.dhidden.mut(), mb.element_counts(D));
+  grads.dhidden = reduce_scatter_shards(parts.be, mb, grads.dhidden);
   return grads;
 }
 

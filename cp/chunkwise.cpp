@@ -12,10 +12,36 @@
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width. The fold's arithmetic, per backend and in the oracle: cp/README.md.
 #include "core/faults.hpp"
+#include "cp/exchanges.hpp"
 #include "cp/modes.hpp"
 
 namespace gdnv::cp {
+
 namespace {
+
+// The rows to_zigzag sends: contiguous row index[k] as send row k, or under the planted fault row k
+// placed at index[k] (the forward's placement, not inverted).
+Buffer route_send_rows(Backend& be, const ChunkwisePlan& plan, const Buffer& x) {
+  if (!fault_active(Fault::RouteReturnUninverted)) return be.gather_rows(x, plan.route_index);
+  Buffer send = be.alloc(x.dtype(), x.shape());
+  be.scatter_rows(x, plan.route_index, send);
+  return send;
+}
+
+// The halo gradient to return: all of it, or under the planted fault only its last T/W rows, the most
+// the previous rank's span holds (rows read from ranks further back get no gradient).
+Buffer returned_dhalo(Backend& be, const MicroBatch& mb, const Buffer& dhalo) {
+  const std::int64_t n = mb.cu.back() / mb.cp_size, rows = dhalo.dim(0);
+  if (!fault_active(Fault::HaloGradPreviousRankOnly) || n >= rows) return dhalo;
+  std::vector<std::int64_t> last;
+  for (std::int64_t i = rows - n; i < rows; ++i) last.push_back(i);
+  const Buffer index = upload_index(be, last);
+  Buffer kept = be.alloc(dhalo.dtype(), dhalo.shape());
+  be.scatter_rows(be.gather_rows(dhalo, index), index, kept);
+  return kept;
+}
+
+}  // namespace
 
 // Zigzag rows [N_loc, D] -> the contiguous span's rows [T/W, D].
 Buffer to_contiguous(Backend& be, const MicroBatch& mb, const Buffer& x) {
@@ -32,7 +58,7 @@ Buffer to_contiguous(Backend& be, const MicroBatch& mb, const Buffer& x) {
 Buffer to_zigzag(Backend& be, const MicroBatch& mb, const Buffer& x) {
   const ChunkwisePlan& plan = *mb.chunkwise;
   const std::int64_t D = x.dim(1);
-  const Buffer send = be.gather_rows(x, plan.route_index);
+  const Buffer send = route_send_rows(be, plan, x);
   Buffer out = be.alloc(x.dtype(), {mb.local_tokens, D});
   mb.cp->all_to_all_v(send.view(), scaled_counts(plan.recv_counts, D), out.mut(), scaled_counts(plan.send_counts, D));
   return out;
@@ -59,7 +85,8 @@ void return_halo_grad(Backend& be, const MicroBatch& mb, const MixerParams& mp, 
   if (!plan.halo_exchange) return;
   const std::int64_t D = mp.geo.conv_dim();
   Buffer send = be.alloc(dp.dtype(), {mb.cp_size * plan.tail, D});
-  if (!plan.halo_from.empty()) be.scatter_rows(be.gather_rows(dhalo, plan.halo_rows), plan.halo_from, send);
+  if (!plan.halo_from.empty())
+    be.scatter_rows(be.gather_rows(returned_dhalo(be, mb, dhalo), plan.halo_rows), plan.halo_from, send);
   Buffer dtail = be.alloc(dp.dtype(), {plan.tail, D});
   mb.cp->reduce_scatter(send.view(), dtail.mut());
   Buffer rows = be.gather_rows(dp, plan.tail_rows);
@@ -68,6 +95,8 @@ void return_halo_grad(Backend& be, const MicroBatch& mb, const MixerParams& mp, 
   be.accumulate(rows, add);
   be.scatter_rows(rows, plan.tail_rows, dp);
 }
+
+namespace {
 
 // A span map or folded state as exchanged: unchanged, or rounded to bf16 under the planted fault.
 Buffer as_exchanged(Backend& be, const Buffer& x) {

@@ -2,10 +2,10 @@
 // sections form column block j; one all-to-all sends block j to rank j (tokens in, heads out); the
 // received rows, source-rank-major, are reordered to natural order; the mixer runs on whole sequences
 // for rank j's heads; the reverse reorder and all-to-all bring y back for out_proj. Backward mirrors it.
+#include "cp/exchanges.hpp"
 #include "cp/modes.hpp"
 
 namespace gdnv::cp {
-namespace {
 
 // x [N_loc, cp*E] (block j for rank j) -> this rank's block of every rank's tokens, natural order [T, E].
 Buffer scatter_heads(Backend& be, const MicroBatch& mb, const Buffer& x) {
@@ -26,8 +26,6 @@ Buffer gather_heads(Backend& be, const MicroBatch& mb, const Buffer& y) {
   mb.cp->all_to_all_v(send.view(), mb.element_counts(E), recv.mut(), recv_counts);
   return be.gather_rows(recv, mb.from_peer_major).reshaped({N, c * E});
 }
-
-}  // namespace
 
 Buffer headwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/faults.hpp"
 #include "core/parallel.hpp"
 #include "cpu/gdr_chunk.hpp"
 #include "cpu/kernels.hpp"
@@ -214,6 +215,8 @@ Array<C> Gdr<C>::first_backward_span_map(const Input& in, const Array<C>& d_o) {
   const std::int64_t K = in.K, V = in.V;
   const Array<C> do_hm = head_major(d_o, x.N, in.Hv, V);
   const auto chunks = chunks_reversed(x, 0);
+  // The planted fault composes M <- M_c M, the forward's order, while walking the chunks last to first.
+  const bool forward_order = fault_active(Fault::BackwardSpanMapUntransposed);
   Array<C> maps(static_cast<std::size_t>(in.Hv * K * (V + K)));
   parallel_for(in.Hv, 0, [&](std::int64_t h) {
     Mat<C> M = Mat<C>::Identity(K, K), dh_ext = Mat<C>::Zero(K, V);
@@ -222,7 +225,7 @@ Array<C> Gdr<C>::first_backward_span_map(const Input& in, const Array<C>& d_o) {
       const Mat<C> M_chunk = ChunkStages<C>::span_map(intra).M;
       ChunkStages<C>::fold_backward(intra, M_chunk, ConstMatMap<C>(&do_hm[(h * x.N + begin) * V], c, V),
                                     static_cast<C>(in.scale), dh_ext);
-      M = M * M_chunk;
+      M = forward_order ? Mat<C>(M_chunk * M) : Mat<C>(M * M_chunk);
     }
     store_map(dh_ext, M, h, maps);
   });

@@ -176,7 +176,9 @@ TEST(Cli, GateListsEveryPlantedFault) {
   for (const char* name :
        {"allgather_no_reduce_scatter", "chunkwise_bf16_state_chain", "conv_halo_wrong_rank", "headwise_head_perm_shift",
         "route_off_by_one", "zigzag_swap_halves", "missing_grad_reduction_over_cp", "gate_softplus_missing_dt_bias",
-        "l2norm_eps_dropped", "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows"})
+        "l2norm_eps_dropped", "dynamic_cp_uses_static_group", "conv_halo_one_rank", "softplus_overflows",
+        "backward_span_map_untransposed", "halo_grad_previous_rank_only", "route_return_uninverted",
+        "allgather_grad_natural_order"})
     EXPECT_NE(r.out.find(std::string("  ") + name + " "), std::string::npos) << name << "\n" << r.out;
 }
 
@@ -215,6 +217,10 @@ constexpr FaultCatch kFaultCatches[] = {
     {"dynamic_cp_reuses_plan", "CP mode matrix (cpu)"},
     {"gpu_conv_bleeds_across_sequences", "CP mode matrix (emu)"},
     {"rmsnorm_fast_rsqrt", "precision regression"},
+    {"backward_span_map_untransposed", "adjoint dot-products"},
+    {"halo_grad_previous_rank_only", "adjoint dot-products"},
+    {"route_return_uninverted", "adjoint dot-products"},
+    {"allgather_grad_natural_order", "adjoint dot-products"},
 };
 
 TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
