@@ -80,11 +80,13 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
 // stay inside every absolute gate by design, which the gate's "precision regression" step catches
 // against its baseline (tests/precision_regression_test.cpp).
 TEST(FixturesCli, CommittedCatalogCatchesEveryPlantedFault) {
-  const std::vector<std::string> inside_absolute_gates = {"rmsnorm_fast_rsqrt"};
+  // Faults of a class the fixtures do not hold, each caught by its own gate step (docs/DESIGN.md §10):
+  // an error inside every absolute gate (precision regression), plans of two packings at one CP size
+  // (dynamic CP in the CP mode matrix), spans of several chunks (adjoint dot-products, CP mode matrix).
+  const std::vector<std::string> caught_elsewhere = {"rmsnorm_fast_rsqrt", "dynamic_cp_reuses_plan",
+                                                     "backward_span_map_untransposed"};
   for (const auto& fault : all_faults()) {
-    if (std::find(inside_absolute_gates.begin(), inside_absolute_gates.end(), fault.name) !=
-        inside_absolute_gates.end())
-      continue;
+    if (std::find(caught_elsewhere.begin(), caught_elsewhere.end(), fault.name) != caught_elsewhere.end()) continue;
     ::setenv("GDNV_FAULT", std::string(fault.name).c_str(), 1);
     const CliResult r = run_cli("fixtures verify --dir " + committed());
     ::unsetenv("GDNV_FAULT");
