@@ -143,6 +143,24 @@ TEST(FirstDivergence, GpuConvBleedsAcrossSequencesActsAtConv) {
             "stage::conv");
 }
 
+// The second micro-batch at CP 2 reuses the first one's plan: its rows are placed by the stale plan
+// from the first stage on.
+TEST(FirstDivergence, DynamicCpReusesPlanActsFromXNormOnTheSecondPacking) {
+  RunSpec spec = spec_of(CpMode::Chunkwise, 4, DType::F64);
+  spec.cp.dynamic_cp = spec.micro_batches = {2, 2};
+  spec.micro_batch_lengths = {{8, 40, 16}, {32, 32}};
+  EXPECT_EQ(divergence_under(Fault::DynamicCpReusesPlan, spec).name, "stage::x_norm");
+}
+
+// The wrong group fails its first collective: the run does not complete, so there is no stage to name.
+TEST(FirstDivergence, DynamicCpUsesStaticGroupStopsAtItsFirstCollectiveBeforeAnyStage) {
+  RunSpec spec = spec_of(CpMode::Headwise, 4, DType::F64);
+  spec.cp.dynamic_cp = spec.micro_batches = {4, 2};
+  const ScopedFault planted(Fault::DynamicCpUsesStaticGroup);
+  EXPECT_THROW((void)find_first_divergence(spec, kCpu), Error);
+  EXPECT_EQ(first_divergence_line(spec, kCpu), "");
+}
+
 TEST(FirstDivergence, TheLineNamesStageDirectionRankRowsAndGate) {
   const Divergence d{"stage::conv", false, 1, 2, 12, 14, "rel_rms", 0.5, 1e-10};
   EXPECT_EQ(divergence_line(d),
