@@ -16,6 +16,7 @@
 #include "cpu/backend.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "harness/harness.hpp"
+#include "harness/verdict.hpp"
 #include "probes/build_info.hpp"
 
 namespace gdnv::cli {
@@ -54,6 +55,8 @@ po::options_description run_options() {
       ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
       ("inference", po::bool_switch(), "request inference (validation matrix)")
       ("dynamic-cp", po::value<std::string>(), "one micro-batch per listed CP size, e.g. 1,2,4 (divisors of --cp)")
+      ("stages", po::bool_switch(), "record and judge the layer's named stages (stage::*, stage_grad::*) on every rank; "
+       "without it they are recorded, by a second run, only when a tensor fails")
       ("json", po::value<std::string>(), "also write the results as JSON to FILE");
   // clang-format on
   return o;
@@ -94,34 +97,58 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
   return s;
 }
 
-struct Row {
-  std::string name;
-  Metrics m;
-  double gate;  // relative RMS
-  bool pass;
-};
-
-std::vector<Row> judge(const cp::Answer& oracle, const cp::Answer& got, const std::map<std::string, double>& gates) {
-  std::vector<Row> rows;
-  auto add = [&](const std::string& name, const Tensor& ref, const Tensor& cand) {
-    const Metrics m = compare(ref, cand);
-    const double gate = gates.at(name);
-    rows.push_back({name, m, gate, m.rel_rms < gate && m.nan_cand == 0 && m.inf_cand == 0});
-  };
-  add("out", oracle.out, got.out);
-  add("grad_hidden", oracle.grad_hidden, got.grad_hidden);
-  for (const auto& [name, t] : oracle.grads) add("grad::" + name, t, got.grads.at(name));
-  return rows;
-}
-
-void print_rows(const std::vector<Row>& rows, std::ostream& out) {
+void print_rows(const std::vector<cp::TensorVerdict>& rows, std::ostream& out) {
   out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
       << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
   for (const auto& r : rows)
     out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
         << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11)
         << r.m.one_minus_cos << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
+  out << "  what would pass elementwise, and |error| by decade (count of 10^k <= |err| < 10^(k+1)):\n"
+      << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "min_atol" << std::setw(11)
+      << "min_rtol"
+      << "  histogram\n";
+  for (const auto& r : rows)
+    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
+        << std::setw(11) << r.tol.min_atol << std::setw(11) << r.tol.min_rtol << "  " << decade_histogram(r.tol)
+        << "\n";
   out << std::defaultfloat;
+}
+
+// Every micro-batch of one run of `spec`, judged against its oracle (stages included when spec.stages).
+struct Evaluated {
+  std::vector<cp::Case> cases;
+  std::vector<cp::MicroBatchRun> runs;
+  std::vector<cp::Answer> oracles;  // by run
+  std::vector<std::vector<cp::TensorVerdict>> verdicts;
+  bool pass = true;
+};
+
+Evaluated evaluate(const cp::RunSpec& spec, const cp::BackendFactory& factory) {
+  Evaluated e;
+  // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
+  e.cases = cp::make_cases(spec);
+  e.runs = cp::run_in_process(spec, e.cases, factory);
+  for (std::size_t i = 0; i < e.runs.size(); ++i) {
+    const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+    e.oracles.push_back(cp::oracle_answer(k, cp::stage_request(spec, e.runs[i].cp_size)));
+    e.verdicts.push_back(
+        cp::judge_answer(e.oracles[i], e.runs[i].answer, cp::oracle_gates(k, e.oracles[i], spec.dtype)));
+    for (const auto& v : e.verdicts[i]) e.pass = e.pass && v.pass;
+  }
+  return e;
+}
+
+nlohmann::json divergence_json(const cp::Divergence& d) {
+  return {{"line", cp::divergence_line(d)},
+          {"tensor", d.name},
+          {"direction", d.backward ? "backward" : "forward"},
+          {"rank", d.rank},
+          {"world", d.world},
+          {"rows", {d.row_begin, d.row_end}},
+          {"metric", d.metric},
+          {"value", d.value},
+          {"gate", d.gate}};
 }
 
 // The active configuration in the upstream layer's own words, printed once when CP is in use.
@@ -148,61 +175,67 @@ std::string indented(const std::string& lines) {
 int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("run", "[--mode MODE] [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
-  const cp::RunSpec spec = spec_from(*vm);
+  cp::RunSpec spec = spec_from(*vm);
+  spec.stages = (*vm)["stages"].as<bool>();
   cp::validate_run(spec);
   const std::string backend = (*vm)["backend"].as<std::string>();
   const cp::BackendFactory factory = parse_backend_option(backend);
   if (spec.cp.cp > 1 || !spec.cp.dynamic_cp.empty()) out << upstream_config_line(spec) << std::flush;
-  // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
-  const std::vector<cp::Case> cases = cp::make_cases(spec);
-  std::vector<cp::Answer> oracles;
-  for (const cp::Case& k : cases) oracles.push_back(cp::oracle_answer(k));
-  std::vector<cp::MicroBatchRun> runs;
+  Evaluated e;
   try {
-    runs = cp::run_in_process(spec, cases, factory);
+    e = evaluate(spec, factory);
+    // A failure without --stages: the same run again with the stages recorded, to say where it starts.
+    if (!e.pass && !spec.stages) {
+      spec.stages = true;
+      e = evaluate(spec, factory);
+    }
   } catch (const ConfigError&) {
     throw;
-  } catch (const Error& e) {
+  } catch (const Error& ex) {
     // The configuration was legal: the implementation under test failed to complete, a failed verdict.
-    out << "the run did not complete: " << printable(e.what()) << "\nFAIL\n";
+    out << "the run did not complete: " << printable(ex.what()) << "\nFAIL\n";
     return kNumericFailure;
   }
-  std::vector<std::map<std::string, double>> gates;
-  for (std::size_t m = 0; m < cases.size(); ++m) gates.push_back(cp::oracle_gates(cases[m], oracles[m], spec.dtype));
 
   out << "gdn-verify run: mode=" << cp::mode_name(spec.cp.mode) << " cp=" << spec.cp.cp << " tp=" << spec.cp.tp
       << " dtype=" << (*vm)["dtype"].as<std::string>() << " format=" << (*vm)["format"].as<std::string>()
       << " gates=" << (*vm)["gates"].as<std::string>() << " seed=" << spec.seed << " backend=" << backend << "\n";
-  bool all_pass = true;
   nlohmann::json report = nlohmann::json::array();
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const std::size_t k = cases.size() == 1 ? 0 : i;
-    const auto rows = judge(oracles[k], runs[i].answer, gates[k]);
-    out << "micro-batch " << i + 1 << "/" << runs.size() << " (cp=" << runs[i].cp_size << ")"
+  std::string first_line;
+  for (std::size_t i = 0; i < e.runs.size(); ++i) {
+    const std::vector<cp::TensorVerdict>& rows = e.verdicts[i];
+    out << "micro-batch " << i + 1 << "/" << e.runs.size() << " (cp=" << e.runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
     out << "  collectives of rank 0, forward:\n"
-        << indented(format_counters(runs[i].forward)) << "  collectives of rank 0, backward:\n"
-        << indented(format_counters(runs[i].backward));
+        << indented(format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
+        << indented(format_counters(e.runs[i].backward));
     nlohmann::json tensors = nlohmann::json::array();
-    for (const auto& r : rows) {
-      all_pass = all_pass && r.pass;
+    for (const auto& r : rows)
       tensors.push_back({{"name", r.name},
                          {"max_abs", r.m.max_abs},
                          {"rel_rms", r.m.rel_rms},
                          {"gate", r.gate},
                          {"one_minus_cos", r.m.one_minus_cos},
-                         {"pass", r.pass}});
-    }
-    report.push_back({{"cp", runs[i].cp_size},
+                         {"pass", r.pass},
+                         {"min_atol", r.tol.min_atol},
+                         {"min_rtol", r.tol.min_rtol},
+                         {"histogram", decade_histogram(r.tol)}});
+    report.push_back({{"cp", e.runs[i].cp_size},
                       {"tensors", tensors},
-                      {"forward", probes::counters_json(runs[i].forward)},
-                      {"backward", probes::counters_json(runs[i].backward)}});
+                      {"forward", probes::counters_json(e.runs[i].forward)},
+                      {"backward", probes::counters_json(e.runs[i].backward)}});
     if (spec.format == Format::Thd) report.back()["lengths"] = cp::lengths_of(spec, i);
+    const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+    if (const auto d = cp::first_divergence(rows, e.oracles[i], e.runs[i], k)) {
+      report.back()["first_divergence"] = divergence_json(*d);
+      if (first_line.empty()) first_line = cp::divergence_line(*d);
+    }
   }
   if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), report.dump(2) + "\n");
-  out << (all_pass ? "PASS" : "FAIL") << "\n";
-  return all_pass ? kPass : kNumericFailure;
+  if (!first_line.empty()) out << first_line << "\n";
+  out << (e.pass ? "PASS" : "FAIL") << "\n";
+  return e.pass ? kPass : kNumericFailure;
 }
 
 }  // namespace gdnv::cli

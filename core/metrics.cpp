@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace gdnv {
@@ -59,6 +60,45 @@ std::int64_t mismatches(const Tensor& ref, const Tensor& cand, double atol, doub
     count += std::abs(c - r) > atol + rtol * std::abs(r);
   }
   return count;
+}
+
+Tolerances tolerances(const Tensor& ref, const Tensor& cand) {
+  if (ref.shape() != cand.shape())
+    throw Error("tolerances: shapes differ, " + shape_str(ref.shape()) + " vs " + shape_str(cand.shape()));
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  Tolerances t;
+  for (std::int64_t i = 0; i < ref.numel(); ++i) {
+    const double r = ref.get(i), c = cand.get(i);
+    if (!std::isfinite(r) || !std::isfinite(c)) {
+      if ((std::isnan(r) && std::isnan(c)) || r == c) {
+        ++t.exact;
+        continue;
+      }
+      ++t.nonfinite;
+      t.min_atol = t.min_rtol = inf;
+      continue;
+    }
+    const double d = std::abs(c - r);
+    if (d == 0) {
+      ++t.exact;
+      continue;
+    }
+    ++t.decades[static_cast<int>(std::floor(std::log10(d)))];
+    t.min_atol = std::max(t.min_atol, d);
+    t.min_rtol = std::max(t.min_rtol, r == 0 ? inf : d / std::abs(r));
+  }
+  return t;
+}
+
+std::string decade_histogram(const Tolerances& t) {
+  std::string out = "0:" + std::to_string(t.exact);
+  char decade[16];
+  for (const auto& [k, n] : t.decades) {
+    std::snprintf(decade, sizeof decade, "1e%+03d", k);
+    out += " " + std::string(decade) + ":" + std::to_string(n);
+  }
+  if (t.nonfinite) out += " nan/inf:" + std::to_string(t.nonfinite);
+  return out;
 }
 
 }  // namespace gdnv

@@ -1,6 +1,7 @@
 #pragma once
 // Tensor comparison metrics (docs/DESIGN.md §4), computed in fp64 over the whole tensor.
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "core/tensor.hpp"
@@ -29,5 +30,18 @@ Metrics compare(const Tensor& ref, const Tensor& cand);
 // Elements with |cand - ref| > atol + rtol |ref| (a NaN/Inf on either side counts, unless both are the
 // same non-finite value).
 std::int64_t mismatches(const Tensor& ref, const Tensor& cand, double atol, double rtol);
+
+// What it takes for `cand` to pass an elementwise |cand - ref| <= atol + rtol |ref| check, and how its
+// errors spread: min_atol at rtol 0 (max |err|) and min_rtol at atol 0 (max |err| / |ref|), each +inf
+// when no value passes (a non-finite mismatch; for min_rtol also an error where ref is 0).
+struct Tolerances {
+  double min_atol = 0, min_rtol = 0;
+  std::int64_t exact = 0;               // |err| == 0
+  std::map<int, std::int64_t> decades;  // k -> elements with 10^k <= |err| < 10^(k+1)
+  std::int64_t nonfinite = 0;           // a NaN or Inf on either side, not the same on both
+};
+Tolerances tolerances(const Tensor& ref, const Tensor& cand);
+// The decade histogram in one line: "0:12 1e-09:3 1e-08:40" (plus "nan/inf:N" when there are any).
+std::string decade_histogram(const Tolerances& t);
 
 }  // namespace gdnv

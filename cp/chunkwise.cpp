@@ -117,6 +117,10 @@ Buffer zero_map(Backend& be, const MixerParams& mp) {
   return be.alloc(be.state_dtype(), {mp.geo.Hv, mp.geo.dk, mp.geo.dv + mp.geo.dk});
 }
 
+Buffer zero_state(Backend& be, const MixerParams& mp) {
+  return be.alloc(be.state_dtype(), {mp.geo.Hv, mp.geo.dk, mp.geo.dv});
+}
+
 // The state entering the first local sequence (empty: it starts on this rank).
 Buffer fold_initial_state(Backend& be, const MicroBatch& mb, const MixerParams& mp, const MixerSaved& saved) {
   const ChunkwisePlan& plan = *mb.chunkwise;
@@ -149,10 +153,16 @@ Buffer chunkwise_forward(const LayerParts& parts, const Buffer& hidden, Context&
   Backend& be = parts.be;
   const Buffer hidden_span = to_contiguous(be, mb, hidden);
   const Buffer p = in_proj_forward(be, parts.proj, hidden_span, ctx.in);
+  ctx.tap("stage::x_norm", ctx.in.x, StageRows::Proj, StageCols::Hidden);
+  ctx.tap("stage::in_proj", p, StageRows::Proj, StageCols::InProj);
   const Buffer halo = exchange_halo(be, mb, parts.mixer, p);
   mixer_core_inputs(be, parts.mixer, p, mb.chunkwise->span, halo, ctx.mix);
   const Buffer h0 = fold_initial_state(be, mb, parts.mixer, ctx.mix);
+  if (ctx.tap)  // the state entering this rank's first sequence: zero where it starts here
+    ctx.tap("stage::boundary_state", h0.empty() ? zero_state(be, parts.mixer) : h0, StageRows::Boundary,
+            StageCols::State, mb.cp_rank);
   ctx.y = mixer_core(be, parts.mixer, h0, ctx.mix).y;
+  tap_mixer_forward(ctx.tap, ctx.mix, ctx.y);
   const Buffer out_span = out_proj_forward(parts, ctx.y);
   return to_zigzag(be, mb, out_span);
 }
@@ -162,11 +172,14 @@ LocalGrads chunkwise_backward(const LayerParts& parts, const Context& ctx, const
   Backend& be = parts.be;
   const Buffer dout_span = to_contiguous(be, mb, dout);
   LinearGrads out = be.linear_backward(dout_span, ctx.y, parts.proj.out_proj);
-  const GatedNormGrads norm = mixer_norm_backward(be, parts.mixer, ctx.mix, out.dx);
+  const GatedNormGrads norm = mixer_norm_backward(be, parts.mixer, ctx.mix, out.dx, ctx.tap);
   const Buffer dht = fold_final_state_grad(be, mb, parts.mixer, ctx.mix, norm.d_o);
-  MixerGrads mixer = mixer_core_backward(be, parts.mixer, ctx.mix, norm, dht);
+  if (ctx.tap && mb.cp_rank + 1 < mb.cp_size)  // the gradient of the state entering the next rank's span
+    ctx.tap("stage_grad::boundary_state", dht.empty() ? zero_state(be, parts.mixer) : dht, StageRows::Boundary,
+            StageCols::State, mb.cp_rank + 1);
+  MixerGrads mixer = mixer_core_backward(be, parts.mixer, ctx.mix, norm, dht, ctx.tap);
   return_halo_grad(be, mb, parts.mixer, mixer.dhalo, mixer.dp);
-  InProjGrads in = in_proj_backward(be, parts.proj, ctx.in, mixer.dp, parts.tp);
+  InProjGrads in = in_proj_backward(be, parts.proj, ctx.in, mixer.dp, parts.tp, ctx.tap);
   const Buffer dhidden = to_zigzag(be, mb, in.dhidden);
   return {dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }

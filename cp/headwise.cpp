@@ -30,8 +30,11 @@ Buffer gather_heads(Backend& be, const MicroBatch& mb, const Buffer& y) {
 Buffer headwise_forward(const LayerParts& parts, const Buffer& hidden, Context& ctx) {
   const MicroBatch& mb = *ctx.mb;
   const Buffer p = in_proj_forward(parts.be, parts.proj, hidden, ctx.in);
+  ctx.tap("stage::x_norm", ctx.in.x, StageRows::Proj, StageCols::Hidden);
+  ctx.tap("stage::in_proj", p, StageRows::Proj, StageCols::InProj);
   const Buffer p_heads = scatter_heads(parts.be, mb, p);
   const Buffer y_heads = mixer_forward(parts.be, parts.mixer, p_heads, mb.full, {}, {}, ctx.mix).y;
+  tap_mixer_forward(ctx.tap, ctx.mix, y_heads);
   ctx.y = gather_heads(parts.be, mb, y_heads);
   return out_proj_forward(parts, ctx.y);
 }
@@ -40,9 +43,9 @@ LocalGrads headwise_backward(const LayerParts& parts, const Context& ctx, const 
   const MicroBatch& mb = *ctx.mb;
   LinearGrads out = parts.be.linear_backward(dout, ctx.y, parts.proj.out_proj);
   const Buffer dy_heads = scatter_heads(parts.be, mb, out.dx);
-  MixerGrads mixer = mixer_backward(parts.be, parts.mixer, ctx.mix, dy_heads, {});
+  MixerGrads mixer = mixer_backward(parts.be, parts.mixer, ctx.mix, dy_heads, {}, ctx.tap);
   const Buffer dp = gather_heads(parts.be, mb, mixer.dp);
-  InProjGrads in = in_proj_backward(parts.be, parts.proj, ctx.in, dp, parts.tp);
+  InProjGrads in = in_proj_backward(parts.be, parts.proj, ctx.in, dp, parts.tp, ctx.tap);
   return {in.dhidden, in.d_ln_w, in.d_in_proj, out.dw, mixer};
 }
 

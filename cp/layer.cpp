@@ -7,6 +7,7 @@
 #include "core/rng.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
+#include "layouts/partition.hpp"
 #include "layouts/validate.hpp"
 #include "reference/tp_sharding.hpp"
 
@@ -24,12 +25,14 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 // The mixer slice CP rank j computes, and how its gradients land in the TP-local tensors.
 struct RankSlice {
   MixerParams mixer;
-  Buffer conv_rows, head_rows;  // I64: TP-local conv channels / value heads of the slice
+  Buffer conv_rows, head_rows;                // I64: TP-local conv channels / value heads of the slice
+  std::vector<std::int64_t> channels, heads;  // the same on the host (stage recording maps columns with them)
 };
 
 struct GdnCpLayer::SizeParams {
-  ProjParams proj;                // in_proj rows permuted for headwise
-  Buffer in_proj_rows;            // I64 [P]: TP-local in_proj row of each proj.in_proj row
+  ProjParams proj;      // in_proj rows permuted for headwise
+  Buffer in_proj_rows;  // I64 [P]: TP-local in_proj row of each proj.in_proj row
+  std::vector<std::int64_t> in_proj_rows_host;
   std::vector<RankSlice> slices;  // by CP rank
 };
 
@@ -70,6 +73,7 @@ std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) cons
               be_.upload(layouts::gather_rows(local_params_.at(ref::kInProj), rows), be_.dtype()),
               be_.upload(local_params_.at(ref::kOutProj), be_.dtype()), config_.eps()};
   sp->in_proj_rows = upload_index(be_, rows);
+  sp->in_proj_rows_host = rows;
   const int slices = headwise ? c : 1;
   for (int j = 0; j < slices; ++j) {
     // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
@@ -99,6 +103,8 @@ RankSlice GdnCpLayer::make_slice(const std::vector<std::int64_t>& channels, cons
   plan_mixer_columns(be_, mp);
   slice.conv_rows = upload_index(be_, channels);
   slice.head_rows = upload_index(be_, heads);
+  slice.channels = channels;
+  slice.heads = heads;
   return slice;
 }
 
@@ -176,8 +182,10 @@ Buffer GdnCpLayer::forward(const std::shared_ptr<const MicroBatch>& plan, const 
                       ": pass the rank's zigzag shard of the micro-batch");
   Buffer hidden_rows = hidden.reshaped({mb.local_tokens, width});
   if (mb.format == Format::Sbhd) hidden_rows = be_.gather_rows(hidden_rows, mb.sbhd_to_rows);
+  StageRecorder* const recorder = ctx.tap.recorder;
   ctx = Context{};
   ctx.mb = plan;
+  if (recorder) ctx.tap = {recorder, stage_plan(mb)};
   const LayerParts p = parts(mb);
   Buffer out;
   if (mb.cp_size == 1) out = plain_forward(p, mb.full, hidden_rows, ctx);
@@ -232,6 +240,93 @@ BufferGrads GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) 
     buf = buf.reshaped(ref::param_shape(L, name));
   }
   return grads;
+}
+
+namespace {
+
+std::vector<std::int64_t> iota_range(std::int64_t begin, std::int64_t end) {
+  std::vector<std::int64_t> v;
+  for (std::int64_t i = begin; i < end; ++i) v.push_back(i);
+  return v;
+}
+
+// Micro-batch rows (cu order; SBHD batch-major b*S + s) of this rank's zigzag rows in the order the layer
+// holds them (SBHD: batch-major over the local S positions). From the layout itself, never from the
+// plan's index maps, so a fault in those shows as a wrong stage, not a wrong map.
+std::vector<std::int64_t> zigzag_mb_rows(const MicroBatch& mb) {
+  if (mb.format == Format::Thd)
+    return layouts::thd_partition(layouts::Layout::zigzag, mb.cu, mb.cp_size, mb.cp_rank).positions();
+  const auto s = layouts::sbhd_partition(layouts::Layout::zigzag, mb.seq_len, mb.cp_size, mb.cp_rank).positions();
+  std::vector<std::int64_t> rows;
+  for (std::int64_t b = 0; b < mb.batch; ++b)
+    for (const std::int64_t pos : s) rows.push_back(b * mb.seq_len + pos);
+  return rows;
+}
+
+// Full-layer columns of TP rank t's local q, k, v columns, conv channels and in_proj rows (every
+// section is cut into tp equal head-aligned parts, docs/DESIGN.md §1.3).
+struct TpColumns {
+  const ref::LayerConfig& full;
+  const ref::LayerConfig& local;
+  std::int64_t t;
+
+  std::int64_t q(std::int64_t c) const { return t * local.qk_dim() + c; }
+  std::int64_t v(std::int64_t c) const { return t * local.v_dim() + c; }
+  std::int64_t head(std::int64_t h) const { return t * local.Hv() + h; }
+  std::int64_t conv(std::int64_t ch) const {
+    const std::int64_t qk = local.qk_dim();
+    if (ch < qk) return q(ch);
+    if (ch < 2 * qk) return full.qk_dim() + q(ch - qk);
+    return 2 * full.qk_dim() + v(ch - 2 * qk);
+  }
+  std::int64_t in_proj(std::int64_t row) const {
+    const std::int64_t sizes[] = {local.qk_dim(), local.qk_dim(), local.v_dim(), local.v_dim(), local.Hv(), local.Hv()};
+    const std::int64_t full_sizes[] = {full.qk_dim(), full.qk_dim(), full.v_dim(), full.v_dim(), full.Hv(), full.Hv()};
+    std::int64_t at = 0;
+    for (int i = 0; i < 6; ++i) {
+      if (row < sizes[i]) return at + t * sizes[i] + row;
+      row -= sizes[i];
+      at += full_sizes[i];
+    }
+    throw Error("in_proj row outside the layer");
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const StagePlan> GdnCpLayer::stage_plan(const MicroBatch& mb) const {
+  auto p = std::make_shared<StagePlan>();
+  const std::int64_t T = mb.cu.back();
+  const bool split = mb.cp_size > 1;
+  if (split && cp_.mode == CpMode::Chunkwise) {
+    const std::int64_t n = T / mb.cp_size;
+    p->proj_rows = p->mixer_rows = iota_range(mb.cp_rank * n, (mb.cp_rank + 1) * n);
+  } else if (split && cp_.mode == CpMode::AllGather) {
+    p->proj_rows = p->mixer_rows = iota_range(0, T);
+    p->own_rows = zigzag_mb_rows(mb);
+    p->sum_backward = true;
+  } else {
+    p->proj_rows = zigzag_mb_rows(mb);
+    p->mixer_rows = iota_range(0, T);
+  }
+  p->replicated_over_tp = cp_.tp > 1;
+  const TpColumns tc{config_, local_config_, tp_ ? tp_->rank() : 0};
+  const SizeParams& sp = size_params(mb.cp_size);
+  for (const std::int64_t row : sp.in_proj_rows_host) p->in_proj.push_back(tc.in_proj(row));
+  const RankSlice& rs = sp.slices.at(cp_.mode == CpMode::Headwise ? static_cast<std::size_t>(mb.cp_rank) : 0);
+  const std::int64_t qk_local = local_config_.qk_dim(), dv = config_.dv(), dk = config_.dk();
+  for (const std::int64_t ch : rs.channels) {
+    p->conv.push_back(tc.conv(ch));
+    if (ch < qk_local) p->q.push_back(tc.q(ch));
+    else if (ch < 2 * qk_local) p->k.push_back(tc.q(ch - qk_local));
+  }
+  for (const std::int64_t h : rs.heads) {
+    p->heads.push_back(tc.head(h));
+    for (std::int64_t j = 0; j < dv; ++j) p->v.push_back(tc.head(h) * dv + j);
+    for (std::int64_t j = 0; j < dk * dv; ++j) p->state.push_back(tc.head(h) * dk * dv + j);
+  }
+  p->l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;  // as the backends' core applies it
+  return p;
 }
 
 ref::LayerParams download_grads(Backend& backend, const BufferGrads& grads) {

@@ -8,6 +8,8 @@
 //   Buffer out = layer.forward(mb, hidden, ctx);  // hidden: [T_loc, 1, hidden] or [S_loc, B, hidden]
 //   LayerBackward g = layer.backward(ctx, grad_out);
 //
+// To record the named stages (cp/stage_record.hpp), set ctx.tap.recorder before forward.
+//
 // forward/backward are const: all per-call state lives in the caller's Context, so one layer serves
 // many micro-batches (and dynamic CP sizes) without mutating shared state.
 #include <map>
@@ -67,6 +69,7 @@ class GdnCpLayer {
   RankSlice make_slice(const std::vector<std::int64_t>& channels, const std::vector<std::int64_t>& heads,
                        int cp_size) const;
   LayerParts parts(const MicroBatch& mb) const;
+  std::shared_ptr<const StagePlan> stage_plan(const MicroBatch& mb) const;
   BufferGrads reduce_grads(const MicroBatch& mb, const LocalGrads& g) const;
 
   ref::LayerConfig config_, local_config_;

@@ -23,6 +23,9 @@ struct Context {
   InProjSaved in;
   MixerSaved mix;
   Buffer y;  // out_proj input [N, Hv*dv]
+  // Stage recording (cp/stage_record.hpp): the caller sets tap.recorder before forward to record; off
+  // by default.
+  StageTap tap;
 };
 
 struct LocalGrads {

@@ -32,9 +32,11 @@ Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& hidden, 
 }
 
 InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,
-                             Communicator* tp_group) {
+                             Communicator* tp_group, const StageTap& tap) {
   LinearGrads lin = be.linear_backward(dp, saved.x, pp.in_proj);
   if (tp_group && tp_group->size() > 1) tp_group->all_reduce(lin.dx.mut());  // column-parallel in_proj
+  tap("stage_grad::in_proj", dp, StageRows::Proj, StageCols::InProj);
+  tap("stage_grad::x_norm", lin.dx, StageRows::Proj, StageCols::Hidden);
   RmsNormGrads norm = be.rmsnorm_backward(lin.dx, saved.hidden, pp.ln_w, saved.rstd);
   return {norm.dx, norm.dw, lin.dw};
 }
@@ -70,19 +72,36 @@ MixerOut mixer_core(Backend& be, const MixerParams& mp, const Buffer& h0, MixerS
   return {norm.y.reshaped({s.p.dim(0), mp.geo.v_dim()}), core.final_state};
 }
 
+void tap_mixer_forward(const StageTap& tap, const MixerSaved& s, const Buffer& y) {
+  if (!tap) return;
+  tap("stage::conv", s.conv, StageRows::Mixer, StageCols::Conv);
+  tap("stage::q", s.q, StageRows::Mixer, StageCols::Q);
+  tap("stage::k", s.k, StageRows::Mixer, StageCols::K);
+  tap("stage::v", s.v, StageRows::Mixer, StageCols::V);
+  tap("stage::g", s.gates.g, StageRows::Mixer, StageCols::Heads);
+  tap("stage::beta", s.gates.beta, StageRows::Mixer, StageCols::Heads);
+  tap("stage::core", s.o, StageRows::Mixer, StageCols::V);
+  tap("stage::gated_norm", y, StageRows::Mixer, StageCols::V);
+}
+
 MixerOut mixer_forward(Backend& be, const MixerParams& mp, const Buffer& p, const Varlen& seqs, const Buffer& halo,
                        const Buffer& h0, MixerSaved& s) {
   mixer_core_inputs(be, mp, p, seqs, halo, s);
   return mixer_core(be, mp, h0, s);
 }
 
-GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy) {
+GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy,
+                                   const StageTap& tap) {
   const MixerGeometry& g = mp.geo;
-  return be.gated_norm_backward(dy.reshaped({s.p.dim(0), g.Hv, g.dv}), s.o, s.z, mp.out_norm, s.norm_rstd, g.eps);
+  GatedNormGrads norm =
+      be.gated_norm_backward(dy.reshaped({s.p.dim(0), g.Hv, g.dv}), s.o, s.z, mp.out_norm, s.norm_rstd, g.eps);
+  tap("stage_grad::gated_norm", dy, StageRows::Mixer, StageCols::V);
+  tap("stage_grad::core", norm.d_o, StageRows::Mixer, StageCols::V);
+  return norm;
 }
 
 MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const GatedNormGrads& norm,
-                               const Buffer& dht) {
+                               const Buffer& dht, const StageTap& tap) {
   const MixerGeometry& g = mp.geo;
   const std::int64_t N = s.p.dim(0);
   GdrGrads core = be.gdr_backward(core_args(mp, s), norm.d_o, dht);
@@ -92,6 +111,14 @@ MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSa
   be.scatter_columns(core.dq.reshaped({N, g.qk_dim()}), mp.cols_q, dconv);
   be.scatter_columns(core.dk.reshaped({N, g.qk_dim()}), mp.cols_k, dconv);
   be.scatter_columns(core.dv.reshaped({N, g.v_dim()}), mp.cols_v, dconv);
+  if (tap) {
+    tap("stage_grad::beta", core.dbeta, StageRows::Mixer, StageCols::Heads);
+    tap("stage_grad::g", core.dg, StageRows::Mixer, StageCols::Heads);
+    tap("stage_grad::v", core.dv, StageRows::Mixer, StageCols::V);
+    tap("stage_grad::k", core.dk, StageRows::Mixer, StageCols::K);
+    tap("stage_grad::q", core.dq, StageRows::Mixer, StageCols::Q);
+    tap("stage_grad::conv", dconv, StageRows::Mixer, StageCols::Conv);
+  }
   ConvGrads conv =
       be.conv1d_backward({s.qkv, mp.conv_w, mp.conv_b.empty() ? nullptr : &mp.conv_b, *s.seqs, s.halo}, dconv);
 
@@ -103,9 +130,9 @@ MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSa
   return {dp, conv.dw, conv.dbias, gates.dA_log, gates.ddt_bias, norm.dw, conv.dhalo, core.dh0};
 }
 
-MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy,
-                          const Buffer& dht) {
-  return mixer_core_backward(be, mp, s, mixer_norm_backward(be, mp, s, dy), dht);
+MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& s, const Buffer& dy, const Buffer& dht,
+                          const StageTap& tap) {
+  return mixer_core_backward(be, mp, s, mixer_norm_backward(be, mp, s, dy, tap), dht, tap);
 }
 
 }  // namespace gdnv::cp

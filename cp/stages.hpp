@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cp/backend.hpp"
+#include "cp/stage_record.hpp"
 
 namespace gdnv::cp {
 
@@ -55,8 +56,9 @@ struct InProjGrads {
   Buffer dhidden, d_ln_w, d_in_proj;
 };
 // dp [N, P]; `reduce_dx` all-reduces d(rmsnorm output) over TP before the norm's backward (nullptr: none).
+// With a tap: records stage_grad::in_proj (dp) and stage_grad::x_norm.
 InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,
-                             Communicator* tp_group);
+                             Communicator* tp_group, const StageTap& tap = StageTap{});
 
 struct MixerSaved {
   Buffer p, qkv, conv, q, k, v, z, a, b, o, norm_rstd;
@@ -82,12 +84,16 @@ struct MixerGrads {
   Buffer d_conv_w, d_conv_b, d_A_log, d_dt_bias, d_out_norm;
   Buffer dhalo, dh0;
 };
+// Records the mixer's stages (conv, q, k, v, g, beta, core, gated_norm) of a finished mixer forward.
+void tap_mixer_forward(const StageTap& tap, const MixerSaved& saved, const Buffer& y);
+// With a tap, the backward halves record the mixer's stage gradients.
 MixerGrads mixer_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const Buffer& dy /*[N, Hv*dv]*/,
-                          const Buffer& dht);
+                          const Buffer& dht, const StageTap& tap = StageTap{});
 // mixer_backward in two halves: the gated norm's backward (whose d_o chunkwise CP folds into the last
 // sequence's dht), then the rest from dht.
-GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const Buffer& dy);
+GatedNormGrads mixer_norm_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const Buffer& dy,
+                                   const StageTap& tap = StageTap{});
 MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSaved& saved, const GatedNormGrads& norm,
-                               const Buffer& dht);
+                               const Buffer& dht, const StageTap& tap = StageTap{});
 
 }  // namespace gdnv::cp

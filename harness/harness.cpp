@@ -175,10 +175,96 @@ Tensor extreme_rows(const Tensor& hidden, const ref::CuSeqlens& cu_seqlens) {
   return out;
 }
 
-Answer oracle_answer(const Case& k) {
+StageRequest stage_request(const RunSpec& spec, int cp_size) {
+  return {spec.stages, spec.cp.mode == CpMode::Chunkwise ? cp_size : 0};
+}
+
+namespace {
+
+// Micro-batch rows (cu order: THD tokens, SBHD batch-major b*S + s) -> natural rows (SBHD s*B + b).
+std::int64_t natural_row(const Case& k, std::int64_t row) {
+  if (k.cu_seqlens) return row;
+  const std::int64_t S = k.hidden.dim(0), B = k.hidden.dim(1);
+  return (row % S) * B + row / S;
+}
+
+std::vector<std::int64_t> packed_cu(const Case& k) {
+  if (k.cu_seqlens) return *k.cu_seqlens;
+  std::vector<std::int64_t> cu;
+  for (std::int64_t b = 0; b <= k.hidden.dim(1); ++b) cu.push_back(b * k.hidden.dim(0));
+  return cu;
+}
+
+// Micro-batch rows [begin, end) of a tensor whose first `lead` dims are its rows (2 for the core's
+// batch-major [B, T, ...] inputs, 1 for natural-order stage tensors), row i read at at(i), as
+// [1, end - begin, rest...].
+Tensor row_slice(const Tensor& t, int lead, std::int64_t begin, std::int64_t end,
+                 const std::function<std::int64_t(std::int64_t)>& at) {
+  Shape shape{1, end - begin};
+  std::int64_t width = 1;
+  for (int d = lead; d < t.rank(); ++d) shape.push_back(t.dim(d)), width *= t.dim(d);
+  Tensor out(DType::F64, shape);
+  for (std::int64_t i = begin; i < end; ++i)
+    for (std::int64_t j = 0; j < width; ++j) out.set((i - begin) * width + j, t.get(at(i) * width + j));
+  return out;
+}
+
+// The oracle's chunkwise boundary states (docs/DESIGN.md §3): row r the state entering CP rank r's span
+// when a sequence runs into it from earlier ranks (else zero), and the loss's gradient w.r.t. it: the
+// sequence's prefix run forward to the boundary, its suffix run backward from there.
+void boundary_stages(const Case& k, const ref::LayerForward& fwd, int W, ref::StageTensors& stages) {
+  const ref::LayerConfig& c = k.config;
+  const std::vector<std::int64_t> cu = packed_cu(k);
+  const std::int64_t T = cu.back(), n = T / W, state = c.Hv() * c.dk() * c.dv();
+  Tensor S_at(DType::F64, ref::stage_shape(c, "stage::boundary_state", W));
+  Tensor dS_at(DType::F64, S_at.shape());
+  const ref::GdrInputs& in = fwd.mixer.core_in;
+  const auto batch_major = [](std::int64_t i) { return i; };
+  const auto natural = [&](std::int64_t i) { return natural_row(k, i); };
+  const Tensor& d_o = stages.at("stage_grad::core");
+  for (int r = 1; r < W; ++r) {
+    const std::int64_t s = r * n;
+    const auto seq = std::upper_bound(cu.begin(), cu.end(), s) - cu.begin() - 1;
+    if (cu[static_cast<std::size_t>(seq)] == s) continue;  // a sequence starts at the boundary
+    const std::int64_t begin = cu[static_cast<std::size_t>(seq)], end = cu[static_cast<std::size_t>(seq) + 1];
+    auto piece = [&](std::int64_t a, std::int64_t b) {
+      ref::GdrInputs p;
+      p.q = row_slice(in.q, 2, a, b, batch_major);
+      p.k = row_slice(in.k, 2, a, b, batch_major);
+      p.v = row_slice(in.v, 2, a, b, batch_major);
+      p.g = row_slice(in.g, 2, a, b, batch_major);
+      p.beta = row_slice(in.beta, 2, a, b, batch_major);
+      p.use_qk_l2norm = true;
+      return p;
+    };
+    const Tensor h = ref::gdr_chunked_forward(piece(begin, s)).final_state;
+    ref::GdrInputs suffix = piece(s, end);
+    suffix.initial_state = h;
+    const Tensor dh = ref::gdr_chunked_backward(suffix, row_slice(d_o, 1, s, end, natural), std::nullopt).dh0;
+    for (std::int64_t j = 0; j < state; ++j) {
+      S_at.set(r * state + j, h.get(j));
+      dS_at.set(r * state + j, dh.get(j));
+    }
+  }
+  stages["stage::boundary_state"] = std::move(S_at);
+  stages["stage_grad::boundary_state"] = std::move(dS_at);
+}
+
+}  // namespace
+
+Answer oracle_answer(const Case& k, const StageRequest& request) {
   const ref::LayerForward fwd = ref::layer_forward(k.config, k.params, k.hidden, k.cu_seqlens);
-  ref::LayerGrads grads = ref::layer_backward(k.config, k.params, fwd, k.grad_output);
-  return {fwd.out, grads.grad_hidden, std::move(grads.params)};
+  Answer a;
+  a.stage_request = request;
+  ref::LayerGrads grads = ref::layer_backward(k.config, k.params, fwd, k.grad_output, request.on ? &a.stages : nullptr);
+  if (request.on) {
+    a.stages.merge(ref::forward_stages(k.config, fwd));
+    if (request.chunkwise_cp > 1) boundary_stages(k, fwd, request.chunkwise_cp, a.stages);
+  }
+  a.out = fwd.out;
+  a.grad_hidden = grads.grad_hidden;
+  a.grads = std::move(grads.params);
+  return a;
 }
 
 namespace {
@@ -208,7 +294,8 @@ std::map<std::string, double> condition_numbers(const Case& k, const Answer& ora
     moved.hidden = perturbed(k.hidden, tag + "hidden");
     moved.grad_output = perturbed(k.grad_output, tag + "grad_output");
     for (auto& [name, t] : moved.params) t = perturbed(t, tag + name);
-    const Answer other = oracle_answer(moved);
+    const Answer other = oracle_answer(moved, oracle.stage_request);
+    for (const auto& [name, t] : oracle.stages) record(name, t, other.stages.at(name));
     record("out", oracle.out, other.out);
     record("grad_hidden", oracle.grad_hidden, other.grad_hidden);
     for (const auto& [name, t] : oracle.grads) record("grad::" + name, t, other.grads.at(name));
@@ -241,6 +328,7 @@ std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, 
   const double gate = 1e-10;
   gates["out"] = gates["grad_hidden"] = gate;
   for (const auto& [name, t] : oracle.grads) gates["grad::" + name] = gate;
+  for (const auto& [name, t] : oracle.stages) gates[name] = gate;
   return gates;
 }
 
@@ -293,6 +381,8 @@ std::vector<RankOutput> run_rank(const RunSpec& spec, std::span<const Case> case
     o.cp_rank = mb->cp_rank;
     const Buffer hidden = be.upload(layouts::gather_rows(k.hidden, rows), spec.dtype);
     Context ctx;
+    StageRecorder recorder;
+    if (spec.stages) ctx.tap.recorder = &recorder;
     Buffer out;
     {
       ScopedCounter counter(world.accounting());
@@ -312,6 +402,8 @@ std::vector<RankOutput> run_rank(const RunSpec& spec, std::span<const Case> case
     o.out = be.download(out).to(DType::F64);
     o.grad_hidden = be.download(back.grad_hidden).to(DType::F64);
     o.grads = download_grads(be, back.grads);
+    o.tp_rank = world.rank() % tp;
+    o.stages = download_stages(be, recorder);
     outputs.push_back(std::move(o));
   }
   return outputs;
@@ -325,6 +417,51 @@ RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType 
   }
   return out;
 }
+
+namespace {
+
+// Natural rows of CP rank r's zigzag shard, one per token (SBHD: every batch column of its S rows).
+std::vector<std::int64_t> zigzag_tokens(const Case& k, int c, int r) {
+  const std::vector<std::int64_t> rows = zigzag_rows(k, c, r);
+  if (k.cu_seqlens) return rows;
+  std::vector<std::int64_t> tokens;
+  const std::int64_t B = k.hidden.dim(1);
+  for (const std::int64_t s : rows)
+    for (std::int64_t b = 0; b < B; ++b) tokens.push_back(s * B + b);
+  return tokens;
+}
+
+// Every rank's recorded stages of micro-batch m, put (or summed) at their natural rows and full-layer
+// columns: run.answer.stages, with who computed what in run.stage_pieces.
+// World rank = cp_rank * tp + tp_rank: the first CP sub-group (static CP ranks [0, c)) holds the answer.
+void assemble_stages(const Case& k, int c, int tp, const std::vector<std::vector<RankOutput>>& outputs, std::size_t m,
+                     MicroBatchRun& run) {
+  const std::int64_t tokens = k.hidden.dim(0) * k.hidden.dim(1);
+  for (int rank = 0; rank < c * tp; ++rank) {
+    const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
+    for (const HostStage& h : o.stages) {
+      if (h.replicated_over_tp && o.tp_rank != 0) continue;
+      const bool boundary = h.name.ends_with("boundary_state");
+      const Shape shape = ref::stage_shape(k.config, h.name, boundary ? c : tokens);
+      Tensor& full = run.answer.stages.try_emplace(h.name, DType::F64, shape).first->second;
+      const std::int64_t width = full.numel() / shape[0], cols = static_cast<std::int64_t>(h.cols.size());
+      StagePiece piece{o.cp_rank, {}, h.cols};
+      for (std::size_t i = 0; i < h.rows.size(); ++i) {
+        const std::int64_t row = boundary ? h.rows[i] : natural_row(k, h.rows[i]);
+        if (!h.sum) piece.rows.push_back(row);
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const std::int64_t at = row * width + h.cols[static_cast<std::size_t>(j)];
+          const double v = h.data.get(static_cast<std::int64_t>(i) * cols + j);
+          full.set(at, h.sum ? full.get(at) + v : v);
+        }
+      }
+      if (h.sum) piece = {o.cp_rank, zigzag_tokens(k, c, o.cp_rank), {}};
+      run.stage_pieces[h.name].push_back(std::move(piece));
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const Case> cases,
                                           const BackendFactory& factory) {
@@ -351,9 +488,10 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const C
     const Case& k = cases[cases.size() == 1 ? 0 : m];
     const int c = outputs[0][m].cp_size;
     MicroBatchRun run{c,
-                      {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}},
+                      {Tensor(DType::F64, k.hidden.shape()), Tensor(DType::F64, k.hidden.shape()), {}, {}, {}},
                       outputs[0][m].forward,
                       outputs[0][m].backward,
+                      {},
                       {}};
     std::vector<ref::LayerParams> tp_grads(static_cast<std::size_t>(tp));
     // World rank = cp_rank * tp + tp_rank; the first CP sub-group (static CP ranks [0, c)) holds the
@@ -368,6 +506,7 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const C
       if (rank < tp) tp_grads[static_cast<std::size_t>(rank)] = o.grads;
     }
     run.answer.grads = ref::tp_unshard(k.config, tp_grads);
+    if (spec.stages) assemble_stages(k, c, tp, outputs, m, run);
     for (auto& rank_outputs : outputs) run.ranks.push_back(std::move(rank_outputs[m]));
     runs.push_back(std::move(run));
   }

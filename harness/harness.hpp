@@ -17,6 +17,7 @@
 #include "cost/cost.hpp"
 #include "cp/backend.hpp"
 #include "cp/cp_config.hpp"
+#include "cp/stage_record.hpp"
 #include "reference/layer.hpp"
 
 namespace gdnv::cp {
@@ -43,6 +44,7 @@ struct RunSpec {
   std::vector<std::vector<std::int64_t>> micro_batch_lengths;
   GateRegime gates = GateRegime::Default;
   std::uint64_t seed = 0;
+  bool stages = false;  // record the named stages (reference/layer.hpp) on every rank and reassemble them
 };
 
 // The CP size of each micro-batch of `spec`, and micro-batch m's THD sequence lengths.
@@ -88,11 +90,21 @@ std::vector<Case> make_cases(const RunSpec& spec);
 void shape_extreme_params(const ref::LayerConfig& config, ref::LayerParams& params);
 Tensor extreme_rows(const Tensor& hidden, const ref::CuSeqlens& cu_seqlens);
 
-struct Answer {
-  Tensor out, grad_hidden;  // natural order, F64
-  ref::LayerParams grads;   // full (TP-assembled), F64
+// Which named stages an answer holds: none, or every stage of the layer, plus chunkwise's boundary
+// state for CP size `chunkwise_cp` when it is above 1.
+struct StageRequest {
+  bool on = false;
+  int chunkwise_cp = 0;
 };
-Answer oracle_answer(const Case& c);
+StageRequest stage_request(const RunSpec& spec, int cp_size);  // what a run of `spec` records at that size
+
+struct Answer {
+  Tensor out, grad_hidden;   // natural order, F64
+  ref::LayerParams grads;    // full (TP-assembled), F64
+  ref::StageTensors stages;  // "stage::..." and "stage_grad::..." (reference/layer.hpp), natural order, F64
+  StageRequest stage_request;
+};
+Answer oracle_answer(const Case& c, const StageRequest& stages = {});
 
 // What one rank of the world computed for one micro-batch.
 struct RankOutput {
@@ -104,6 +116,15 @@ struct RankOutput {
   // of the ops that ran, and the bytes the forward allocated and left alive for the backward.
   double forward_flops = 0, backward_flops = 0;
   std::int64_t saved_bytes = 0;
+  int tp_rank = 0;
+  std::vector<HostStage> stages;  // RunSpec::stages: what this rank recorded
+};
+
+// Which elements of a reassembled stage one CP rank computed: natural rows x full-layer columns
+// (cols empty: every column). all_gather's summed gradients are attributed to the rank's zigzag rows.
+struct StagePiece {
+  int cp_rank = 0;
+  std::vector<std::int64_t> rows, cols;
 };
 
 struct MicroBatchRun {
@@ -111,6 +132,7 @@ struct MicroBatchRun {
   Answer answer;
   Counters forward, backward;     // world rank 0's collectives in this micro-batch
   std::vector<RankOutput> ranks;  // what every world rank computed and measured, by world rank
+  std::map<std::string, std::vector<StagePiece>> stage_pieces;  // RunSpec::stages: who computed what
 };
 
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/gemm.hpp"
 #include "reference/gates.hpp"
+#include "reference/l2norm.hpp"
 #include "reference/sequences.hpp"
 
 namespace gdnv::ref {
@@ -37,6 +38,13 @@ Tensor swap_leading(Tensor t) {
   for (std::int64_t x = 0; x < X; ++x)
     for (std::int64_t y = 0; y < Y; ++y) std::copy_n(src + (x * Y + y) * F, F, dst + (y * X + x) * F);
   return out;
+}
+
+// A batch-major stage tensor [B, S, ...] (or [B*S, ...]) in natural token order, shaped by stage_shape.
+Tensor natural_rows(const LayerConfig& config, const std::string& name, const Tensor& t, std::int64_t B,
+                    std::int64_t S) {
+  const std::int64_t F = t.numel() / (B * S);
+  return swap_leading(t.reshaped({B, S, F})).reshaped(stage_shape(config, name, B * S));
 }
 
 const Tensor& param(const LayerParams& params, const char* name) {
@@ -136,7 +144,7 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
 }
 
 MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd, const Tensor& dy,
-                          const LayerOptions& options) {
+                          const LayerOptions& options, std::map<std::string, Tensor>* stages) {
   if (dy.shape() != fwd.o.shape())
     throw Error("mixer_backward: dy " + shape_str(dy.shape()) + " is not the shape of o " + shape_str(fwd.o.shape()));
   const std::int64_t C = config.conv_dim(), qk = config.qk_dim(), Hv = config.Hv();
@@ -149,6 +157,16 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   put_cols(d_conv_y, qk, core.dk);
   put_cols(d_conv_y, 2 * qk, core.dv);
   Conv1dGrads conv = conv1d_backward(fwd.conv_in, d_conv_y);
+  if (stages) {
+    (*stages)["stage_grad::gated_norm"] = dy;
+    (*stages)["stage_grad::core"] = norm.d_o;
+    (*stages)["stage_grad::beta"] = core.dbeta;
+    (*stages)["stage_grad::g"] = core.dg;
+    (*stages)["stage_grad::v"] = core.dv;
+    (*stages)["stage_grad::k"] = core.dk;
+    (*stages)["stage_grad::q"] = core.dq;
+    (*stages)["stage_grad::conv"] = d_conv_y;
+  }
 
   MixerGrads g;
   g.dp = Tensor(DType::F64, {fwd.conv_in.x.dim(0), fwd.conv_in.x.dim(1), config.in_proj_dim()});
@@ -205,7 +223,7 @@ LayerForward layer_forward(const LayerConfig& config, const LayerParams& params,
 }
 
 LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
-                          const Tensor& grad_output) {
+                          const Tensor& grad_output, StageTensors* stages) {
   const std::int64_t S = fwd.out.dim(0), B = fwd.out.dim(1), hidden = config.hidden();
   if (grad_output.shape() != fwd.out.shape() || grad_output.dtype() != DType::F64)
     throw ConfigError("grad_output is " + std::string(dtype_name(grad_output.dtype())) + " " +
@@ -214,10 +232,20 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   const Tensor dout = swap_leading(grad_output).reshaped({B * S, hidden});
   const int threads = fwd.options.threads;
   OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}), dout, threads);
-  MixerGrads mixer = mixer_backward(config, params, fwd.mixer,
-                                    std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}), fwd.options);
-  InProjGrads in = in_proj_backward(params, fwd.h, fwd.in_proj,
-                                    std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()}), threads);
+  StageTensors mixer_stages;
+  MixerGrads mixer =
+      mixer_backward(config, params, fwd.mixer, std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}),
+                     fwd.options, stages ? &mixer_stages : nullptr);
+  const Tensor dp = std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()});
+  InProjGrads in = in_proj_backward(params, fwd.h, fwd.in_proj, dp, threads);
+  if (stages) {
+    mixer_stages["stage_grad::in_proj"] = dp;
+    Tensor dx;
+    Tensor d_weight;
+    linear_backward(fwd.in_proj.x, param(params, kInProj), dp, dx, d_weight, threads);
+    mixer_stages["stage_grad::x_norm"] = dx;
+    for (auto& [name, t] : mixer_stages) (*stages)[name] = natural_rows(config, name, t, B, S);
+  }
 
   LayerGrads g;
   g.grad_hidden = swap_leading(std::move(in.dh).reshaped({B, S, hidden}));
@@ -226,6 +254,61 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   g.params[kInProj] = std::move(in.d_weight);
   g.params[kOutProj] = std::move(out.d_weight);
   return g;
+}
+
+std::vector<std::string> judged_order(const std::vector<std::string>& grad_names) {
+  std::vector<std::string> order;
+  for (const char* s :
+       {"x_norm", "in_proj", "conv", "q", "k", "v", "g", "beta", "boundary_state", "core", "gated_norm"})
+    order.push_back(std::string("stage::") + s);
+  order.push_back("out");
+  for (const char* s :
+       {"gated_norm", "core", "boundary_state", "beta", "g", "v", "k", "q", "conv", "in_proj", "x_norm"})
+    order.push_back(std::string("stage_grad::") + s);
+  order.push_back("grad_hidden");
+  order.insert(order.end(), grad_names.begin(), grad_names.end());
+  return order;
+}
+
+bool is_backward_tensor(std::string_view name) { return name.starts_with("stage_grad::") || name.starts_with("grad"); }
+
+Shape stage_shape(const LayerConfig& c, std::string_view name, std::int64_t rows) {
+  const std::string_view s = name.substr(name.find("::") + 2);
+  if (s == "x_norm") return {rows, c.hidden()};
+  if (s == "in_proj") return {rows, c.in_proj_dim()};
+  if (s == "conv") return {rows, c.conv_dim()};
+  if (s == "q" || s == "k") return {rows, c.Hk(), c.dk()};
+  if (s == "g" || s == "beta") return {rows, c.Hv()};
+  if (s == "boundary_state") return {rows, c.Hv(), c.dk(), c.dv()};
+  if (s == "v" || s == "core" || s == "gated_norm") return {rows, c.Hv(), c.dv()};
+  throw Error("unknown stage '" + std::string(name) + "'");
+}
+
+StageTensors forward_stages(const LayerConfig& config, const LayerForward& fwd) {
+  const std::int64_t S = fwd.out.dim(0), B = fwd.out.dim(1), N = B * S;
+  const Mixer& m = fwd.mixer;
+  auto normalised = [&](const Tensor& x) {  // the core's in-kernel L2 norm (docs/DESIGN.md §1.1)
+    Tensor out = x;
+    l2norm_rows(as_matrix(out, out.numel() / config.dk(), config.dk()));
+    return out;
+  };
+  Tensor conv(DType::F64, {N, config.conv_dim()});
+  put_cols(conv, 0, m.core_in.q);
+  put_cols(conv, config.qk_dim(), m.core_in.k);
+  put_cols(conv, 2 * config.qk_dim(), m.core_in.v);
+  const StageTensors batch_major{{"stage::x_norm", fwd.in_proj.x},
+                                 {"stage::in_proj", fwd.in_proj.p},
+                                 {"stage::conv", conv},
+                                 {"stage::q", normalised(m.core_in.q)},
+                                 {"stage::k", normalised(m.core_in.k)},
+                                 {"stage::v", m.core_in.v},
+                                 {"stage::g", m.core_in.g},
+                                 {"stage::beta", m.core_in.beta},
+                                 {"stage::core", m.o},
+                                 {"stage::gated_norm", m.y.y}};
+  StageTensors out;
+  for (const auto& [name, t] : batch_major) out[name] = natural_rows(config, name, t, B, S);
+  return out;
 }
 
 }  // namespace gdnv::ref

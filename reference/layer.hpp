@@ -6,7 +6,10 @@
 //                            y = rmsnorm_per_head(o) * out_norm_w * silu(z)
 //   out_proj (token-local)   out = y W_out^T
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -68,9 +71,10 @@ struct MixerGrads {
   Tensor dp;           // [B, T, in_proj_dim]
   LayerParams params;  // conv1d.weight, conv1d.bias (when present), A_log, dt_bias, out_norm.weight
 };
+// With `stages`: the mixer's stage gradients, batch-major [B, T, ...] (layer_backward reorders them).
 MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,
                           const Tensor& dy,  // [B, T, Hv, dv]
-                          const LayerOptions& options);
+                          const LayerOptions& options, std::map<std::string, Tensor>* stages = nullptr);
 
 // ---- stage 3: out_proj (row-parallel under TP: each rank's output is a partial sum) ----------
 Tensor out_proj_forward(const LayerParams& params, const Tensor& y,  // [N, Hv*dv] -> [N, hidden]
@@ -102,9 +106,28 @@ struct LayerGrads {
   Tensor grad_hidden;  // [S, B, hidden]
   LayerParams params;  // every parameter's gradient, by parameter name
 };
-// config and params must be those the forward ran with.
+
+// ---- named stages (docs/DESIGN.md §1.3): the layer's intermediates, token rows in natural order -------
+// "stage::<s>" is stage s's output, "stage_grad::<s>" the loss's gradient w.r.t. it, each [N, ...] with
+// N = S*B tokens in the order of `out` ([S, B] for SBHD). stage::q and stage::k are after the core's L2
+// norm; stage_grad::q and stage_grad::k are w.r.t. the conv's q and k sections (the core fuses the L2
+// norm's backward, as every implementation's kernel does). chunkwise CP adds stage::boundary_state and
+// stage_grad::boundary_state [W, Hv, dk, dv] (the harness computes those: they depend on the span cut).
+using StageTensors = std::map<std::string, Tensor>;
+// Every tensor name a layer run is judged on, in the order a divergence propagates: the forward stages,
+// out, the backward stages, grad_hidden, then the parameter gradients (`grad_names`, given sorted).
+std::vector<std::string> judged_order(const std::vector<std::string>& grad_names);
+// Whether `name` is a backward tensor (a stage gradient, grad_hidden or a parameter gradient).
+bool is_backward_tensor(std::string_view name);
+// The shape of stage `name` with `rows` leading rows (N tokens, or W ranks for the boundary state).
+Shape stage_shape(const LayerConfig& config, std::string_view name, std::int64_t rows);
+StageTensors forward_stages(const LayerConfig& config, const LayerForward& fwd);
+
+// config and params must be those the forward ran with. With `stages`, the backward stage gradients
+// are added to it.
 LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
-                          const Tensor& grad_output);  // [S, B, hidden]
+                          const Tensor& grad_output,  // [S, B, hidden]
+                          StageTensors* stages = nullptr);
 
 // Throws ConfigError for a hidden_states shape or cu_seqlens that do not fit `config` (THD needs
 // B == 1 and cu_seqlens from 0, non-decreasing, ending at T).

@@ -52,6 +52,27 @@ TEST(Metrics, NonFiniteValuesAreCountedAndMismatch) {
   EXPECT_EQ(mismatches(ref, cand, 1e9, 0), 1);  // the NaN, however loose the tolerance
 }
 
+TEST(Metrics, TolerancesAreTheSmallestThatPassAndTheErrorsGoToTheirDecades) {
+  const Tensor ref = Tensor::from(std::vector<double>{1, 2, 0, 4, 10}, {5});
+  const Tensor cand = Tensor::from(std::vector<double>{1, 2.03, 0, 4.0005, 10.3}, {5});
+  const Tolerances t = tolerances(ref, cand);
+  EXPECT_NEAR(t.min_atol, 0.3, 1e-12);   // |10.3 - 10|
+  EXPECT_NEAR(t.min_rtol, 0.03, 1e-12);  // 0.3 / 10 and 0.03 / 2
+  EXPECT_EQ(mismatches(ref, cand, t.min_atol, 0), 0);
+  EXPECT_EQ(mismatches(ref, cand, 0, t.min_rtol), 0);
+  EXPECT_GT(mismatches(ref, cand, 0.99 * t.min_atol, 0), 0);
+  EXPECT_EQ(decade_histogram(t), "0:2 1e-04:1 1e-02:1 1e-01:1");
+}
+
+TEST(Metrics, NoToleranceCoversANaNOrAnErrorWhereTheReferenceIsZero) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tolerances t =
+      tolerances(Tensor::from(std::vector<double>{0, 1}, {2}), Tensor::from(std::vector<double>{2e-3, nan}, {2}));
+  EXPECT_TRUE(std::isinf(t.min_atol));
+  EXPECT_TRUE(std::isinf(t.min_rtol));
+  EXPECT_EQ(decade_histogram(t), "0:0 1e-03:1 nan/inf:1");
+}
+
 TEST(Metrics, ShapeMismatchIsAnError) {
   EXPECT_THROW(compare(Tensor(DType::F64, {2}), Tensor(DType::F64, {3})), Error);
 }

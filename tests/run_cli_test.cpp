@@ -27,6 +27,31 @@ TEST(RunCli, LegalModesPassAndReportTheirCollectives) {
   EXPECT_NE(all_gather.out.find("reduce_scatter: 1 call"), std::string::npos) << all_gather.out;
 }
 
+TEST(RunCli, StagesPrintsEveryStagePassingAndWhatWouldPassElementwise) {
+  const auto r = run_cli("run --mode chunkwise --cp 2 --dtype fp64 --stages" + kSmall);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* stage :
+       {"stage::x_norm", "stage::boundary_state", "stage_grad::x_norm", "stage_grad::boundary_state"})
+    EXPECT_NE(r.out.find(std::string("  ") + stage + " "), std::string::npos) << stage << "\n" << r.out;
+  EXPECT_NE(r.out.find("min_atol   min_rtol  histogram"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("first divergence:"), std::string::npos) << r.out;
+}
+
+TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
+  const std::string json = ::testing::TempDir() + "run_first_divergence.json";
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
+  const auto r = run_cli("run --mode chunkwise --cp 2 --dtype fp64 --json " + json + kSmall);
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const std::string line = "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14): rel_rms ";
+  EXPECT_NE(r.out.find("\n" + line), std::string::npos) << r.out;
+  EXPECT_TRUE(r.out.ends_with("> gate 1.000e-10\nFAIL\n")) << r.out;
+  const auto report = nlohmann::json::parse(read_file_text(json));
+  EXPECT_EQ(report.at(0).at("first_divergence").at("tensor"), "stage::conv");
+  EXPECT_EQ(report.at(0).at("first_divergence").at("rank"), 1);
+  EXPECT_TRUE(report.at(0).at("tensors").at(0).contains("min_rtol"));
+}
+
 // Chunkwise with TP and dynamic CP, in the regime where the state fold carries over every rank.
 TEST(RunCli, ChunkwiseRunsWithTpAndDynamicCp) {
   const auto r = run_cli("run --mode chunkwise --cp 4 --tp 2 --dynamic-cp 1,2,4 --gates weak --dtype fp64" + kSmall);

@@ -1,0 +1,164 @@
+#include "harness/verdict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace gdnv::cp {
+namespace {
+
+const Tensor* find_tensor(const Answer& a, const std::string& name) {
+  if (name == "out") return &a.out;
+  if (name == "grad_hidden") return &a.grad_hidden;
+  if (name.starts_with("grad::")) {
+    const auto it = a.grads.find(name.substr(6));
+    return it == a.grads.end() ? nullptr : &it->second;
+  }
+  const auto it = a.stages.find(name);
+  return it == a.stages.end() ? nullptr : &it->second;
+}
+
+// Who computed which rows of a tensor: the recorded pieces of a stage; for out and grad_hidden each CP
+// rank's zigzag shard; none for parameter gradients (summed over every rank).
+std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c) {
+  if (const auto it = run.stage_pieces.find(name); it != run.stage_pieces.end()) return it->second;
+  std::vector<StagePiece> out;
+  if (name != "out" && name != "grad_hidden") return out;
+  for (int r = 0; r < run.cp_size; ++r) {
+    StagePiece p{r, {}, {}};
+    for (const std::int64_t row : zigzag_rows(c, run.cp_size, r)) {
+      if (c.cu_seqlens) p.rows.push_back(row);
+      else
+        for (std::int64_t b = 0; b < c.hidden.dim(1); ++b) p.rows.push_back(row * c.hidden.dim(1) + b);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+struct RankError {
+  double err2 = 0, ref2 = 0;
+  std::int64_t n = 0, nonfinite = 0;
+  std::vector<std::int64_t> hot_rows, rows;
+};
+
+// Each CP rank's share of the error of ref vs cand over the elements its pieces cover.
+std::map<int, RankError> rank_errors(const Tensor& ref, const Tensor& cand, const std::vector<StagePiece>& pieces,
+                                     double row_level2) {
+  std::map<int, RankError> out;
+  const std::int64_t width = ref.numel() / ref.dim(0);
+  for (const StagePiece& p : pieces) {
+    RankError& e = out[p.cp_rank];
+    const auto cols = static_cast<std::int64_t>(p.cols.empty() ? width : p.cols.size());
+    for (const std::int64_t row : p.rows) {
+      double row_err2 = 0;
+      bool bad = false;
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const std::int64_t at = row * width + (p.cols.empty() ? j : p.cols[static_cast<std::size_t>(j)]);
+        const double r = ref.get(at), x = cand.get(at);
+        if (!std::isfinite(x) || !std::isfinite(r)) {
+          bad = bad || !std::isfinite(x);
+          e.nonfinite += !std::isfinite(x);
+          continue;
+        }
+        row_err2 += (x - r) * (x - r);
+        e.ref2 += r * r;
+        ++e.n;
+      }
+      e.err2 += row_err2;
+      e.rows.push_back(row);
+      if (bad || row_err2 / static_cast<double>(cols) > row_level2) e.hot_rows.push_back(row);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<TensorVerdict> judge_answer(const Answer& oracle, const Answer& got,
+                                        const std::map<std::string, double>& gates) {
+  std::vector<std::string> grads;
+  for (const auto& [name, t] : oracle.grads) grads.push_back("grad::" + name);
+  std::vector<TensorVerdict> out;
+  for (const std::string& name : ref::judged_order(grads)) {
+    const Tensor* ref = find_tensor(oracle, name);
+    const Tensor* cand = find_tensor(got, name);
+    if (!ref || !cand) continue;
+    TensorVerdict v{name, compare(*ref, *cand), gates.at(name), false, tolerances(*ref, *cand)};
+    v.pass = v.m.rel_rms < v.gate && v.m.nan_cand == 0 && v.m.inf_cand == 0;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& verdicts, const Answer& oracle,
+                                           const MicroBatchRun& run, const Case& c) {
+  const auto failing = std::find_if(verdicts.begin(), verdicts.end(), [](const TensorVerdict& v) { return !v.pass; });
+  if (failing == verdicts.end()) return std::nullopt;
+  const TensorVerdict& v = *failing;
+  const bool nonfinite = v.m.nan_cand + v.m.inf_cand > 0;
+  Divergence d{v.name,
+               ref::is_backward_tensor(v.name),
+               -1,
+               run.cp_size,
+               0,
+               0,
+               nonfinite ? "nan/inf" : "rel_rms",
+               nonfinite ? static_cast<double>(v.m.nan_cand + v.m.inf_cand) : v.m.rel_rms,
+               nonfinite ? 0.0 : v.gate};
+  const Tensor& ref = *find_tensor(oracle, v.name);
+  const Tensor& cand = *find_tensor(run.answer, v.name);
+  d.row_end = ref.dim(0) - 1;
+  const double level = v.gate * v.m.ref_rms;
+  for (auto& [rank, e] : rank_errors(ref, cand, pieces_of(v.name, run, c), level * level)) {
+    const double rel =
+        std::sqrt(e.err2 / std::max<double>(1, e.n)) / (std::sqrt(e.ref2 / std::max<double>(1, e.n)) + 1e-12);
+    const bool fails = nonfinite ? e.nonfinite > 0 : rel >= v.gate;
+    if (!fails || e.rows.empty()) continue;
+    const auto& rows = e.hot_rows.empty() ? e.rows : e.hot_rows;
+    d.rank = rank;
+    d.row_begin = *std::min_element(rows.begin(), rows.end());
+    d.row_end = *std::max_element(rows.begin(), rows.end());
+    if (!nonfinite) d.value = rel;
+    else d.value = static_cast<double>(e.nonfinite);
+    break;
+  }
+  return d;
+}
+
+std::string divergence_line(const Divergence& d) {
+  char numbers[96];
+  std::snprintf(numbers, sizeof numbers, "%.3e > gate %.3e", d.value, d.gate);
+  const std::string rank = d.rank < 0 ? "every rank of " + std::to_string(d.world)
+                                      : "rank " + std::to_string(d.rank) + " of " + std::to_string(d.world);
+  return "first divergence: " + d.name + " (" + (d.backward ? "backward" : "forward") + ", " + rank + ", rows " +
+         std::to_string(d.row_begin) + ".." + std::to_string(d.row_end) + "): " + d.metric + " " + numbers;
+}
+
+std::optional<Divergence> find_first_divergence(const RunSpec& spec, const BackendFactory& factory) {
+  RunSpec s = spec;
+  s.stages = true;
+  const std::vector<Case> cases = make_cases(s);
+  const std::vector<MicroBatchRun> runs = run_in_process(s, cases, factory);
+  for (std::size_t m = 0; m < runs.size(); ++m) {
+    const Case& k = cases[cases.size() == 1 ? 0 : m];
+    const Answer oracle = oracle_answer(k, stage_request(s, runs[m].cp_size));
+    const auto d =
+        first_divergence(judge_answer(oracle, runs[m].answer, oracle_gates(k, oracle, s.dtype)), oracle, runs[m], k);
+    if (d) return d;
+  }
+  return std::nullopt;
+}
+
+std::string first_divergence_line(const RunSpec& spec, const BackendFactory& factory) {
+  try {
+    const auto d = find_first_divergence(spec, factory);
+    return d ? divergence_line(*d) : "";
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+}  // namespace gdnv::cp

@@ -1,0 +1,50 @@
+#pragma once
+// Judging a run against the oracle tensor by tensor, in the order a divergence propagates
+// (ref::judged_order), and naming where it starts: the first tensor outside its gate, and the CP rank
+// whose part of it diverges first (docs/DESIGN.md §4).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/metrics.hpp"
+#include "harness/harness.hpp"
+
+namespace gdnv::cp {
+
+struct TensorVerdict {
+  std::string name;
+  Metrics m;
+  double gate = 0;  // relative RMS
+  bool pass = false;
+  Tolerances tol;
+};
+// Every tensor of `oracle` that `got` also holds, in ref::judged_order.
+std::vector<TensorVerdict> judge_answer(const Answer& oracle, const Answer& got,
+                                        const std::map<std::string, double>& gates);
+
+struct Divergence {
+  std::string name;
+  bool backward = false;
+  int rank = -1, world = 1;  // CP rank of CP size; rank -1: every rank (a CP-summed parameter gradient)
+  std::int64_t row_begin = 0, row_end = 0;
+  std::string metric;  // "rel_rms" or "nan/inf"
+  double value = 0, gate = 0;
+};
+// The first failing verdict and, among the CP ranks that computed it, the lowest whose own elements are
+// outside the gate; rows a..b are that rank's natural rows whose error is above the gate's level
+// (rms error of the row > gate * rms of the whole reference), else all its rows. nullopt: all pass.
+std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& verdicts, const Answer& oracle,
+                                           const MicroBatchRun& run, const Case& c);
+// "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>"
+std::string divergence_line(const Divergence& d);
+
+// Reruns `spec` (each micro-batch) with its stages recorded; the first divergence of the first failing
+// micro-batch, nullopt when every tensor passes.
+std::optional<Divergence> find_first_divergence(const RunSpec& spec, const BackendFactory& factory);
+// For a failing case of the CP matrix: divergence_line of find_first_divergence, "" when every tensor
+// passes or the run does not complete (an Error other than ConfigError: there is no stage to name).
+std::string first_divergence_line(const RunSpec& spec, const BackendFactory& factory);
+
+}  // namespace gdnv::cp

@@ -1,0 +1,171 @@
+// The named stages (reference/layer.hpp) recorded by every mode and reassembled by the harness, and
+// the first-divergence report (harness/verdict.hpp): a clean build passes every stage, and each planted
+// fault (docs/DESIGN.md §10) is named at the stage where it acts.
+#include <gtest/gtest.h>
+
+#include "core/faults.hpp"
+#include "cpu/backend.hpp"
+#include "gpu/kernel_backend.hpp"
+#include "harness/verdict.hpp"
+
+namespace gdnv::cp {
+namespace {
+
+const BackendFactory kCpu = [](DType d) { return cpu::make_backend(d); };
+const BackendFactory kEmu = [](DType d) { return gpu::make_emulated_backend(d); };
+
+// The gate's CP-matrix geometry (cli/gate_steps_cp.cpp matrix_spec): hidden 24, Hk 4, Hv 8, dk 6, dv 10.
+RunSpec spec_of(CpMode mode, int W, DType dtype, int tp = 1, Format format = Format::Thd) {
+  RunSpec s;
+  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  s.cp.mode = mode;
+  s.cp.cp = W;
+  s.cp.tp = tp;
+  s.dtype = dtype;
+  s.format = format;
+  s.lengths = {8 * W, 4 * W};
+  s.seq_len = 8 * W;
+  s.batch = mode == CpMode::Chunkwise ? 1 : 2;
+  s.gates = GateRegime::Weak;
+  s.stages = true;
+  return s;
+}
+
+// Every stage of the run's first micro-batch judged against the oracle's.
+std::vector<TensorVerdict> verdicts_of(const RunSpec& spec, const BackendFactory& factory = kCpu) {
+  const Case k = make_case(spec);
+  const auto runs = run_in_process(spec, k, factory);
+  const Answer oracle = oracle_answer(k, stage_request(spec, runs.at(0).cp_size));
+  return judge_answer(oracle, runs.at(0).answer, oracle_gates(k, oracle, spec.dtype));
+}
+
+Divergence divergence_under(Fault fault, const RunSpec& spec, const BackendFactory& factory = kCpu) {
+  const ScopedFault planted(fault);
+  const auto d = find_first_divergence(spec, factory);
+  if (!d) ADD_FAILURE() << fault_name(fault) << ": every tensor passed";
+  return d.value_or(Divergence{});
+}
+
+TEST(Stages, EveryStageIsRecordedAndPassesInEveryModeOfACleanBuild) {
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+    for (int W : {1, 2, 4}) {
+      const RunSpec spec = spec_of(mode, W, DType::F64);
+      const auto verdicts = verdicts_of(spec);
+      // 10 forward and 10 backward stages, out, grad_hidden, 7 parameter gradients (no conv bias).
+      const std::size_t want = 2 * 10 + 2 + 7 + (mode == CpMode::Chunkwise && W > 1 ? 2 : 0);
+      EXPECT_EQ(verdicts.size(), want) << mode_name(mode) << " W=" << W;
+      for (const auto& v : verdicts)
+        EXPECT_TRUE(v.pass) << mode_name(mode) << " W=" << W << " " << v.name << " rel_rms " << v.m.rel_rms << " gate "
+                            << v.gate;
+    }
+}
+
+TEST(Stages, TensorParallelStagesAreGatheredToFullHeads) {
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
+    for (const auto& v : verdicts_of(spec_of(mode, 2, DType::F64, 2)))
+      EXPECT_TRUE(v.pass) << mode_name(mode) << " " << v.name << " rel_rms " << v.m.rel_rms;
+}
+
+TEST(Stages, SbhdStagesAreInTheNaturalOrderOfOut) {
+  for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise})
+    for (const auto& v : verdicts_of(spec_of(mode, 2, DType::F64, 1, Format::Sbhd)))
+      EXPECT_TRUE(v.pass) << mode_name(mode) << " " << v.name << " rel_rms " << v.m.rel_rms;
+}
+
+TEST(FirstDivergence, GateSoftplusMissingDtBiasActsAtG) {
+  EXPECT_EQ(divergence_under(Fault::GateSoftplusMissingDtBias, spec_of(CpMode::Headwise, 2, DType::F64)).name,
+            "stage::g");
+}
+
+TEST(FirstDivergence, L2normEpsDroppedActsAtQ) {
+  EXPECT_EQ(divergence_under(Fault::L2normEpsDropped, spec_of(CpMode::Headwise, 2, DType::F64)).name, "stage::q");
+}
+
+TEST(FirstDivergence, ConvHaloWrongRankActsAtConvOnARankWhoseSpanStartsInsideASequence) {
+  // W = 2, lengths 16, 8: rank 1's span [12, 24) starts inside the first sequence.
+  const Divergence d = divergence_under(Fault::ConvHaloWrongRank, spec_of(CpMode::Chunkwise, 2, DType::F64));
+  EXPECT_EQ(d.name, "stage::conv");
+  EXPECT_EQ(d.rank, 1);
+  EXPECT_FALSE(d.backward);
+}
+
+TEST(FirstDivergence, ConvHaloOneRankActsAtConvOnTheRankWhoseHaloReachesTwoRanksBack) {
+  // One 8-token sequence at W = 4: spans of 2 tokens, so rank 2's halo of 3 tokens starts on rank 0.
+  RunSpec spec = spec_of(CpMode::Chunkwise, 4, DType::F64);
+  spec.lengths = {8};
+  const Divergence d = divergence_under(Fault::ConvHaloOneRank, spec);
+  EXPECT_EQ(d.name, "stage::conv");
+  EXPECT_EQ(d.rank, 2);
+}
+
+TEST(FirstDivergence, ChunkwiseBf16StateChainActsAtTheBoundaryState) {
+  const Divergence d = divergence_under(Fault::ChunkwiseBf16StateChain, spec_of(CpMode::Chunkwise, 4, DType::F32));
+  EXPECT_TRUE(d.name == "stage::boundary_state" || d.name == "stage::core") << d.name;
+}
+
+TEST(FirstDivergence, AllgatherNoReduceScatterActsAtGradHiddenWithEveryStagePassing) {
+  const RunSpec spec = spec_of(CpMode::AllGather, 2, DType::F64);
+  EXPECT_EQ(divergence_under(Fault::AllGatherNoReduceScatter, spec).name, "grad_hidden");
+  const ScopedFault planted(Fault::AllGatherNoReduceScatter);
+  for (const auto& v : verdicts_of(spec))
+    if (v.name.starts_with("stage")) {
+      EXPECT_TRUE(v.pass) << v.name;
+    }
+}
+
+TEST(FirstDivergence, HeadwiseHeadPermShiftActsAtConv) {
+  EXPECT_EQ(divergence_under(Fault::HeadwiseHeadPermShift, spec_of(CpMode::Headwise, 2, DType::F64)).name,
+            "stage::conv");
+}
+
+TEST(FirstDivergence, MissingGradReductionOverCpActsAtAParameterGradientOnEveryRank) {
+  const Divergence d = divergence_under(Fault::MissingGradReductionOverCp, spec_of(CpMode::Headwise, 2, DType::F64));
+  EXPECT_TRUE(d.name.starts_with("grad::")) << d.name;
+  EXPECT_EQ(d.rank, -1);
+}
+
+TEST(FirstDivergence, RouteOffByOneActsAtXNorm) {
+  EXPECT_EQ(divergence_under(Fault::RouteOffByOne, spec_of(CpMode::Chunkwise, 2, DType::F64)).name, "stage::x_norm");
+}
+
+TEST(FirstDivergence, ZigzagSwapHalvesActsAtConvUnderHeadwise) {
+  EXPECT_EQ(divergence_under(Fault::ZigzagSwapHalves, spec_of(CpMode::Headwise, 2, DType::F64)).name, "stage::conv");
+}
+
+TEST(FirstDivergence, SoftplusOverflowsActsAtGOnTheExtremeInputs) {
+  RunSpec spec = spec_of(CpMode::Headwise, 2, DType::F32);
+  spec.gates = GateRegime::Extreme;
+  EXPECT_EQ(divergence_under(Fault::SoftplusOverflows, spec).name, "stage::g");
+}
+
+TEST(FirstDivergence, GpuConvBleedsAcrossSequencesActsAtConv) {
+  EXPECT_EQ(divergence_under(Fault::GpuConvBleedsAcrossSequences, spec_of(CpMode::Headwise, 2, DType::F32), kEmu).name,
+            "stage::conv");
+}
+
+// The second micro-batch at CP 2 reuses the first one's plan: its rows are placed by the stale plan
+// from the first stage on.
+TEST(FirstDivergence, DynamicCpReusesPlanActsFromXNormOnTheSecondPacking) {
+  RunSpec spec = spec_of(CpMode::Chunkwise, 4, DType::F64);
+  spec.cp.dynamic_cp = spec.micro_batches = {2, 2};
+  spec.micro_batch_lengths = {{8, 40, 16}, {32, 32}};
+  EXPECT_EQ(divergence_under(Fault::DynamicCpReusesPlan, spec).name, "stage::x_norm");
+}
+
+// The wrong group fails its first collective: the run does not complete, so there is no stage to name.
+TEST(FirstDivergence, DynamicCpUsesStaticGroupStopsAtItsFirstCollectiveBeforeAnyStage) {
+  RunSpec spec = spec_of(CpMode::Headwise, 4, DType::F64);
+  spec.cp.dynamic_cp = spec.micro_batches = {4, 2};
+  const ScopedFault planted(Fault::DynamicCpUsesStaticGroup);
+  EXPECT_THROW((void)find_first_divergence(spec, kCpu), Error);
+  EXPECT_EQ(first_divergence_line(spec, kCpu), "");
+}
+
+TEST(FirstDivergence, TheLineNamesStageDirectionRankRowsAndGate) {
+  const Divergence d{"stage::conv", false, 1, 2, 12, 14, "rel_rms", 0.5, 1e-10};
+  EXPECT_EQ(divergence_line(d),
+            "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14): rel_rms 5.000e-01 > gate 1.000e-10");
+}
+
+}  // namespace
+}  // namespace gdnv::cp
