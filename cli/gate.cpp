@@ -94,6 +94,7 @@ void print_failure(std::ostream& out, const GateStep& step, const StepResult& re
   out << "    " << result.failed << " of " << result.cases << " failed; first: " << result.detail << "\n"
       << "    reproduce: " << (result.reproduce.empty() ? gate_case_command(step.name, result.label) : result.reproduce)
       << "\n";
+  if (!result.divergence.empty()) out << "    " << result.divergence << "\n";
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct StepResult {
   std::string label;        // the first failing case's
   std::string detail;       // the first failure: "<label>: <why>"
   std::string reproduce;    // the first failure's own command (run/probe/fixtures), if it has one
+  std::string divergence;   // the first failure's "first divergence: ..." line (CP matrix steps), if known
   std::string skip_reason;  // non-empty: the step could not run here (never a pass)
   std::string only;         // StepOptions::only
   int notes = 0;            // things worth a look that are no failure (a precision gain), and the first

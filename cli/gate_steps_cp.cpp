@@ -23,6 +23,7 @@
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
 #include "harness/harness.hpp"
+#include "harness/verdict.hpp"
 #include "layouts/chunkwise_context.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -143,7 +144,9 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
   } catch (const Error& e) {
     why = e.what();
   }
+  const bool first_failure = !why.empty() && r.detail.empty();
   r.check(why.empty(), tag, why, run_command(spec, backend));
+  if (first_failure) r.divergence = cp::first_divergence_line(spec, factory);
 }
 
 bool legal(const cp::RunSpec& s) {

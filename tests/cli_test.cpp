@@ -170,6 +170,15 @@ TEST(Cli, GateCaseRunsThatCaseAlone) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCP mode matrix \(cpu\) +1 +pass)"))) << r.out;
 }
 
+// The CP matrix's first failure ends with the stage where the fault acts and the rank that diverges.
+TEST(Cli, GateNamesTheFirstDivergingStageOfItsFirstFailure) {
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
+  const auto r = run_cli("gate --quick --step 'CP mode matrix (cpu)'");
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "\n    first divergence: stage::conv (forward, rank 1 of 2, rows ")) << r.out;
+}
+
 TEST(Cli, GateListsEveryPlantedFault) {
   const auto r = run_cli("gate --list-faults");
   EXPECT_EQ(r.code, 0) << r.err;
