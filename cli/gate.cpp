@@ -108,6 +108,8 @@ const std::vector<GateStep>& gate_steps() {
       {"layout properties", layout_properties},
       {"adjoint dot-products", adjoint_dot_products},
       {"CP mode matrix (cpu)", cp_mode_matrix},
+      {"precision rules", precision_rules},
+      {"communicator semantics", communicator_semantics},
       {"illegal combinations", illegal_combinations},
       {"fixture verification", fixture_verification},
       {"precision regression", precision_regression},

@@ -67,6 +67,8 @@ StepResult oracle_self_checks(const StepOptions& options);
 StepResult layout_properties(const StepOptions& options);
 StepResult adjoint_dot_products(const StepOptions& options);
 StepResult cp_mode_matrix(const StepOptions& options);
+StepResult precision_rules(const StepOptions& options);         // cli/gate_steps_rules.cpp
+StepResult communicator_semantics(const StepOptions& options);  // cli/gate_steps_rules.cpp
 StepResult illegal_combinations(const StepOptions& options);
 StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);

@@ -227,10 +227,12 @@ class InProcessCommunicator final : public Communicator {
           const Call& c = *posts[r]->call;
           inputs.push_back(static_cast<const std::byte*>(c.send) + c.send_offset(rank()) * es);
         }
+        order_for_sum(inputs, rank());
         mover_->sum(call.dtype, call.recv, inputs, call.from[rank()]);
         break;
       case Collective::AllReduce:
         for (int r = 0; r < size(); ++r) inputs.push_back(posts[r]->call->send);
+        order_for_sum(inputs, rank());
         mover_->sum(call.dtype, call.recv, inputs, call.to[0]);
         break;
       case Collective::Broadcast:

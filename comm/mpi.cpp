@@ -373,6 +373,7 @@ void MpiCommunicator::execute(const Call& call) {
   const auto sum_blocks = [&](const std::vector<std::byte>& blocks, void* out, std::int64_t own) {
     std::vector<const void*> inputs;
     for (int r = 0; r < n; ++r) inputs.push_back(blocks.data() + r * own * es);
+    order_for_sum(inputs, me);
     rank_sum(call.dtype, out, inputs, own);
   };
   switch (call.kind) {

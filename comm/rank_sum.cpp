@@ -1,11 +1,22 @@
 #include "comm/rank_sum.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/faults.hpp"
 
 namespace gdnv {
 namespace {
+
+// Planted fault ReduceRoundsPerHop: the running sum rounded to T after every rank's addition, as a
+// ring that forwards partial sums in the buffer dtype does.
+template <class T, class Contribution>
+T sum_rounding_every_hop(int n, Contribution x) {
+  T acc = x(0);
+  for (int r = 1; r < n; ++r) acc = narrow<T>(widen(acc) + widen(x(r)));
+  return acc;
+}
 
 template <class T>
 void rank_sum_typed(void* out, std::span<const void* const> inputs, std::int64_t count) {
@@ -13,10 +24,18 @@ void rank_sum_typed(void* out, std::span<const void* const> inputs, std::int64_t
   for (const void* p : inputs) in.push_back(static_cast<const T*>(p));
   T* o = static_cast<T*>(out);
   const int n = static_cast<int>(in.size());
-  for (std::int64_t i = 0; i < count; ++i) o[i] = rank_ordered_sum<T>(n, [&](int r) { return in[r][i]; });
+  const bool every_hop = fault_active(Fault::ReduceRoundsPerHop);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto x = [&](int r) { return in[r][i]; };
+    o[i] = every_hop ? sum_rounding_every_hop<T>(n, x) : rank_ordered_sum<T>(n, x);
+  }
 }
 
 }  // namespace
+
+void order_for_sum(std::vector<const void*>& inputs, int own_rank) {
+  if (fault_active(Fault::ReduceOwnRankFirst)) std::rotate(inputs.begin(), inputs.begin() + own_rank, inputs.end());
+}
 
 void rank_sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) {
   if (inputs.empty() || count == 0) return;

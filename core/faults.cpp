@@ -70,6 +70,18 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::AllGatherGradNaturalOrder, "allgather_grad_natural_order",
        "all_gather backward reduce-scatters the input gradient in natural token order, without undoing the "
        "forward's reorder to source-rank-major"},
+      {Fault::GateBf16BeforeExp, "gate_bf16_before_exp",
+       "at bf16 storage the gates store g and beta rounded to bf16, so the core takes e^g of a bf16 value"},
+      {Fault::DecayCumsumFp32, "decay_cumsum_fp32",
+       "the chunk's decay factors are e^{gamma_i - gamma_j} of fp32 cumsums of g, not products of e^{g_t}"},
+      {Fault::ReduceRoundsPerHop, "reduce_rounds_per_hop",
+       "collective sums round to the buffer dtype after every rank's addition, not once (bf16 buffers)"},
+      {Fault::ReduceOwnRankFirst, "reduce_own_rank_first",
+       "each rank's collective sum starts from its own contribution (ring order): ranks disagree in bits"},
+      {Fault::GradAllreduceBf16, "grad_allreduce_bf16",
+       "at bf16 storage the parameter gradients are all-reduced over CP as bf16: half the bytes, rounded"},
+      {Fault::HaloGathersWholeSpan, "halo_gathers_whole_span",
+       "chunkwise's conv-halo all-gather sends every rank's whole span instead of its W_conv - 1 tail rows"},
   };
   return table;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Planted faults: runtime-selected bugs of the kind that have shipped in CP stacks, so the test suite
 // and the gate can prove they catch them. Selected by GDNV_FAULT=<name> (or ScopedFault in tests) and
-// honoured only by the implementation under test (cp/, gpu/), never by the oracle.
+// honoured only by the implementation under test (cp/, cpu/, gpu/, comm/), never by the oracle.
 #include <string_view>
 #include <vector>
 
@@ -29,6 +29,12 @@ enum class Fault {
   HaloGradPreviousRankOnly,     // chunkwise halo gradient returned to the previous rank only
   RouteReturnUninverted,        // contiguous -> zigzag return places rows by the route index, not inverted
   AllGatherGradNaturalOrder,    // all_gather backward reduce-scatters natural-order rows
+  GateBf16BeforeExp,            // at bf16 storage the gates' g and beta rounded to bf16
+  DecayCumsumFp32,              // chunk decay factors e^{gamma_i - gamma_j} from differences of fp32 cumsums
+  ReduceRoundsPerHop,           // a collective sum rounded to the buffer dtype after every rank's addition
+  ReduceOwnRankFirst,           // each rank's collective sum starts from its own contribution (ring order)
+  GradAllreduceBf16,            // at bf16 storage the parameter-gradient all-reduce over CP runs in bf16
+  HaloGathersWholeSpan,         // chunkwise's conv-halo exchange moves every rank's whole span, not its tail
 };
 
 struct FaultInfo {

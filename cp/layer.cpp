@@ -20,6 +20,16 @@ std::vector<std::int64_t> iota(std::int64_t n) {
   return v;
 }
 
+// Planted fault GradAllreduceBf16: a state-dtype gradient summed over CP as bf16 (cast, all-reduce, cast
+// back): half the bytes, and the sum rounded to bf16.
+void all_reduce_as_bf16(Backend& be, Communicator& cp, Buffer& grad) {
+  Buffer narrow = be.alloc(DType::BF16, grad.shape());
+  be.accumulate(narrow, grad);
+  cp.all_reduce(narrow.mut());
+  grad = be.alloc(grad.dtype(), grad.shape());
+  be.accumulate(grad, narrow);
+}
+
 }  // namespace
 
 // The mixer slice CP rank j computes, and how its gradients land in the TP-local tensors.
@@ -236,7 +246,10 @@ BufferGrads GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) 
   if (tp_ && tp_->size() > 1) tp_->all_reduce(grads[ref::kOutNorm].mut());  // replicated over TP, per-head partials
 
   for (auto& [name, buf] : grads) {
-    if (mb.cp_size > 1 && !fault_active(Fault::MissingGradReductionOverCp)) mb.cp->all_reduce(buf.mut());
+    if (mb.cp_size > 1 && !fault_active(Fault::MissingGradReductionOverCp)) {
+      if (be_.dtype() == DType::BF16 && fault_active(Fault::GradAllreduceBf16)) all_reduce_as_bf16(be_, *mb.cp, buf);
+      else mb.cp->all_reduce(buf.mut());
+    }
     buf = buf.reshaped(ref::param_shape(L, name));
   }
   return grads;

@@ -134,7 +134,7 @@ class CpuBackend final : public Backend {
   }
 
   Gates do_gates(const Buffer& a, const Buffer& b, const Buffer& A_log, const Buffer& dt_bias) override {
-    auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), gate_bias(dt_bias));
+    auto r = cpu::GateMath<C>::forward(act(a), act(b), act(A_log), gate_bias(dt_bias), dtype() == DType::BF16);
     return {state_out(r.g, a.shape()), state_out(r.beta, a.shape())};
   }
 

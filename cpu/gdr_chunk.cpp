@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/faults.hpp"
+
 namespace gdnv::cpu {
 namespace {
 
@@ -39,6 +41,22 @@ Mat<C> decay_of(const Vec<C>& e_g) {
     decay(i, i) = 1;
   }
   return decay;
+}
+
+// Planted fault DecayCumsumFp32: gamma = the within-chunk cumsum of g in C, and every decay factor as
+// e^{gamma_i - gamma_j} of two cumsums, whose difference keeps only eps |gamma| of the exponent.
+template <class C>
+void decays_from_cumsum(const ConstVecMap<C>& g, Intra<C>& in) {
+  const Index c = g.size();
+  Vec<C> gamma(c);
+  C acc = 0;
+  for (Index i = 0; i < c; ++i) gamma(i) = acc += g(i);
+  in.e_gamma = gamma.array().exp();
+  in.e_C = in.e_gamma(c - 1);
+  in.e_tail = (gamma(c - 1) - gamma.array()).exp();
+  in.decay = Mat<C>::Zero(c, c);
+  for (Index i = 0; i < c; ++i)
+    for (Index j = 0; j <= i; ++j) in.decay(i, j) = std::exp(gamma(i) - gamma(j));
 }
 
 // out_t = sum_{i >= t} x_i: the gradient w.r.t. g_t of terms depending on gamma_i, i >= t.
@@ -90,11 +108,15 @@ template <class C>
 Intra<C> ChunkStages<C>::intra(const Chunk<C>& x) {
   const Index c = x.g.size(), K = x.k.cols(), V = x.v.cols();
   Intra<C> in;
-  const Vec<C> e_g = x.g.array().exp();
-  in.e_gamma = cumprod(e_g);
-  in.e_C = in.e_gamma(c - 1);
-  in.e_tail = tail_prod(e_g);
-  in.decay = decay_of(e_g);
+  if (fault_active(Fault::DecayCumsumFp32)) {
+    decays_from_cumsum(x.g, in);
+  } else {
+    const Vec<C> e_g = x.g.array().exp();
+    in.e_gamma = cumprod(e_g);
+    in.e_C = in.e_gamma(c - 1);
+    in.e_tail = tail_prod(e_g);
+    in.decay = decay_of(e_g);
+  }
   in.KKd = decayed_lower(x.k, x.k, in.decay);
   in.KKd.diagonal().setZero();
   in.A = x.beta.asDiagonal() * in.KKd;

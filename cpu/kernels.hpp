@@ -73,8 +73,10 @@ struct GateMath {
     Array<C> da, db;            // [N, Hv]
     Array<C> dA_log, ddt_bias;  // [Hv]
   };
-  // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b).
-  static Out forward(const Array<C>& a, const Array<C>& b, const Array<C>& A_log, const Array<C>& dt_bias);
+  // g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b). `bf16_storage`: the backend stores bf16
+  // (where the planted fault GateBf16BeforeExp rounds g and beta to it).
+  static Out forward(const Array<C>& a, const Array<C>& b, const Array<C>& A_log, const Array<C>& dt_bias,
+                     bool bf16_storage);
   static Grads backward(const Array<C>& dg, const Array<C>& dbeta, const Array<C>& a, const Array<C>& b,
                         const Array<C>& A_log, const Array<C>& dt_bias);
 };

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/faults.hpp"
+#include "core/half.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
 
@@ -16,18 +17,25 @@ C gate_softplus(C x, bool naive) {
   return naive ? std::log(C(1) + std::exp(x)) : softplus(x);
 }
 
+// A gate as stored: in the state dtype, or under the planted fault GateBf16BeforeExp rounded to bf16.
+template <class C>
+C stored_gate(C x, bool to_bf16) {
+  return to_bf16 ? static_cast<C>(round_bf16(static_cast<float>(x))) : x;
+}
+
 }  // namespace
 
 template <class C>
 typename GateMath<C>::Out GateMath<C>::forward(const Array<C>& a, const Array<C>& b, const Array<C>& A_log,
-                                               const Array<C>& dt_bias) {
+                                               const Array<C>& dt_bias, bool bf16_storage) {
   const std::size_t Hv = A_log.size();
   Out out{Array<C>(a.size()), Array<C>(b.size())};
   const bool naive = fault_active(Fault::SoftplusOverflows);
+  const bool to_bf16 = bf16_storage && fault_active(Fault::GateBf16BeforeExp);
   for (std::size_t j = 0; j < a.size(); ++j) {
     const std::size_t h = j % Hv;
-    out.g[j] = -std::exp(A_log[h]) * gate_softplus(a[j] + dt_bias[h], naive);
-    out.beta[j] = sigmoid(b[j]);
+    out.g[j] = stored_gate(-std::exp(A_log[h]) * gate_softplus(a[j] + dt_bias[h], naive), to_bf16);
+    out.beta[j] = stored_gate(sigmoid(b[j]), to_bf16);
   }
   return out;
 }

@@ -19,7 +19,7 @@ struct CudaPluginApi {
   std::unique_ptr<cp::Backend> (*make_backend)(DType storage);
   NcclRank (*make_nccl_rank)(Communicator& mpi, DType storage);
 };
-inline constexpr int kCudaPluginAbi = 1;
+inline constexpr int kCudaPluginAbi = 2;
 inline constexpr const char* kCudaPluginEntry = "gdnv_cuda_plugin_api";
 inline constexpr const char* kCudaPluginFile = "libgdnv_cuda.so";
 inline constexpr const char* kPluginDirVariable = "GDNV_PLUGIN_DIR";

@@ -330,6 +330,7 @@ class KernelBackend final : public cp::Backend {
     p.dt_bias = fault_active(Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
     p.N = a.dim(0), p.Hv = a.dim(1), p.bf16 = bf16();
     p.naive_softplus = fault_active(Fault::SoftplusOverflows);
+    p.bf16_gates = bf16() && fault_active(Fault::GateBf16BeforeExp);
     return p;
   }
 
@@ -357,6 +358,7 @@ class KernelBackend final : public cp::Backend {
     p.scale = static_cast<float>(a.scale);
     // The planted fault drops the epsilon as the CPU backend's does.
     p.l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0f : 1e-6f;
+    p.decay_cumsum = fault_active(Fault::DecayCumsumFp32);
     p.bf16 = bf16();
     p.qn = x.qn.as<float>(), p.kn = x.kn.as<float>(), p.rq = x.rq.as<float>(), p.rk = x.rk.as<float>();
     p.work = x.work.as<float>();

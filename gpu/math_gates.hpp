@@ -18,10 +18,13 @@ GDNV_HD float gate_da(const GateParams& p, i64 j) {
   return p.dg[j] * -exp_f(load(p.A_log, h, p.bf16)) * sigmoid(load(p.a, j, p.bf16) + gate_bias(p, h));
 }
 
+// A gate as stored: fp32, or under the planted fault GateBf16BeforeExp rounded to bf16.
+GDNV_HD float stored_gate(const GateParams& p, float x) { return p.bf16_gates ? round_bf16(x) : x; }
+
 GDNV_HD void gates_forward_item(const GateParams& p, i64 j) {
   const i64 h = j % p.Hv;
-  p.g[j] = -exp_f(load(p.A_log, h, p.bf16)) * gate_softplus(p, load(p.a, j, p.bf16) + gate_bias(p, h));
-  p.beta[j] = sigmoid(load(p.b, j, p.bf16));
+  p.g[j] = stored_gate(p, -exp_f(load(p.A_log, h, p.bf16)) * gate_softplus(p, load(p.a, j, p.bf16) + gate_bias(p, h)));
+  p.beta[j] = stored_gate(p, sigmoid(load(p.b, j, p.bf16)));
 }
 
 // da and db at element j; dbeta/db = beta (1 - beta).

@@ -91,8 +91,9 @@ GDNV_HD float q_dec(const GdrParams& p, const ChunkAt& ch, const ChunkWork& w, i
 }
 
 // ---- intra-chunk stage: everything independent of the entering state ---------------------------------
-GDNV_HD void chunk_intra(const GdrParams& p, const ChunkAt& ch, ChunkWork& w) {
-  const i64 c = ch.c, K = p.K, V = p.V, UWw = V + K;
+// e^gamma, e^{gamma_C - gamma}, e^{gamma_C} and decay as products of the per-token e^{g_t}.
+GDNV_HD void chunk_decays(const GdrParams& p, const ChunkAt& ch, ChunkWork& w) {
+  const i64 c = ch.c;
   float acc = 1;
   for (i64 i = 0; i < c; ++i) {
     w.e_g[i] = exp_f(p.g[gate_at(p, ch, i)]);
@@ -104,11 +105,34 @@ GDNV_HD void chunk_intra(const GdrParams& p, const ChunkAt& ch, ChunkWork& w) {
     w.e_tail[i] = acc;
     acc *= w.e_g[i];
   }
+  for (i64 i = 0; i < c; ++i)
+    for (i64 j = 0; j < c; ++j)
+      w.decay[i * kChunk + j] = j > i ? 0.0f : j == i ? 1.0f : w.decay[(i - 1) * kChunk + j] * w.e_g[i];
+}
+
+// Planted fault DecayCumsumFp32: the same factors as e^{gamma_i - gamma_j} of fp32 cumsums of g, whose
+// difference keeps only eps |gamma| of the exponent. e_g holds gamma here (nothing reads it later).
+GDNV_HD void chunk_decays_from_cumsum(const GdrParams& p, const ChunkAt& ch, ChunkWork& w) {
+  const i64 c = ch.c;
+  float* gamma = w.e_g;
+  float acc = 0;
+  for (i64 i = 0; i < c; ++i) gamma[i] = acc += p.g[gate_at(p, ch, i)];
+  for (i64 i = 0; i < c; ++i) {
+    w.e_gamma[i] = exp_f(gamma[i]);
+    w.e_tail[i] = exp_f(gamma[c - 1] - gamma[i]);
+    for (i64 j = 0; j < c; ++j) w.decay[i * kChunk + j] = j > i ? 0.0f : exp_f(gamma[i] - gamma[j]);
+  }
+  w.e_C = w.e_gamma[c - 1];
+}
+
+GDNV_HD void chunk_intra(const GdrParams& p, const ChunkAt& ch, ChunkWork& w) {
+  const i64 c = ch.c, K = p.K, V = p.V, UWw = V + K;
+  if (p.decay_cumsum) chunk_decays_from_cumsum(p, ch, w);
+  else chunk_decays(p, ch, w);
   for (i64 i = 0; i < c; ++i) {
     const float beta = p.beta[gate_at(p, ch, i)];
     for (i64 j = 0; j < c; ++j) {
       const i64 ij = i * kChunk + j;
-      w.decay[ij] = j > i ? 0.0f : j == i ? 1.0f : w.decay[(i - 1) * kChunk + j] * w.e_g[i];
       w.KKd[ij] = j < i ? dot(k_row(p, ch, i), k_row(p, ch, j), K) * w.decay[ij] : 0.0f;
       w.A[ij] = beta * w.KKd[ij];
       w.P[ij] = j <= i ? dot(q_row(p, ch, i), k_row(p, ch, j), K) * w.decay[ij] : 0.0f;

@@ -108,6 +108,7 @@ struct GateParams {
   std::int64_t N, Hv;
   bool bf16;
   bool naive_softplus;  // planted fault SoftplusOverflows: log(1 + e^x)
+  bool bf16_gates;      // planted fault GateBf16BeforeExp: g and beta rounded to bf16
 };
 
 // ---- chunked gated delta rule -----------------------------------------------------------------------
@@ -126,7 +127,8 @@ struct GdrParams {
   const std::int64_t* cu;  // [n+1] device-resident
   std::int64_t n, N, Hk, Hv, K, V;
   float scale;
-  float l2_eps;  // q, k L2 norm: x / sqrt(sum x^2 + l2_eps)
+  float l2_eps;       // q, k L2 norm: x / sqrt(sum x^2 + l2_eps)
+  bool decay_cumsum;  // planted fault DecayCumsumFp32: decays from differences of fp32 cumsums
   bool bf16;
   // Scratch and results.
   float* qn;                 // [N, Hk, K]  normalised q

@@ -1,0 +1,576 @@
+// Gate steps that hold the implementation to the rules behind the CP mode matrix's whole-layer gates,
+// which a misplaced rounding stays inside: "precision rules" calls the Backend ops of every backend
+// directly and holds their state-dtype outputs to fp32 accuracy against the fp64 oracle
+// (docs/DESIGN.md §4); "communicator semantics" holds every collective sum to the rank-ordered sum
+// rounded once, bit for bit, and the bytes every rank moves to the cost model (docs/DESIGN.md §3.2, §12).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/gate_steps.hpp"
+#include "comm/inprocess.hpp"
+#include "core/metrics.hpp"
+#include "core/rng.hpp"
+#include "cost/cost.hpp"
+#include "cpu/backend.hpp"
+#include "gpu/cuda_plugin.hpp"
+#include "gpu/kernel_backend.hpp"
+#include "harness/harness.hpp"
+#include "reference/conv1d.hpp"
+#include "reference/gated_delta_rule.hpp"
+#include "reference/gates.hpp"
+#include "reference/norms.hpp"
+#include "reference/span_map.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+// ---- precision rules ---------------------------------------------------------------------------------
+//
+// Every input is exact in its storage dtype and the oracle runs on those values, so what is measured is
+// the backend's own arithmetic. Each bound is the fp32 unit roundoff u times a count of roundings, each
+// weighted by the condition of what follows it: an IEEE operation rounds once (at most u); exp, log1p
+// and sqrt within 2 ulp on every backend (4u; CUDA's expf is the widest, 2 ulp). The single ops' bounds
+// are worst cases, every rounding at its limit and in one direction: each bounds every element's
+// relative error, hence the relative RMS that is compared.
+constexpr double kU = 0x1p-24;  // 6e-8
+
+// Gate inputs: x = a + dt_bias in [-2.3, 4.3], b in [-6, 6], A = exp(A_log) in [1, 16].
+// g = -exp(A_log) softplus(x): the sum x (u, times softplus's condition x sigmoid(x) / softplus(x) <= 2.3
+// on this range), exp(-|x|) (4u), log1p (4u, condition <= 1), the add of max(x, 0) (u), exp(A_log) (4u),
+// the product (u): 16.3u. beta = sigmoid(b): exp, add, divide: 6u. Both within 17u = 1.0e-6.
+constexpr double kGateBound = 17 * kU;
+
+// The parameter-gradient inputs are positive (dg, dy, x, o, z, w), so each gradient is a sum of terms of
+// one sign: condition 1, and a sum of R terms adds at most (R - 1)u in any order. R = 128 rows everywhere.
+constexpr std::int64_t kRows = 128;
+
+// The chunked core, whose outputs pass through too many roundings for a worst case to be useful: per
+// 64-token chunk at most ~600 (a decay factor is a product of <= 64 factors e^{g_t}, 5u each; the
+// unit-lower solve by (I + A) and the state's k_tail^T v_new sum <= 64 terms, W S K more; twice through
+// the backward). Roundings of independent sign add in quadrature, as docs/DESIGN.md §4's oracle gates take
+// them: sqrt(600) u = 24.5u per chunk. The chunks' errors add, since the state map of a chunk contracts
+// (e^g <= 1, 0 <= beta < 1) and does not amplify what earlier chunks rounded; the solve's condition is
+// below 2 with beta <= 0.6 and unit keys. So 49u per chunk: 2.9e-6 for one, 1.2e-5 for sequences of
+// 4 chunks, against 2.8e-7 measured on cpu and emu (4.6u). The planted faults it catches are O(1e-3)
+// (bf16 roundings; exponents from fp32 cumsums at |gamma| ~ 1e4), 100x out.
+constexpr double kChunkRoundings = 600;
+constexpr std::int64_t kChunk = 64;
+
+double chunk_bound(const Ints& cu) {
+  std::int64_t chunks = 0;
+  for (std::size_t s = 1; s < cu.size(); ++s) chunks = std::max(chunks, (cu[s] - cu[s - 1] + kChunk - 1) / kChunk);
+  return 2 * std::sqrt(kChunkRoundings) * static_cast<double>(chunks) * kU;
+}
+
+// Seeded inputs: each case's draws depend on its label and the tensor's name only.
+Tensor uniform(const std::string& label, const std::string& name, Shape shape, double lo, double hi) {
+  Tensor t(DType::F64, std::move(shape));
+  const Rng rng(stream_of(label), name);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, rng.uniform(static_cast<std::uint64_t>(i), lo, hi));
+  return t;
+}
+Tensor normal(const std::string& label, const std::string& name, Shape shape, double scale) {
+  Tensor t(DType::F64, std::move(shape));
+  const Rng rng(stream_of(label), name);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.set(i, scale * rng.normal(static_cast<std::uint64_t>(i)));
+  return t;
+}
+// The value a backend holds for t stored as `dtype`, in fp64: the oracle's input.
+Tensor stored(const Tensor& t, DType dtype) { return t.to(dtype).to(DType::F64); }
+
+// A case's state-dtype outputs against the oracle; the first miss is the case's why.
+class StateJudge {
+ public:
+  explicit StateJudge(cp::Backend& be) : be_(be) {}
+
+  void check(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
+    if (!why_.empty()) return;
+    if (got.dtype() != be_.state_dtype()) {
+      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not the state dtype " +
+             std::string(dtype_name(be_.state_dtype()));
+      return;
+    }
+    const Tensor t = be_.download(got).to(DType::F64);
+    const Metrics m = compare(want.reshaped(t.shape()), t);
+    if (m.nan_cand == 0 && m.inf_cand == 0 && m.rel_rms <= bound) return;
+    char buf[160];
+    if (m.nan_cand || m.inf_cand)
+      std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
+                    static_cast<long long>(m.inf_cand));
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > fp32 bound %.3e", m.rel_rms, bound);
+    why_ = name + buf;
+  }
+  const std::string& why() const { return why_; }
+
+ private:
+  cp::Backend& be_;
+  std::string why_;
+};
+
+struct GateInputs {
+  Tensor a, b, A_log, dt_bias;  // stored in the backend's dtype
+};
+GateInputs gate_inputs(const std::string& label, DType act, std::int64_t N, std::int64_t Hv) {
+  return {stored(uniform(label, "a", {N, Hv}, -3, 3), act), stored(uniform(label, "b", {N, Hv}, -6, 6), act),
+          stored(uniform(label, "A_log", {Hv}, 0, std::log(16.0)), act),
+          stored(uniform(label, "dt_bias", {Hv}, 0.7, 1.3), act)};
+}
+
+// (a) g and beta equal the oracle to fp32 accuracy at any storage dtype: Megatron computes the gates
+// in fp32, and the core takes e^g of them.
+void gates_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const GateInputs in = gate_inputs(label, be.dtype(), kRows, 4);
+  const auto up = [&](const Tensor& t) { return be.upload(t, be.dtype()); };
+  const cp::Gates got = be.gates(up(in.a), up(in.b), up(in.A_log), up(in.dt_bias));
+  const ref::Gates want = ref::gates_forward(in.a, in.b, in.A_log, in.dt_bias);
+  judge.check("g", got.g, want.g, kGateBound);
+  judge.check("beta", got.beta, want.beta, kGateBound);
+}
+
+// The core's inputs: weak decays, and with `spikes` one token of very strong decay (value head h of Hv:
+// g = -10^{3 + 2h/(Hv-1)}, -1e3 .. -1e5) at the second token of every chunk, so within the chunk gamma
+// is huge while the differences gamma_i - gamma_j the factors need stay O(1).
+Tensor core_gates(const std::string& label, const Ints& cu, std::int64_t Hv, bool spikes) {
+  Tensor g = uniform(label, "g", {1, cu.back(), Hv}, -0.03, -0.003);
+  if (!spikes) return g;
+  for (std::size_t s = 1; s < cu.size(); ++s)
+    for (std::int64_t t = cu[s - 1] + 1; t < cu[s]; t += kChunk)
+      for (std::int64_t h = 0; h < Hv; ++h)
+        g.set(t * Hv + h, -std::pow(10.0, 3.0 + 2.0 * static_cast<double>(h) / static_cast<double>(Hv - 1)));
+  return g;
+}
+
+// (b), (c) the chunked core's state-dtype outputs: the last sequence's final state from an initial state
+// of the first, the first's dh0 for d_o and a dht of the last, the last's forward and the first's backward
+// span maps, and the folds of every sequence's maps stacked as if each were a rank.
+void core_rule(cp::Backend& be, StateJudge& judge, const std::string& label, const Ints& cu, bool spikes) {
+  const DType act = be.dtype(), st = be.state_dtype();
+  const std::int64_t T = cu.back(), n = static_cast<std::int64_t>(cu.size()) - 1;
+  const std::int64_t Hk = 2, Hv = 4, K = 8, V = 6, S = Hv * K * V;
+  ref::GdrInputs in;
+  in.q = stored(normal(label, "q", {1, T, Hk, K}, 1), act);
+  in.k = stored(normal(label, "k", {1, T, Hk, K}, 1), act);
+  in.v = stored(normal(label, "v", {1, T, Hv, V}, 1), act);
+  in.g = stored(core_gates(label, cu, Hv, spikes), st);
+  in.beta = stored(uniform(label, "beta", {1, T, Hv}, 0.05, 0.6), st);
+  in.cu_seqlens = cu;
+  in.scale = 1 / std::sqrt(static_cast<double>(K));
+  in.use_qk_l2norm = true;
+  const Tensor h0 = stored(normal(label, "h0", {Hv, K, V}, 0.5), st);
+  const Tensor dht = stored(normal(label, "dht", {Hv, K, V}, 0.5), st);
+  const Tensor d_o = stored(normal(label, "do", {1, T, Hv, V}, 1), act);
+
+  const Tensor maps = stored(ref::gdr_span_maps(in), st), back_maps = stored(ref::gdr_backward_span_maps(in, d_o), st);
+  Tensor S_fold(DType::F64, {Hv, K, V}), dS_fold = S_fold;
+  for (std::int64_t j = 0; j < n; ++j) {
+    ref::fold_span_map(maps, j, FoldDirection::Forward, S_fold);
+    ref::fold_span_map(back_maps, n - 1 - j, FoldDirection::Backward, dS_fold);
+  }
+  ref::GdrInputs with_h0 = in;
+  with_h0.initial_state = Tensor(DType::F64, {n, Hv, K, V});
+  Tensor dht_all(DType::F64, {n, Hv, K, V});
+  for (std::int64_t i = 0; i < S; ++i) {
+    with_h0.initial_state->set(i, h0.get(i));
+    dht_all.set((n - 1) * S + i, dht.get(i));
+  }
+  const ref::GdrOutputs out = ref::gdr_recurrent_forward(with_h0);
+  const ref::GdrGrads grads = ref::gdr_recurrent_backward(with_h0, d_o, dht_all);
+  const auto block = [](const Tensor& t, std::int64_t i, std::int64_t size) {
+    const std::vector<double> all = t.to_f64();
+    return Tensor::from_f64(std::vector<double>(all.begin() + i * size, all.begin() + (i + 1) * size), {size});
+  };
+
+  const cp::Buffer q = be.upload(in.q.reshaped({T, Hk, K}), act), k = be.upload(in.k.reshaped({T, Hk, K}), act);
+  const cp::Buffer v = be.upload(in.v.reshaped({T, Hv, V}), act), g = be.upload(in.g.reshaped({T, Hv}), st);
+  const cp::Buffer beta = be.upload(in.beta.reshaped({T, Hv}), st), h0_b = be.upload(h0, st), none;
+  const cp::Buffer do_b = be.upload(d_o.reshaped({T, Hv, V}), act);
+  const cp::Varlen seqs{cu, cp::upload_index(be, cu)};
+  const cp::GdrArgs args{q, k, v, g, beta, seqs, h0_b, *in.scale}, no_h0{q, k, v, g, beta, seqs, none, *in.scale};
+  const double bound = chunk_bound(cu);
+  judge.check("final_state", be.gdr(args).final_state, block(out.final_state, n - 1, S), bound);
+  judge.check("dh0", be.gdr_backward(args, do_b, be.upload(dht, st)).dh0, block(grads.dh0, 0, S), bound);
+  const std::int64_t map = Hv * K * (V + K);
+  judge.check("last_span_map", be.gdr_last_span_map(no_h0), block(maps, n - 1, map), bound);
+  judge.check("first_backward_span_map", be.gdr_first_backward_span_map(no_h0, do_b), block(back_maps, 0, map), bound);
+  const int ranks = static_cast<int>(n);
+  judge.check("fold", be.fold_span_maps(be.upload(maps, st), 0, ranks, FoldDirection::Forward), S_fold, bound);
+  judge.check("fold_backward", be.fold_span_maps(be.upload(back_maps, st), 0, ranks, FoldDirection::Backward), dS_fold,
+              bound);
+}
+
+// (b) decays that make fp32 cumsum differences visible: two sequences of 3 chunks (the last partial).
+void decay_chain_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  core_rule(be, judge, label, {0, 168, 360}, true);
+}
+
+// (c) the state carried over several chunks and sequences at weak decays: 3 sequences, up to 4 chunks.
+void state_chain_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  core_rule(be, judge, label, {0, 150, 350, 420}, false);
+}
+
+// x w^T's weight gradient dw = dy^T x, summed in fp64.
+Tensor linear_dw(const Tensor& dy, const Tensor& x) {
+  const std::int64_t N = x.dim(0), in = x.dim(1), out = dy.dim(1);
+  Tensor dw(DType::F64, {out, in});
+  for (std::int64_t o = 0; o < out; ++o)
+    for (std::int64_t i = 0; i < in; ++i) {
+      double sum = 0;
+      for (std::int64_t r = 0; r < N; ++r) sum += dy.get(r * out + o) * x.get(r * in + i);
+      dw.set(o * in + i, sum);
+    }
+  return dw;
+}
+
+void linear_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const Tensor x = stored(uniform(label, "linear x", {kRows, 12}, 0.1, 1), act);
+  const Tensor w = stored(uniform(label, "linear w", {8, 12}, 0.1, 1), act);
+  const Tensor dy = stored(uniform(label, "linear dy", {kRows, 8}, 0.1, 1), act);
+  // A product (u) and a sum of kRows terms: kRows u.
+  judge.check("linear dw", be.linear_backward(be.upload(dy, act), be.upload(x, act), be.upload(w, act)).dw,
+              linear_dw(dy, x), kRows * kU);
+}
+
+void rmsnorm_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const std::int64_t D = 16;
+  const Tensor x = stored(uniform(label, "rmsnorm x", {kRows, D}, 0.1, 1), act);
+  const Tensor w = stored(uniform(label, "rmsnorm w", {D}, 0.5, 1.5), act);
+  const Tensor dy = stored(uniform(label, "rmsnorm dy", {kRows, D}, 0.1, 1), act);
+  const cp::Buffer xb = be.upload(x, act), wb = be.upload(w, act);
+  const cp::RmsNormOut got = be.rmsnorm(xb, wb, 1e-6);
+  const ref::RmsNorm want = ref::rmsnorm_forward(x, w, 1e-6);
+  // rstd = 1 / sqrt(mean(x^2) + eps): D squares summed (D u), the mean, eps, sqrt (4u, halved) and the
+  // reciprocal: (D + 5)u. dw = sum_rows dy x rstd: two products, rstd, kRows terms: (kRows + D + 6)u.
+  judge.check("rmsnorm rstd", got.rstd, want.rstd, static_cast<double>(D + 5) * kU);
+  judge.check("rmsnorm dw", be.rmsnorm_backward(be.upload(dy, act), xb, wb, got.rstd).dw,
+              ref::rmsnorm_backward(x, w, want.rstd, dy).dw, static_cast<double>(kRows + D + 6) * kU);
+}
+
+void gated_norm_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const std::int64_t dv = 8;
+  const Shape shape{kRows / 2, 2, dv};
+  const Tensor o = stored(uniform(label, "gated o", shape, 0.1, 1), act);
+  const Tensor z = stored(uniform(label, "gated z", shape, 0.1, 2), act);
+  const Tensor w = stored(uniform(label, "gated w", {dv}, 0.5, 1.5), act);
+  const Tensor dy = stored(uniform(label, "gated dy", shape, 0.1, 1), act);
+  const cp::Buffer ob = be.upload(o, act), zb = be.upload(z, act), wb = be.upload(w, act);
+  const cp::GatedNormOut got = be.gated_norm(ob, zb, wb, 1e-6);
+  const ref::GatedNorm want = ref::gated_rmsnorm_forward(o, z, w, 1e-6);
+  // rstd over dv: (dv + 5)u. dw = sum over kRows (token, head) rows of dy o rstd silu(z): silu (exp, add,
+  // divide, product: 7u), three products, rstd, kRows terms: (kRows + dv + 15)u.
+  judge.check("gated_norm rstd", got.rstd, want.rstd, static_cast<double>(dv + 5) * kU);
+  judge.check("gated_norm dw", be.gated_norm_backward(be.upload(dy, act), ob, zb, wb, got.rstd, 1e-6).dw,
+              ref::gated_rmsnorm_backward(o, z, w, want.rstd, dy).dw, static_cast<double>(kRows + dv + 15) * kU);
+}
+
+void conv_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const std::int64_t D = 6, W = 4;
+  const Ints cu{0, 50, kRows};
+  ref::Conv1dInputs in;
+  in.x = stored(uniform(label, "conv x", {1, kRows, D}, 0.1, 1), act);
+  in.weight = stored(uniform(label, "conv w", {D, W}, 0.1, 0.5), act);
+  in.bias = stored(uniform(label, "conv bias", {D}, 0.1, 0.5), act);
+  in.cu_seqlens = cu;
+  const Tensor dy = stored(uniform(label, "conv dy", {1, kRows, D}, 0.1, 1), act);
+  const ref::Conv1dGrads want = ref::conv1d_backward(in, dy);
+  const cp::Buffer xb = be.upload(in.x.reshaped({kRows, D}), act), wb = be.upload(in.weight, act);
+  const cp::Buffer bb = be.upload(*in.bias, act), no_halo;
+  const cp::Varlen seqs{cu, cp::upload_index(be, cu)};
+  const cp::ConvGrads got = be.conv1d_backward({xb, wb, &bb, seqs, no_halo}, be.upload(dy.reshaped({kRows, D}), act));
+  // pre = bias + sum of W products, all positive: 2W u. silu'(pre) = s (1 + pre (1 - s)), s = sigmoid(pre)
+  // (6u plus pre's 2W u times sigmoid's condition pre (1 - s) <= 1); 1 - s (s <= 0.93) multiplies that by
+  // up to 13, damped by pre (1 - s) / (1 + pre (1 - s)) <= 0.22 in the sum: about 3.9 (6 + 2W)u + 3u = 58u.
+  // Then dy silu' and, for dw, x (2u), and kRows terms: dw (kRows + 60)u, dbias (kRows + 59)u.
+  judge.check("conv dw", got.dw, want.dweight, static_cast<double>(kRows + 60) * kU);
+  judge.check("conv dbias", got.dbias, *want.dbias, static_cast<double>(kRows + 59) * kU);
+}
+
+void gate_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype(), st = be.state_dtype();
+  const std::int64_t Hv = 4;
+  const GateInputs in = gate_inputs(label, act, kRows, Hv);
+  const Tensor dg = stored(uniform(label, "dg", {kRows, Hv}, 0.1, 1), st);
+  const Tensor dbeta = stored(uniform(label, "dbeta", {kRows, Hv}, 0.1, 1), st);
+  const auto up = [&](const Tensor& t) { return be.upload(t, act); };
+  const cp::GateGrads got =
+      be.gates_backward(be.upload(dg, st), be.upload(dbeta, st), up(in.a), up(in.b), up(in.A_log), up(in.dt_bias));
+  const ref::GateGrads want = ref::gates_backward(in.a, in.b, in.A_log, in.dt_bias, dg, dbeta);
+  // dA_log = sum_rows dg g: g (16.3u, kGateBound), a product, kRows terms. ddt_bias = sum_rows of
+  // dg -exp(A_log) sigmoid(x): exp (4u), sigmoid (6u, plus x's u times its condition <= 2.3), two
+  // products, kRows terms.
+  judge.check("dA_log", got.dA_log, want.dA_log, kRows * kU + kGateBound);
+  judge.check("ddt_bias", got.ddt_bias, want.ddt_bias, static_cast<double>(kRows + 15) * kU);
+}
+
+// (d) parameter gradients (and the norms' rstd) are kept in the state dtype, to fp32 accuracy.
+void parameter_gradients_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  linear_grads(be, judge, label);
+  rmsnorm_grads(be, judge, label);
+  gated_norm_grads(be, judge, label);
+  conv_grads(be, judge, label);
+  gate_grads(be, judge, label);
+}
+
+struct Rule {
+  const char* name;
+  void (*check)(cp::Backend&, StateJudge&, const std::string&);
+};
+constexpr Rule kRules[] = {{"gates", gates_rule},
+                           {"decay chain", decay_chain_rule},
+                           {"state chain", state_chain_rule},
+                           {"parameter gradients", parameter_gradients_rule}};
+
+struct RuleBackend {
+  std::string name;
+  cp::BackendFactory factory;
+};
+
+// cpu and its GPU-math emulation always; cuda where the plugin loads and a device is usable.
+std::vector<RuleBackend> rule_backends() {
+  std::vector<RuleBackend> out{{"cpu", cpu::make_backend}, {"emu", gpu::make_emulated_backend}};
+  if (gpu::cuda_plugin_unavailable_reason().empty()) out.push_back({"cuda", gpu::cuda_plugin().api->make_backend});
+  return out;
+}
+
+// ---- communicator semantics -----------------------------------------------------------------------------
+
+enum class SumKind { AllReduce, ReduceScatter, ReduceScatterV };
+struct SumCollective {
+  const char* name;
+  SumKind kind;
+};
+constexpr SumCollective kSums[] = {{"all_reduce", SumKind::AllReduce},
+                                   {"reduce_scatter", SumKind::ReduceScatter},
+                                   {"reduce_scatter_v", SumKind::ReduceScatterV}};
+
+// Elements per rank's block; reduce_scatter_v gives block p 8 + 3p elements.
+constexpr std::int64_t kBlock = 24;
+Ints block_counts(SumKind kind, int n) {
+  Ints counts;
+  for (int p = 0; p < n; ++p) counts.push_back(kind == SumKind::ReduceScatterV ? 8 + 3 * p : kBlock);
+  return counts;
+}
+
+// Rank r's contribution to element i, exact in `dtype`, of three kinds that make the sum's order and
+// rounding visible: (0) s on rank 0 and s 2^-8 on every other rank (a bf16 sum rounded once is
+// s (1 + (n-1) 2^-8) rounded, one rounded after every addition stays s: 1 + 2^-8 ties to even);
+// (1) +B on rank p, -B on rank p+1 (mod n) and N(0, 1) elsewhere, B = 2^24 (2^53 for F64): the small
+// values added before the cancellation lose their low bits, so any other order gives other bits;
+// (2) N(0, 1) on every rank.
+Tensor contributions(const std::string& label, DType dtype, int n, int rank, std::int64_t count) {
+  const Rng rng(stream_of(label), "rank " + std::to_string(rank));
+  const double big = dtype == DType::F64 ? 0x1p53 : 0x1p24;
+  Tensor t(DType::F64, {count});
+  for (std::int64_t i = 0; i < count; ++i) {
+    const std::int64_t k = i / 3;
+    const double s = (k % 2 ? -1.0 : 1.0) * std::ldexp(1.0, static_cast<int>(k % 7) - 3);
+    const int p = static_cast<int>(k % n);
+    double x = rng.normal(static_cast<std::uint64_t>(i));
+    if (i % 3 == 0) x = rank == 0 ? s : s * 0x1p-8;
+    else if (i % 3 == 1 && rank == p) x = big * s;
+    else if (i % 3 == 1 && rank == (p + 1) % n) x = -big * s;
+    t.set(i, x);
+  }
+  return t.to(dtype);
+}
+
+// The contract's sum, written out here rather than taken from comm/rank_sum.hpp: elements
+// [begin, begin + count) of every rank's contribution added in rank order, accumulated in fp64 (F64)
+// or fp32 (F32, BF16), rounded once to the dtype.
+Tensor rank_ordered(const std::vector<Tensor>& sends, DType dtype, std::int64_t begin, std::int64_t count) {
+  std::vector<double> out;
+  for (std::int64_t i = begin; i < begin + count; ++i) {
+    if (dtype == DType::F64) {
+      double acc = sends[0].get(i);
+      for (std::size_t r = 1; r < sends.size(); ++r) acc += sends[r].get(i);
+      out.push_back(acc);
+    } else {
+      float acc = static_cast<float>(sends[0].get(i));
+      for (std::size_t r = 1; r < sends.size(); ++r) acc += static_cast<float>(sends[r].get(i));
+      out.push_back(acc);
+    }
+  }
+  return Tensor::from_f64(out, {count}, dtype);
+}
+
+// What each rank receives from `calls` calls of the collective on an in-process world of n ranks.
+std::vector<std::vector<Tensor>> run_sums(SumKind kind, const std::vector<Tensor>& sends, DType dtype, int calls) {
+  const int n = static_cast<int>(sends.size());
+  const Ints counts = block_counts(kind, n);
+  std::vector<std::vector<Tensor>> got(static_cast<std::size_t>(n));
+  run_world(n, [&](Communicator& c) {
+    const Tensor& send = sends[static_cast<std::size_t>(c.rank())];
+    for (int call = 0; call < calls; ++call) {
+      Tensor recv(dtype, {kind == SumKind::AllReduce ? send.numel() : counts[static_cast<std::size_t>(c.rank())]});
+      if (kind == SumKind::AllReduce) c.all_reduce(send, recv);
+      else if (kind == SumKind::ReduceScatter) c.reduce_scatter(send, recv);
+      else c.reduce_scatter_v(send, recv, counts);
+      got[static_cast<std::size_t>(c.rank())].push_back(recv);
+    }
+  });
+  return got;
+}
+
+std::vector<Tensor> world_contributions(const std::string& label, DType dtype, int n, std::int64_t count) {
+  std::vector<Tensor> sends;
+  for (int r = 0; r < n; ++r) sends.push_back(contributions(label, dtype, n, r, count));
+  return sends;
+}
+
+// (a) every rank's result equals, bit for bit, the rank-ordered sum rounded once.
+std::string sum_is_rank_ordered(const std::string& label, SumKind kind, DType dtype, int n) {
+  const Ints counts = block_counts(kind, n);
+  std::int64_t total = 0;
+  for (auto c : counts) total += c;
+  const std::vector<Tensor> sends = world_contributions(label, dtype, n, kind == SumKind::AllReduce ? kBlock : total);
+  const auto got = run_sums(kind, sends, dtype, 1);
+  std::int64_t begin = 0;
+  for (int r = 0; r < n; ++r) {
+    const std::int64_t count = kind == SumKind::AllReduce ? kBlock : counts[static_cast<std::size_t>(r)];
+    const Tensor want = rank_ordered(sends, dtype, kind == SumKind::AllReduce ? 0 : begin, count);
+    const Tensor& have = got[static_cast<std::size_t>(r)][0];
+    const std::size_t es = dtype_size(dtype);
+    for (std::int64_t i = 0; i < count; ++i)
+      if (std::memcmp(have.bytes() + i * es, want.bytes() + i * es, es) != 0) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "rank %d element %lld: %.17g, the rank-ordered sum rounded once is %.17g", r,
+                      static_cast<long long>(i), have.get(i), want.get(i));
+        return buf;
+      }
+    begin += count;
+  }
+  return "";
+}
+
+// (b) every rank receives the same bits, and so does every repeated call.
+std::string all_reduce_is_deterministic(const std::string& label, DType dtype, int n) {
+  const auto got = run_sums(SumKind::AllReduce, world_contributions(label, dtype, n, kBlock), dtype, 3);
+  for (int r = 0; r < n; ++r)
+    for (std::size_t call = 0; call < got[0].size(); ++call)
+      if (!got[static_cast<std::size_t>(r)][call].bitwise_equal(got[0][0]))
+        return "rank " + std::to_string(r) + " call " + std::to_string(call + 1) + " differs from rank 0 call 1";
+  return "";
+}
+
+// (c) One layer's run: the matrix geometry of the CP mode matrix (hidden 24, Hk 4, Hv 8, dk 6, dv 10,
+// THD lengths 8W, 4W: spans of 12 tokens, longer than the conv halo).
+cp::RunSpec bytes_spec(cp::CpMode mode, int W, DType dtype) {
+  cp::RunSpec s;
+  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  s.cp.mode = mode;
+  s.cp.cp = W;
+  s.dtype = dtype;
+  s.lengths = {8 * W, 4 * W};
+  s.gates = cp::GateRegime::Weak;
+  return s;
+}
+
+// "forward all_gather: 2 calls, 96 B sent, 96 B received; the cost model: ..." for the first kind that
+// differs, or the host syncs or route builds.
+std::string counters_differ(const char* phase, const Counters& got, const Counters& want) {
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    const auto kind = static_cast<Collective>(k);
+    const Traffic& g = got[kind];
+    const Traffic& w = want[kind];
+    if (g == w) continue;
+    const auto line = [](const Traffic& t) {
+      return std::to_string(t.calls) + " calls, " + std::to_string(t.bytes_sent) + " B sent, " +
+             std::to_string(t.bytes_recv) + " B received";
+    };
+    return std::string(phase) + " " + std::string(collective_name(kind)) + ": " + line(g) +
+           "; the cost model: " + line(w);
+  }
+  if (got != want) return std::string(phase) + " host syncs or route builds differ from the cost model";
+  return "";
+}
+
+// (c) every rank's calls and bytes per collective kind, forward and backward, equal the cost model's.
+std::string bytes_match_cost_model(const cp::RunSpec& spec) {
+  const auto geometries = cp::planned_micro_batches(spec);
+  const auto runs = cp::run_in_process(spec, cp::make_cases(spec), cpu::make_backend);
+  for (std::size_t m = 0; m < runs.size(); ++m)
+    for (std::size_t w = 0; w < runs[m].ranks.size(); ++w) {
+      const cp::RankOutput& got = runs[m].ranks[w];
+      const cost::RankCost want =
+          cost::layer_cost(geometries[m], cp::place_of(spec, static_cast<int>(w), runs[m].cp_size));
+      for (const auto& why : {counters_differ("forward", got.forward, want.forward.comm),
+                              counters_differ("backward", got.backward, want.backward.comm)})
+        if (!why.empty()) return "rank " + std::to_string(w) + " " + why;
+    }
+  return "";
+}
+
+}  // namespace
+
+// docs/DESIGN.md §4 on every backend: gates, the decay and state chains, rstd and parameter gradients at
+// fp32 accuracy against the oracle on the same stored inputs, at fp32 and bf16 storage. Small ops on
+// small inputs: the same cases with --quick (0.2 s).
+StepResult precision_rules(const StepOptions& options) {
+  StepResult r(options);
+  for (const RuleBackend& backend : rule_backends())
+    for (DType dtype : {DType::F32, DType::BF16})
+      for (const Rule& rule : kRules) {
+        const std::string label = backend.name + " " + std::string(dtype_option_name(dtype)) + " " + rule.name;
+        if (!r.selected(label)) continue;
+        std::string why;
+        try {
+          const std::unique_ptr<cp::Backend> be = backend.factory(dtype);
+          StateJudge judge(*be);
+          rule.check(*be, judge, label);
+          why = judge.why();
+        } catch (const Error& e) {
+          why = e.what();
+        }
+        r.check(why.empty(), label, why);
+      }
+  return r;
+}
+
+// docs/DESIGN.md §3.2 and §12: sums in rank order, accumulated wide and rounded once, the same bits on
+// every rank and call (worlds of 2..8 ranks), and every rank's collectives, calls and bytes, as the cost
+// model predicts them (each mode at W = 2, 4, fp32 and bf16). The same cases with --quick (0.3 s).
+StepResult communicator_semantics(const StepOptions& options) {
+  StepResult r(options);
+  const auto run = [&r](const std::string& label, const std::function<std::string()>& why) {
+    if (!r.selected(label)) return;
+    std::string what;
+    try {
+      what = why();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    r.check(what.empty(), label, what);
+  };
+  for (int n = 2; n <= 8; ++n)
+    for (DType dtype : {DType::BF16, DType::F32, DType::F64}) {
+      const std::string at = std::string(dtype_name(dtype)) + " W=" + std::to_string(n);
+      for (const SumCollective& sum : kSums) {
+        const std::string label = std::string(sum.name) + " " + at + " rank-ordered sum";
+        run(label, [&] { return sum_is_rank_ordered(label, sum.kind, dtype, n); });
+      }
+      const std::string label = "all_reduce " + at + " same bits on every rank and call";
+      run(label, [&] { return all_reduce_is_deterministic(label, dtype, n); });
+    }
+  for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
+    for (int W : {2, 4})
+      for (DType dtype : {DType::F32, DType::BF16}) {
+        const cp::RunSpec spec = bytes_spec(mode, W, dtype);
+        run(std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " " + std::string(dtype_name(dtype)) +
+                " thd bytes against the cost model",
+            [&] { return bytes_match_cost_model(spec); });
+      }
+  return r;
+}
+
+}  // namespace gdnv::cli

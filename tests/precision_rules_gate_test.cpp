@@ -1,0 +1,70 @@
+// The gate's "precision rules" and "communicator semantics" steps (cli/gate_steps_rules.cpp): each passes
+// on the implementation as it is, and each planted fault of their class fails its step, in the case that
+// names the rule it breaks, while that case passes without the fault.
+#include <gtest/gtest.h>
+
+#include "cli/gate_steps.hpp"
+#include "core/faults.hpp"
+
+namespace gdnv::cli {
+namespace {
+
+TEST(PrecisionRulesStep, PassesOnTheCpuAndEmulatedBackendsAtFp32AndBf16) {
+  const StepResult r = precision_rules({});
+  EXPECT_TRUE(r.skip_reason.empty()) << r.skip_reason;
+  EXPECT_GE(r.cases, 16);  // cpu and emu x fp32, bf16 x 4 rules (cuda's too where a device is usable)
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+TEST(CommunicatorSemanticsStep, PassesEverySumAndEveryRanksBytes) {
+  const StepResult r = communicator_semantics({});
+  EXPECT_EQ(r.cases, 7 * 3 * 4 + 3 * 2 * 2);  // W 2..8 x dtypes x (3 sums + determinism); modes x W x dtypes
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+struct Planted {
+  Fault fault;
+  StepResult (*step)(const StepOptions&);
+  const char* label;  // a case of the step that the fault must fail
+};
+
+void PrintTo(const Planted& p, std::ostream* os) { *os << fault_name(p.fault) << " / " << p.label; }
+
+class StepUnderFault : public ::testing::TestWithParam<Planted> {};
+
+TEST_P(StepUnderFault, QuickStepFails) {
+  const ScopedFault fault(GetParam().fault);
+  const StepResult r = GetParam().step({true, ""});
+  EXPECT_GT(r.failed, 0) << "no case failed of " << r.cases;
+}
+
+TEST_P(StepUnderFault, TheRulesCaseFailsUnderTheFaultAndPassesWithout) {
+  const StepOptions only{false, GetParam().label};
+  const StepResult clean = GetParam().step(only);
+  ASSERT_EQ(clean.cases, 1) << "no case '" << GetParam().label << "'";
+  EXPECT_EQ(clean.failed, 0) << clean.detail;
+  const ScopedFault fault(GetParam().fault);
+  const StepResult r = GetParam().step(only);
+  EXPECT_EQ(r.failed, 1) << "the case passes under the fault";
+}
+
+INSTANTIATE_TEST_SUITE_P(PlantedFaults, StepUnderFault,
+                         ::testing::Values(Planted{Fault::GateBf16BeforeExp, precision_rules, "cpu bf16 gates"},
+                                           Planted{Fault::GateBf16BeforeExp, precision_rules, "emu bf16 gates"},
+                                           Planted{Fault::DecayCumsumFp32, precision_rules, "cpu fp32 decay chain"},
+                                           Planted{Fault::DecayCumsumFp32, precision_rules, "emu bf16 decay chain"},
+                                           Planted{Fault::ReduceRoundsPerHop, communicator_semantics,
+                                                   "all_reduce BF16 W=3 rank-ordered sum"},
+                                           Planted{Fault::ReduceRoundsPerHop, communicator_semantics,
+                                                   "reduce_scatter_v BF16 W=8 rank-ordered sum"},
+                                           Planted{Fault::ReduceOwnRankFirst, communicator_semantics,
+                                                   "all_reduce F32 W=5 same bits on every rank and call"},
+                                           Planted{Fault::ReduceOwnRankFirst, communicator_semantics,
+                                                   "reduce_scatter F64 W=4 rank-ordered sum"},
+                                           Planted{Fault::GradAllreduceBf16, communicator_semantics,
+                                                   "all_gather W=4 BF16 thd bytes against the cost model"},
+                                           Planted{Fault::HaloGathersWholeSpan, communicator_semantics,
+                                                   "chunkwise W=2 F32 thd bytes against the cost model"}));
+
+}  // namespace
+}  // namespace gdnv::cli
