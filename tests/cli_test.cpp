@@ -230,6 +230,12 @@ constexpr FaultCatch kFaultCatches[] = {
     {"halo_grad_previous_rank_only", "adjoint dot-products"},
     {"route_return_uninverted", "adjoint dot-products"},
     {"allgather_grad_natural_order", "adjoint dot-products"},
+    {"gate_bf16_before_exp", "precision rules"},
+    {"decay_cumsum_fp32", "precision rules"},
+    {"reduce_rounds_per_hop", "communicator semantics"},
+    {"reduce_own_rank_first", "communicator semantics"},
+    {"grad_allreduce_bf16", "communicator semantics"},
+    {"halo_gathers_whole_span", "communicator semantics"},
 };
 
 TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
