@@ -193,9 +193,25 @@ void judge_selected(StepResult& r, const std::string& tag, const cp::RunSpec& sp
   judge_runs(r, tag, it->second, spec, backend.name, backend.factory);
 }
 
+// A second draw of the matrix for the full gate: another geometry (GVA 2, dk != dv, a conv of width 3),
+// Megatron's default decays instead of weak ones, another seed, three sequences of unequal length.
+struct MatrixDraw {
+  std::string tag;  // "" for matrix_spec's own
+  void apply(cp::RunSpec& s, int W) const {
+    if (tag.empty()) return;
+    s.layer = {32, 2, 4, 8, 4, 3, 1e-6, false};
+    s.gates = cp::GateRegime::Default;
+    s.seed = 1;
+    s.lengths = {6 * W, 4 * W, 2 * W};
+    s.seq_len = 6 * W;
+  }
+};
+const MatrixDraw kFirstDraw{""}, kSecondDraw{" draw 2"};
+
 // Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `backend`, and CP=1 again with
 // odd lengths (9, 5, 3; S = 7), which nothing splits.
-void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
+void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend,
+                 const MatrixDraw& draw = kFirstDraw) {
   for (const auto& [W, odd] : {std::pair{1, false}, {1, true}, {2, false}, {4, false}})
     for (DType dtype : dtypes)
       for (cp::Format format : {cp::Format::Thd, cp::Format::Sbhd}) {
@@ -203,12 +219,13 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
         for (cp::CpMode mode : kModes)
           for (int tp : {1, 2}) {
             cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            draw.apply(spec, W);
             if (odd) spec.lengths = {9, 5, 3}, spec.seq_len = 7;
             if (!legal(spec)) continue;
             judge_selected(r,
-                           std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + (odd ? " odd lengths" : "") +
-                               " tp=" + std::to_string(tp) + " " + std::string(dtype_name(dtype)) + " " +
-                               format_name(format),
+                           std::string(cp::mode_name(mode)) + draw.tag + " W=" + std::to_string(W) +
+                               (odd ? " odd lengths" : "") + " tp=" + std::to_string(tp) + " " +
+                               std::string(dtype_name(dtype)) + " " + format_name(format),
                            spec, backend, by_batch);
           }
       }
@@ -292,6 +309,7 @@ StepResult cp_mode_matrix(const StepOptions& options) {
   const std::vector<DType> dtypes =
       quick ? std::vector<DType>{DType::F64, DType::BF16} : std::vector<DType>{DType::F64, DType::F32, DType::BF16};
   mode_matrix(r, dtypes, kCpu);
+  if (!quick) mode_matrix(r, dtypes, kCpu, kSecondDraw);
   extreme_inputs(r, kCpu);
   multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
