@@ -149,31 +149,7 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
   if (first_failure) r.divergence = cp::first_divergence_line(spec, factory);
 }
 
-bool legal(const cp::RunSpec& s) {
-  try {
-    cp::validate_run(s);
-    return true;
-  } catch (const ConfigError&) {
-    return false;
-  }
-}
-
 const char* format_name(cp::Format f) { return f == cp::Format::Thd ? "thd" : "sbhd"; }
-
-cp::RunSpec matrix_spec(cp::CpMode mode, int W, int tp, DType dtype, cp::Format format) {
-  cp::RunSpec s;
-  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
-  s.cp.mode = mode;
-  s.cp.cp = W;
-  s.cp.tp = tp;
-  s.dtype = dtype;
-  s.format = format;
-  s.lengths = {8 * W, 4 * W};
-  s.seq_len = 8 * W;
-  s.batch = mode == cp::CpMode::Chunkwise ? 1 : 2;  // chunkwise SBHD: batch 1 (docs/DESIGN.md §3.1)
-  s.gates = cp::GateRegime::Weak;                   // the state crosses every rank: chunkwise's fold matters
-  return s;
-}
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
@@ -196,7 +172,7 @@ void judge_selected(StepResult& r, const std::string& tag, const cp::RunSpec& sp
 // A second draw of the matrix for the full gate: another geometry (GVA 2, dk != dv, a conv of width 3),
 // Megatron's default decays instead of weak ones, another seed, three sequences of unequal length.
 struct MatrixDraw {
-  std::string tag;  // "" for matrix_spec's own
+  std::string tag;  // "" for gate_matrix_spec's own
   void apply(cp::RunSpec& s, int W) const {
     if (tag.empty()) return;
     s.layer = {32, 2, 4, 8, 4, 3, 1e-6, false};
@@ -208,7 +184,7 @@ struct MatrixDraw {
 };
 const MatrixDraw kFirstDraw{""}, kSecondDraw{" draw 2"};
 
-// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of matrix_spec on `backend`, and CP=1 again with
+// Every legal (mode, W in {1, 2, 4}, dtype, format, TP) of gate_matrix_spec on `backend`, and CP=1 again with
 // odd lengths (9, 5, 3; S = 7), which nothing splits.
 void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend,
                  const MatrixDraw& draw = kFirstDraw) {
@@ -218,10 +194,10 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
         std::map<std::int64_t, Judged> by_batch;
         for (cp::CpMode mode : kModes)
           for (int tp : {1, 2}) {
-            cp::RunSpec spec = matrix_spec(mode, W, tp, dtype, format);
+            cp::RunSpec spec = cp::gate_matrix_spec(mode, W, tp, dtype, format);
             draw.apply(spec, W);
             if (odd) spec.lengths = {9, 5, 3}, spec.seq_len = 7;
-            if (!legal(spec)) continue;
+            if (!cp::is_legal(spec)) continue;
             judge_selected(r,
                            std::string(cp::mode_name(mode)) + draw.tag + " W=" + std::to_string(W) +
                                (odd ? " odd lengths" : "") + " tp=" + std::to_string(tp) + " " +
@@ -237,7 +213,7 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
 void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
   for (DType dtype : {DType::BF16, DType::F32})
     for (int W : {2, 1}) {
-      cp::RunSpec spec = matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
+      cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
       spec.gates = cp::GateRegime::Extreme;
       if (W == 1) spec.lengths = {1, 1, 6};
       std::map<std::int64_t, Judged> cache;
@@ -263,9 +239,9 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
     for (DType dtype : dtypes) {
       std::map<std::int64_t, Judged> cache;
       for (cp::CpMode mode : kModes) {
-        cp::RunSpec spec = matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
+        cp::RunSpec spec = cp::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
         spec.lengths = lengths;
-        if (legal(spec))
+        if (cp::is_legal(spec))
           judge_selected(r,
                          std::string(cp::mode_name(mode)) + " multi-chunk spans W=" + std::to_string(W) + " lengths " +
                              comma_list(lengths) + " " + std::string(dtype_name(dtype)),
@@ -274,7 +250,7 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
     }
   for (DType dtype : dtypes)
     for (int W : {3, 4}) {
-      cp::RunSpec spec = matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
+      cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
       spec.seq_len = 160 * W;
       std::map<std::int64_t, Judged> cache;
       judge_selected(r,
@@ -313,7 +289,7 @@ StepResult cp_mode_matrix(const StepOptions& options) {
   extreme_inputs(r, kCpu);
   multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
-    cp::RunSpec dynamic = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    cp::RunSpec dynamic = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.micro_batches = {4, 2, 1};
     dynamic.cp.dynamic_cp = dynamic.micro_batches;  // as `run --dynamic-cp 4,2,1` sets it
     cp::RunSpec own = dynamic;
@@ -322,7 +298,7 @@ StepResult cp_mode_matrix(const StepOptions& options) {
     own.micro_batches = {4, 2, 2, 1};
     own.cp.dynamic_cp = own.micro_batches;
     own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {8, 8}, {5}};
-    cp::RunSpec short_spans = matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    cp::RunSpec short_spans = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
     for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic},
                                     {"dynamic CP 4,2,2,1 own packings", own},

@@ -68,15 +68,6 @@ cp::RunSpec group_spec(const Group& g) {
   return s;
 }
 
-bool legal(const cp::RunSpec& s) {
-  try {
-    cp::validate_run(s);
-    return true;
-  } catch (const ConfigError&) {
-    return false;
-  }
-}
-
 // Groups: THD in fp64, fp32 and bf16 under weak, default and strong decay; SBHD in fp32 and bf16 under
 // default and strong decay. Runs: every legal mode x W in {1, 2, 4} x TP in {1, 2}. --quick: TP 1, W 2
 // in every mode on the fp32 and bf16 THD default and strong groups, and W 1 on fp32 default.
@@ -93,7 +84,7 @@ std::vector<Entry> precision_catalog() {
         for (int tp : {1, 2}) {
           cp::RunSpec spec = group_spec(g);
           spec.cp.mode = mode, spec.cp.cp = W, spec.cp.tp = tp;
-          if (!legal(spec)) continue;
+          if (!cp::is_legal(spec)) continue;
           const bool quick_group =
               g.dtype != DType::F64 && g.format == cp::Format::Thd && g.gates != cp::GateRegime::Weak;
           const bool quick = quick_group && tp == 1 &&

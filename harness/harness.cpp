@@ -92,6 +92,30 @@ GateRegime parse_gate_regime(std::string_view name) {
   throw ConfigError("unknown gate regime '" + std::string(name) + "': use default, weak, strong or extreme");
 }
 
+RunSpec gate_matrix_spec(CpMode mode, int W, int tp, DType dtype, Format format) {
+  RunSpec s;
+  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  s.cp.mode = mode;
+  s.cp.cp = W;
+  s.cp.tp = tp;
+  s.dtype = dtype;
+  s.format = format;
+  s.lengths = {8 * W, 4 * W};
+  s.seq_len = 8 * W;
+  s.batch = mode == CpMode::Chunkwise ? 1 : 2;
+  s.gates = GateRegime::Weak;
+  return s;
+}
+
+bool is_legal(const RunSpec& spec) {
+  try {
+    validate_run(spec);
+    return true;
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
 std::string_view gate_regime_name(GateRegime regime) {
   constexpr std::string_view names[] = {"default", "weak", "strong", "extreme"};
   return names[static_cast<int>(regime)];

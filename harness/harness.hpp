@@ -47,6 +47,11 @@ struct RunSpec {
   bool stages = false;  // record the named stages (reference/layer.hpp) on every rank and reassemble them
 };
 
+// The gate's CP-matrix spec (docs/DESIGN.md §11): GVA geometry hidden 24, Hk 4, Hv 8, dk 6, dv 10, conv 4;
+// weak gates (the state crosses every rank: chunkwise's fold matters); THD lengths 8W, 4W; SBHD S = 8W,
+// batch 2 (chunkwise: 1, docs/DESIGN.md §3.1).
+RunSpec gate_matrix_spec(CpMode mode, int W, int tp, DType dtype, Format format);
+
 // The CP size of each micro-batch of `spec`, and micro-batch m's THD sequence lengths.
 std::vector<int> micro_batch_sizes(const RunSpec& spec);
 const std::vector<std::int64_t>& lengths_of(const RunSpec& spec, std::size_t micro_batch);
@@ -55,6 +60,8 @@ const std::vector<std::int64_t>& lengths_of(const RunSpec& spec, std::size_t mic
 // their own, then each micro-batch at its own CP size (with several micro-batches the message names
 // which): ConfigError naming the fix, before any case is built.
 void validate_run(const RunSpec& spec);
+// Whether validate_run accepts `spec`.
+bool is_legal(const RunSpec& spec);
 
 // Inputs rounded to the storage dtype (so the oracle sees exactly what the implementation sees), and
 // the fp64 oracle's answer on them. A Case is one micro-batch's: its packing is the one that runs.

@@ -9,19 +9,9 @@
 namespace gdnv::cp {
 namespace {
 
-// The gate's matrix_spec: hidden 24, Hk 4, Hv 8, dk 6, dv 10, weak gates, THD lengths 8W, 4W or SBHD S = 8W.
+// The gate's matrix spec with its stages recorded, seeded.
 RunSpec matrix_spec(CpMode mode, int W, int tp, DType dtype, Format format, std::uint64_t seed) {
-  RunSpec s;
-  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
-  s.cp.mode = mode;
-  s.cp.cp = W;
-  s.cp.tp = tp;
-  s.dtype = dtype;
-  s.format = format;
-  s.lengths = {8 * W, 4 * W};
-  s.seq_len = 8 * W;
-  s.batch = mode == CpMode::Chunkwise ? 1 : 2;
-  s.gates = GateRegime::Weak;
+  RunSpec s = gate_matrix_spec(mode, W, tp, dtype, format);
   s.seed = seed;
   s.stages = true;
   return s;

@@ -16,7 +16,7 @@
 namespace gdnv::cp {
 namespace {
 
-// The gate's geometry (cli/gate_steps_cp.cpp matrix_spec): GVA 2, 4 key heads, hidden 24.
+// The gate's geometry (harness/harness.hpp gate_matrix_spec): GVA 2, 4 key heads, hidden 24.
 RunSpec extreme_spec(DType dtype, std::vector<std::int64_t> lengths) {
   RunSpec s;
   s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};

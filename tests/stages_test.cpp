@@ -14,19 +14,9 @@ namespace {
 const BackendFactory kCpu = [](DType d) { return cpu::make_backend(d); };
 const BackendFactory kEmu = [](DType d) { return gpu::make_emulated_backend(d); };
 
-// The gate's CP-matrix geometry (cli/gate_steps_cp.cpp matrix_spec): hidden 24, Hk 4, Hv 8, dk 6, dv 10.
+// The gate's CP-matrix spec with its stages recorded.
 RunSpec spec_of(CpMode mode, int W, DType dtype, int tp = 1, Format format = Format::Thd) {
-  RunSpec s;
-  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
-  s.cp.mode = mode;
-  s.cp.cp = W;
-  s.cp.tp = tp;
-  s.dtype = dtype;
-  s.format = format;
-  s.lengths = {8 * W, 4 * W};
-  s.seq_len = 8 * W;
-  s.batch = mode == CpMode::Chunkwise ? 1 : 2;
-  s.gates = GateRegime::Weak;
+  RunSpec s = gate_matrix_spec(mode, W, tp, dtype, format);
   s.stages = true;
   return s;
 }
