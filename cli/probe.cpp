@@ -64,7 +64,10 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd")
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
       ("backend", po::value<std::string>()->default_value("cpu"),
-       "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)");
+       "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)")
+      ("stages", po::bool_switch(),
+       "also dump each rank's part of every named stage (stage::*, stage_grad::*; chunkwise: boundary_state), "
+       "which the probe readers then judge and name the first divergence from");
   // clang-format on
   const auto vm = parse_options("probe dump", "--mode M --image LABEL --out DIR [options]", o, {}, args, out);
   if (!vm) return kPass;
@@ -76,6 +79,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.seed = (*vm)["seed"].as<std::uint64_t>();
   const std::string dir = (*vm)["out"].as<std::string>();
   spec.backend = (*vm)["backend"].as<std::string>();
+  spec.stages = (*vm)["stages"].as<bool>();
   const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);
   // Bad input fails here, before any rank starts.
   (void)probes::dump_run_spec(spec, world.size);
@@ -149,6 +153,7 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
     out << "deviation ratio (<= 4x headwise's, floor 1e-6): " << r.ratios.size() << " checked, " << outside
         << " outside\n";
   out << (r.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+  probes::write_divergence(r.vs_cp1, out);
   return r.exit_code();
 }
 

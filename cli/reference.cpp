@@ -1,6 +1,7 @@
 // gdn-verify reference --in IN --out OUT: the fp64 oracle on a kernel-level file (gated delta rule) or
 // a layer-level file (GatedDeltaNet layer, when IN holds hidden_states), docs/DESIGN.md §5. Forward always;
-// the backward when IN holds do (kernel) or grad_output (layer).
+// the backward when IN holds do (kernel) or grad_output (layer); with --stages (layer files) also the
+// layer's named stages, stage::<s> and stage_grad::<s> (docs/DESIGN.md §1.3).
 #include <ostream>
 
 #include "cli/command.hpp"
@@ -36,19 +37,28 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
       "out", po::value<std::string>()->required(),
       "output, all F64: o final_state [dq dk dv dg dbeta dh0]; or out [grad_hidden grad::<param>]")(
       "form", po::value<std::string>()->default_value("chunked"),
-      "chunked (WY/UT, the fast oracle) or recurrent (token by token)");
-  const auto vm = parse_options("reference", "--in IN.safetensors --out OUT.safetensors [--form chunked|recurrent]",
-                                options, {}, args, out);
+      "chunked (WY/UT, the fast oracle) or recurrent (token by token)")(
+      "stages", po::bool_switch(),
+      "layer-level input only: also write the named stages, stage::<s> [N, ...] and (with grad_output) "
+      "stage_grad::<s>, token rows in the order of out");
+  const auto vm =
+      parse_options("reference", "--in IN.safetensors --out OUT.safetensors [--form chunked|recurrent] [--stages]",
+                    options, {}, args, out);
   if (!vm) return kPass;
   const std::string in_path = (*vm)["in"].as<std::string>(), out_path = (*vm)["out"].as<std::string>();
   const ref::GdrForm form = parse_form((*vm)["form"].as<std::string>());
+  const bool stages = (*vm)["stages"].as<bool>();
   ref::GdrCase c;
   {
     TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
     if (ref::is_layer_file(input)) {
       keep_freed_memory();  // a layer allocates and frees its activations over and over; a kernel does not
-      return write_result(ref::run_layer_file(input, in_path, form), out_path, out);
+      return write_result(ref::run_layer_file(input, in_path, form, stages), out_path, out);
     }
+    if (stages)
+      throw ConfigError(in_path +
+                        ": --stages names the layer's stages and needs a layer-level input (with hidden_states); "
+                        "drop --stages for a kernel-level file");
     c = ref::take_gdr_case(input, in_path);
   }
   return write_result(ref::run_gdr_case(c, form), out_path, out);

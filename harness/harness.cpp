@@ -455,14 +455,13 @@ std::vector<std::int64_t> zigzag_tokens(const Case& k, int c, int r) {
   return tokens;
 }
 
-// Every rank's recorded stages of micro-batch m, put (or summed) at their natural rows and full-layer
-// columns: run.answer.stages, with who computed what in run.stage_pieces.
-// World rank = cp_rank * tp + tp_rank: the first CP sub-group (static CP ranks [0, c)) holds the answer.
-void assemble_stages(const Case& k, int c, int tp, const std::vector<std::vector<RankOutput>>& outputs, std::size_t m,
-                     MicroBatchRun& run) {
+}  // namespace
+
+void assemble_stages(const Case& k, std::span<const RankOutput* const> ranks, MicroBatchRun& run) {
+  const int c = run.cp_size;
   const std::int64_t tokens = k.hidden.dim(0) * k.hidden.dim(1);
-  for (int rank = 0; rank < c * tp; ++rank) {
-    const RankOutput& o = outputs[static_cast<std::size_t>(rank)][m];
+  for (const RankOutput* rank : ranks) {
+    const RankOutput& o = *rank;
     for (const HostStage& h : o.stages) {
       if (h.replicated_over_tp && o.tp_rank != 0) continue;
       const bool boundary = h.name.ends_with("boundary_state");
@@ -484,8 +483,6 @@ void assemble_stages(const Case& k, int c, int tp, const std::vector<std::vector
     }
   }
 }
-
-}  // namespace
 
 std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const Case> cases,
                                           const BackendFactory& factory) {
@@ -530,7 +527,12 @@ std::vector<MicroBatchRun> run_in_process(const RunSpec& spec, std::span<const C
       if (rank < tp) tp_grads[static_cast<std::size_t>(rank)] = o.grads;
     }
     run.answer.grads = ref::tp_unshard(k.config, tp_grads);
-    if (spec.stages) assemble_stages(k, c, tp, outputs, m, run);
+    if (spec.stages) {
+      // World rank = cp_rank * tp + tp_rank: the first CP sub-group (static CP ranks [0, c)) holds the answer.
+      std::vector<const RankOutput*> group;
+      for (int rank = 0; rank < c * tp; ++rank) group.push_back(&outputs[static_cast<std::size_t>(rank)][m]);
+      assemble_stages(k, group, run);
+    }
     for (auto& rank_outputs : outputs) run.ranks.push_back(std::move(rank_outputs[m]));
     runs.push_back(std::move(run));
   }

@@ -142,6 +142,11 @@ struct MicroBatchRun {
   std::map<std::string, std::vector<StagePiece>> stage_pieces;  // RunSpec::stages: who computed what
 };
 
+// Every CP rank's recorded stages of one micro-batch of CP size run.cp_size, put (or summed) at their
+// natural rows and full-layer columns: run.answer.stages, with who computed what in run.stage_pieces.
+// `ranks`: the world ranks of the first CP sub-group, by world rank (cp_rank * tp + tp_rank).
+void assemble_stages(const Case& c, std::span<const RankOutput* const> ranks, MicroBatchRun& run);
+
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
 // by tensor name ("out", "grad_hidden", "grad::<param>").
 std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);

@@ -18,8 +18,8 @@ const Tensor* find_tensor(const Answer& a, const std::string& name) {
   return it == a.stages.end() ? nullptr : &it->second;
 }
 
-// Who computed which rows of a tensor: the recorded pieces of a stage; for out and grad_hidden each CP
-// rank's zigzag shard; none for parameter gradients (summed over every rank).
+}  // namespace
+
 std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c) {
   if (const auto it = run.stage_pieces.find(name); it != run.stage_pieces.end()) return it->second;
   std::vector<StagePiece> out;
@@ -35,6 +35,8 @@ std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& 
   }
   return out;
 }
+
+namespace {
 
 struct RankError {
   double err2 = 0, ref2 = 0;

@@ -37,6 +37,10 @@ struct Divergence {
 // (rms error of the row > gate * rms of the whole reference), else all its rows. nullopt: all pass.
 std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& verdicts, const Answer& oracle,
                                            const MicroBatchRun& run, const Case& c);
+// Who computed which rows of tensor `name` of `run`: the recorded pieces of a stage; for out and
+// grad_hidden each CP rank's zigzag shard; none for parameter gradients (summed over every rank).
+std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c);
+
 // "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>"
 std::string divergence_line(const Divergence& d);
 

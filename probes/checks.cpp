@@ -1,5 +1,7 @@
 #include "probes/checks.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -13,14 +15,6 @@ namespace {
 std::string dir_name(const std::string& dir) {
   const fs::path p = fs::path(dir).lexically_normal();
   return (p.filename().empty() ? p.parent_path().filename() : p.filename()).string();
-}
-
-TensorFile answer_file(const cp::Answer& a) {
-  TensorFile f;
-  f.tensors["out"] = a.out;
-  f.tensors["grad_hidden"] = a.grad_hidden;
-  for (const auto& [name, t] : a.grads) f.tensors["grad::" + name] = t;
-  return f;
 }
 
 void require_image(const std::string& dir, const char* role) {
@@ -43,6 +37,154 @@ TensorResult structural(const std::string& file, const std::string& what) {
   t.name = "*";
   t.structure = what;
   return t;
+}
+
+// Whether an element is outside `rule` elementwise: a NaN/Inf on one side only, or |x - r| > atol +
+// rtol |r| (both 0 for a rule without them: any difference).
+bool outside(const Rule& rule, double r, double x) {
+  if (std::isfinite(r) != std::isfinite(x)) return true;
+  if (!std::isfinite(r)) return !(r == x || (std::isnan(r) && std::isnan(x)));
+  return std::abs(x - r) > rule.atol.value_or(0.0) + rule.rtol.value_or(0.0) * std::abs(r);
+}
+
+// The rows (of `rows`, each a row of the [rows, width] tensors) holding an element outside `rule`, over
+// columns `cols` (empty: all).
+std::vector<std::int64_t> rows_outside(const Tensor& ref, const Tensor& cand, const Rule& rule,
+                                       const std::vector<std::int64_t>& rows, const std::vector<std::int64_t>& cols) {
+  const std::int64_t width = ref.numel() / std::max<std::int64_t>(1, ref.dim(0));
+  std::vector<std::int64_t> out;
+  for (const std::int64_t row : rows)
+    for (std::int64_t j = 0; j < (cols.empty() ? width : static_cast<std::int64_t>(cols.size())); ++j) {
+      const std::int64_t at = row * width + (cols.empty() ? j : cols[static_cast<std::size_t>(j)]);
+      if (outside(rule, ref.get(at), cand.get(at))) {
+        out.push_back(row);
+        break;
+      }
+    }
+  return out;
+}
+
+// The criterion a failing result broke, as the divergence line names it: metric, value and gate.
+void failed_criterion(const TensorResult& t, cp::Divergence& d) {
+  const Rule& r = t.rule;
+  const double frac = t.m.numel ? static_cast<double>(t.mismatched) / static_cast<double>(t.m.numel) : 0.0;
+  if (t.m.nan_cand + t.m.inf_cand + t.m.nan_ref + t.m.inf_ref > 0 && t.why.find("NaN/Inf") != std::string::npos)
+    d.metric = "nan/inf", d.value = static_cast<double>(t.m.nan_cand + t.m.inf_cand), d.gate = 0;
+  else if (r.exact.value_or(false) && !t.m.bitwise)
+    d.metric = "bitwise mismatches", d.value = static_cast<double>(t.mismatched), d.gate = 0;
+  else if ((r.atol || r.rtol) && frac > r.max_mismatch_frac.value_or(0.0))
+    d.metric = "mismatched fraction", d.value = frac, d.gate = r.max_mismatch_frac.value_or(0.0);
+  else if (r.min_cos && 1.0 - t.m.one_minus_cos < *r.min_cos)
+    d.metric = "1-cos", d.value = t.m.one_minus_cos, d.gate = 1.0 - *r.min_cos;
+  else d.metric = "rel_rms", d.value = t.m.rel_rms, d.gate = r.max_rel_rms.value_or(0.0);
+}
+
+std::vector<std::string> judged_order_of(const std::vector<std::string>& names) {
+  std::vector<std::string> grads;
+  for (const auto& n : names)
+    if (n.starts_with("grad::")) grads.push_back(n);
+  return ref::judged_order(grads);
+}
+
+// Whether tensor a comes before b in the judged order of `names`.
+bool precedes(const std::string& a, const std::string& b, const std::vector<std::string>& names) {
+  const std::vector<std::string> order = judged_order_of(names);
+  return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+}
+
+// The first result of dump `file` in `c` outside its rule, in the judged order (ref::judged_order).
+const TensorResult* first_failing(const Comparison& c, const std::string& file, const std::vector<std::string>& names) {
+  for (const std::string& name : judged_order_of(names))
+    for (const TensorResult& t : c.tensors)
+      if (t.file == file && t.name == name && t.structure.empty() && !t.pass) return &t;
+  return nullptr;
+}
+
+// Where `run` (one mode reassembled) first leaves `ref` (natural order) under the results `c` holds for
+// dump `file`: the first failing tensor in the judged order, the lowest CP rank with an element outside
+// its rule, and that rank's rows holding one (every rank when no single rank's elements are outside).
+std::optional<cp::Divergence> policy_divergence(const Comparison& c, const std::string& file, const TensorFile& ref,
+                                                const cp::MicroBatchRun& run, const cp::Case& k) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : ref.tensors) names.push_back(name);
+  const TensorResult* t = first_failing(c, file, names);
+  if (!t) return std::nullopt;
+  cp::Divergence d{
+      t->name, ref::is_backward_tensor(t->name), -1, run.cp_size, 0, ref.tensors.at(t->name).dim(0) - 1, "", 0, 0};
+  failed_criterion(*t, d);
+  const TensorFile got = answer_file(run.answer);
+  std::map<int, std::vector<std::int64_t>> hot;
+  for (const cp::StagePiece& p : cp::pieces_of(t->name, run, k))
+    for (const std::int64_t row :
+         rows_outside(ref.tensors.at(t->name), got.tensors.at(t->name), t->rule, p.rows, p.cols))
+      hot[p.cp_rank].push_back(row);
+  if (!hot.empty()) {
+    const auto& [rank, rows] = *hot.begin();
+    d.rank = rank;
+    d.row_begin = *std::min_element(rows.begin(), rows.end());
+    d.row_end = *std::max_element(rows.begin(), rows.end());
+  }
+  return d;
+}
+
+// The natural rows of rank r's file's tensor `name`, by local row: out and grad_hidden the zigzag shard's,
+// a stage its rows:: tensor, a parameter gradient its own rows.
+std::vector<std::int64_t> natural_rows_of(const TensorFile& f, const std::string& name, const cp::Case& k, int W,
+                                          int r) {
+  if (name == "out" || name == "grad_hidden") return cp::zigzag_rows(k, W, r);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(f.tensors.at(name).dim(0)));
+  const std::string rows_name = "rows::" + name;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = f.has(rows_name) ? static_cast<std::int64_t>(f.tensors.at(rows_name).get(static_cast<std::int64_t>(i)))
+                              : static_cast<std::int64_t>(i);
+  return ids;
+}
+
+// Where CAND's dump of a mode (rank files `files`, compared file by file in `c`) first leaves REF's: the
+// first failing tensor in the judged order, the lowest rank whose file fails on it (every rank for a
+// CP-summed parameter gradient), and that file's rows holding an element outside the rule.
+std::optional<cp::Divergence> image_divergence(const Comparison& c, const std::string& ref, const std::string& cand,
+                                               const std::vector<std::string>& files, const cp::Case& k) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : read_safetensors((fs::path(ref) / files.front()).string()).tensors)
+    names.push_back(name);
+  const TensorResult* t = nullptr;
+  int rank = 0;
+  // The earliest tensor in the judged order failing in any rank's file, and the lowest rank failing on it.
+  for (std::size_t r = 0; r < files.size(); ++r)
+    if (const TensorResult* u = first_failing(c, files[r], names); u && (!t || precedes(u->name, t->name, names))) {
+      t = u;
+      rank = static_cast<int>(r);
+    }
+  if (!t) return std::nullopt;
+  const auto W = static_cast<int>(files.size());
+  const std::string path = (fs::path(ref) / files[static_cast<std::size_t>(rank)]).string();
+  const TensorFile a = read_safetensors(path);
+  const TensorFile b = read_safetensors((fs::path(cand) / files[static_cast<std::size_t>(rank)]).string());
+  const Tensor& x = a.at(t->name, path);
+  std::vector<std::int64_t> local(static_cast<std::size_t>(x.dim(0)));
+  for (std::size_t i = 0; i < local.size(); ++i) local[i] = static_cast<std::int64_t>(i);
+  std::vector<std::int64_t> hot = rows_outside(x, b.at(t->name, path), t->rule, local, {});
+  if (hot.empty()) hot = local;
+  const std::vector<std::int64_t> ids = natural_rows_of(a, t->name, k, W, rank);
+  cp::Divergence d{t->name, ref::is_backward_tensor(t->name), t->name.starts_with("grad::") ? -1 : rank, W, 0, 0, "", 0,
+                   0};
+  d.row_begin = d.row_end = ids[static_cast<std::size_t>(hot.front())];
+  for (const std::int64_t i : hot) {
+    d.row_begin = std::min(d.row_begin, ids[static_cast<std::size_t>(i)]);
+    d.row_end = std::max(d.row_end, ids[static_cast<std::size_t>(i)]);
+  }
+  failed_criterion(*t, d);
+  return d;
+}
+
+// A mode's reassembled tensors as cp1 can be compared with them: stages only where cp1 dumped them too,
+// never the chunkwise boundary state (cp1 has no boundaries; the oracle judges it).
+TensorFile comparable_with_cp1(const cp::Answer& a, const TensorFile& cp1) {
+  TensorFile f = answer_file(a);
+  for (auto it = f.tensors.begin(); it != f.tensors.end();)
+    it = it->first.starts_with("stage") && !cp1.has(it->first) ? f.tensors.erase(it) : std::next(it);
+  return f;
 }
 
 }  // namespace
@@ -74,6 +216,11 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
         compare_files(read_safetensors((fs::path(ref) / ref_files[r]).string()),
                       read_safetensors((fs::path(cand) / cand_files[r]).string()), policy, ref_files[r], out);
     }
+    if (!out.divergence && inputs.exit_code() == 0 && ref_files.size() == cand_files.size())
+      if (auto d = image_divergence(out, ref, cand, ref_files, read_inputs(ref))) {
+        out.divergence = std::move(d);
+        out.divergence_in = m;
+      }
   }
   return out;
 }
@@ -96,14 +243,25 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   CrossMode out;
   out.vs_cp1.name = "cross-mode " + dir_name(dir);
   out.vs_cp1.policy = policy.name;
-  const TensorFile cp1 = assemble(dir, "cp1", k);
+  TensorFile cp1 = assemble(dir, "cp1", k);
   std::map<std::string, TensorFile> by_mode;
   for (std::size_t i = 1; i < modes.size(); ++i) {
-    by_mode[modes[i]] = assemble(dir, modes[i], k);
-    compare_files(cp1, by_mode[modes[i]], policy, modes[i] + " vs cp1", out.vs_cp1);
+    const cp::MicroBatchRun run = assemble_run(dir, modes[i], k);
+    by_mode[modes[i]] = comparable_with_cp1(run.answer, cp1);
+    TensorFile reference = cp1;  // cp1's stages only where this mode dumped them too
+    for (auto it = reference.tensors.begin(); it != reference.tensors.end();)
+      it = it->first.starts_with("stage") && !by_mode[modes[i]].has(it->first) ? reference.tensors.erase(it)
+                                                                               : std::next(it);
+    const std::string file = modes[i] + " vs cp1";
+    compare_files(reference, by_mode[modes[i]], policy, file, out.vs_cp1);
+    if (!out.vs_cp1.divergence)
+      if (auto d = policy_divergence(out.vs_cp1, file, reference, run, k)) {
+        out.vs_cp1.divergence = std::move(d);
+        out.vs_cp1.divergence_in = modes[i];
+      }
   }
   if (!by_mode.count("headwise")) return out;
-  const TensorFile oracle = answer_file(cp::oracle_answer(k));
+  const TensorFile oracle = answer_file(cp::oracle_answer(k));  // the deviation bound is on the outputs
   const auto rel_to_oracle = [&](const TensorFile& f, const std::string& name) {
     return compare(oracle.tensors.at(name), f.tensors.at(name)).rel_rms;
   };
@@ -118,29 +276,62 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   return out;
 }
 
+namespace {
+
+// The stages the oracle answers with for DIR's dumps: every stage when any mode dumped them, and the
+// chunkwise boundary state at the chunkwise dump's world size.
+cp::StageRequest stage_request_of(const std::string& dir, const std::vector<std::string>& modes) {
+  cp::StageRequest request;
+  for (const auto& mode : modes) {
+    if (!has_stages(dir, mode)) continue;
+    request.on = true;
+    if (mode == "chunkwise") request.chunkwise_cp = world_of(dir, mode);
+  }
+  return request;
+}
+
+// The oracle's tensors one mode's dump is judged on: out, grad_hidden and the gradients; its stages when
+// the dump holds them, the boundary state only for a chunkwise dump on more than one rank.
+TensorFile oracle_file_for(const cp::Answer& oracle, const std::string& mode, bool stages, int world) {
+  TensorFile f = answer_file(oracle);
+  for (auto it = f.tensors.begin(); it != f.tensors.end();) {
+    const bool stage = it->first.starts_with("stage");
+    const bool boundary = it->first.ends_with("boundary_state");
+    const bool keep = !stage || (stages && (!boundary || (mode == "chunkwise" && world > 1)));
+    it = keep ? std::next(it) : f.tensors.erase(it);
+  }
+  return f;
+}
+
+}  // namespace
+
 Comparison judge_with_oracle(const std::string& dir) {
   require_image(dir, "DIR");
   const cp::Case k = read_inputs(dir);
-  const cp::Answer oracle = cp::oracle_answer(k);
-  const TensorFile oracle_file = answer_file(oracle);
+  const std::vector<std::string> modes = modes_in(dir);
+  if (modes.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
+  const cp::Answer oracle = cp::oracle_answer(k, stage_request_of(dir, modes));
   Comparison out;
   out.name = "oracle " + dir_name(dir);
   out.policy = "per-tensor oracle gates (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2)";
-  const std::vector<std::string> modes = modes_in(dir);
-  if (modes.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
-  std::map<DType, Policy> by_dtype;
+  std::map<DType, std::map<std::string, double>> gates;
   for (const auto& mode : modes) {
     const DType dtype = dumped_dtype(dir, mode);
-    if (!by_dtype.count(dtype)) {
-      Policy p{"oracle", {}, {}};
-      for (const auto& [name, gate] : cp::oracle_gates(k, oracle, dtype)) {
-        Rule r;
-        r.max_rel_rms = gate;
-        p.tensors.emplace_back(name, r);
-      }
-      by_dtype[dtype] = p;
+    if (!gates.count(dtype)) gates[dtype] = cp::oracle_gates(k, oracle, dtype);
+    Policy p{"oracle", {}, {}};
+    for (const auto& [name, gate] : gates[dtype]) {
+      Rule r;
+      r.max_rel_rms = gate;
+      p.tensors.emplace_back(name, r);
     }
-    compare_files(oracle_file, assemble(dir, mode, k), by_dtype[dtype], mode, out);
+    const cp::MicroBatchRun run = assemble_run(dir, mode, k);
+    compare_files(oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size), answer_file(run.answer), p, mode,
+                  out);
+    if (!out.divergence)
+      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, gates[dtype]), oracle, run, k)) {
+        out.divergence = std::move(d);
+        out.divergence_in = mode;
+      }
   }
   return out;
 }

@@ -108,6 +108,7 @@ TensorResult compare_tensor(const std::string& name, const Tensor& ref, const Te
   t.rule = rule;
   if (is_float(ref.dtype())) {
     t.m = compare(ref, cand);
+    t.tol = tolerances(ref, cand);
     if (rule.atol || rule.rtol) {
       const double atol = rule.atol.value_or(0.0), rtol = rule.rtol.value_or(0.0);
       // Norm-wise: one bound for every element, scaled by the tensor's largest reference value.

@@ -4,11 +4,13 @@
 // change: structural mismatch), then per tensor docs/DESIGN.md §4's metrics, bitwise identity (raw bytes,
 // so -0/+0 and NaN payloads count) apart from numeric equality, and the policy's verdict.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/metrics.hpp"
 #include "core/safetensors.hpp"
+#include "harness/verdict.hpp"
 #include "probes/policy.hpp"
 
 namespace gdnv::probes {
@@ -23,13 +25,18 @@ struct TensorResult {
   std::int64_t mismatched = 0;  // elements outside the rule's atol + rtol |ref| (counted when it has either)
   Rule rule;
   bool pass = false;
-  std::string why;  // the first criterion that failed
+  std::string why;                // the first criterion that failed
+  std::optional<Tolerances> tol;  // float tensors: min atol (rtol 0), min rtol (atol 0), |error| by decade
 };
 
 struct Comparison {
   std::string name;  // of the summary line: the candidate's file or directory name
   std::string policy;
   std::vector<TensorResult> tensors;  // in (file, name) order, structural mismatches included
+  // Where a failing verdict starts (harness/verdict.hpp): the first tensor outside its gate in the judged
+  // order, in the first failing dump (`divergence_in`: its mode); unset when it passes or is not judged.
+  std::optional<cp::Divergence> divergence;
+  std::string divergence_in;
 
   int compared() const;  // tensors with matching structure
   int bitwise() const;

@@ -1,5 +1,6 @@
 #include "probes/image.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.hpp"
@@ -73,6 +74,59 @@ json geometry(const cp::RunSpec& s) {
   return g;
 }
 
+constexpr const char* kRowsPrefix = "rows::";
+constexpr const char* kColsPrefix = "cols::";
+constexpr const char* kSummedKey = "summed_stages";  // metadata: the stages that are partials over CP ranks
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
+// Each recorded stage as the rank computed it, F64 (what its buffer held, widened exactly), with the
+// micro-batch rows (THD: packed token; SBHD: b S + s; boundary_state: the CP rank) and full-layer
+// columns of its elements.
+void add_stages(const std::vector<cp::HostStage>& stages, TensorFile& f) {
+  std::vector<std::string> summed;
+  for (const cp::HostStage& h : stages) {
+    if (f.has(h.name))
+      throw Error("stage '" + h.name + "' recorded twice on one rank: the probe image holds one piece per rank");
+    f.tensors[h.name] = h.data;
+    f.tensors[kRowsPrefix + h.name] = Tensor::from(h.rows, {static_cast<std::int64_t>(h.rows.size())});
+    f.tensors[kColsPrefix + h.name] = Tensor::from(h.cols, {static_cast<std::int64_t>(h.cols.size())});
+    if (h.sum) summed.push_back(h.name);
+  }
+  f.metadata[kSummedKey] = joined(summed);
+}
+
+// A rank file's stages back as what the rank recorded.
+std::vector<cp::HostStage> read_stages(const TensorFile& f, const std::string& path) {
+  std::vector<std::string> summed;
+  if (const auto it = f.metadata.find(kSummedKey); it != f.metadata.end())
+    for (std::size_t at = 0; at < it->second.size();) {
+      const std::size_t comma = std::min(it->second.find(',', at), it->second.size());
+      summed.push_back(it->second.substr(at, comma - at));
+      at = comma + 1;
+    }
+  std::vector<cp::HostStage> out;
+  for (const auto& [name, t] : f.tensors) {
+    if (!name.starts_with("stage::") && !name.starts_with("stage_grad::")) continue;
+    const Tensor rows = f.at(kRowsPrefix + name, path).to(DType::I64),
+                 cols = f.at(kColsPrefix + name, path).to(DType::I64);
+    cp::HostStage h{name, t.to(DType::F64), {}, {}, std::find(summed.begin(), summed.end(), name) != summed.end(),
+                    false};
+    for (std::int64_t i = 0; i < rows.numel(); ++i) h.rows.push_back(static_cast<std::int64_t>(rows.get(i)));
+    for (std::int64_t j = 0; j < cols.numel(); ++j) h.cols.push_back(static_cast<std::int64_t>(cols.get(j)));
+    if (t.numel() != rows.numel() * cols.numel())
+      throw FormatError(path + ": stage '" + name + "' " + shape_str(t.shape()) + " does not hold " +
+                        std::to_string(rows.numel()) + " rows of " + std::to_string(cols.numel()) +
+                        " columns (its rows:: and cols:: tensors)");
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
 TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType state) {
   TensorFile f;
   f.tensors["out"] = o.out.to(spec.dtype);
@@ -84,6 +138,7 @@ TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType sta
                 {"world", std::to_string(o.cp_size)},
                 {"case", spec.case_name},
                 {"dtype", std::string(dtype_name(spec.dtype))}};
+  if (spec.stages) add_stages(o.stages, f);
   return f;
 }
 
@@ -127,6 +182,7 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   cp::RunSpec s = found->spec;
   s.dtype = spec.dtype;
   s.seed = spec.seed;
+  s.stages = spec.stages;
   s.cp.cp = world_size;
   if (spec.mode == "cp1") {
     if (world_size != 1)
@@ -163,6 +219,7 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
   meta["modes"][spec.mode] = {
       {"world", world.size()},
       {"transport", transport},
+      {"stages", spec.stages},
       {"accounting", {{"forward", counters_json(o.forward)}, {"backward", counters_json(o.backward)}}}};
   write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
 }
@@ -181,14 +238,28 @@ cp::Case read_inputs(const std::string& dir) {
   return {c.config, c.params, c.hidden_states, *c.grad_output, c.cu_seqlens};
 }
 
-TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& k) {
+int world_of(const std::string& dir, const std::string& mode) {
   int W = 0;
   while (fs::exists(rank_file(dir, mode, W))) ++W;
+  return W;
+}
+
+bool has_stages(const std::string& dir, const std::string& mode) {
+  const std::string path = rank_file(dir, mode, 0);
+  for (const auto& [name, t] : read_safetensors(path).tensors)
+    if (name.starts_with("stage::")) return true;
+  return false;
+}
+
+cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, const cp::Case& k) {
+  const int W = world_of(dir, mode);
   if (W == 0) throw FormatError(dir + ": no " + mode + ".rank0.safetensors: dump that mode first");
-  TensorFile out;
-  out.tensors["out"] = Tensor(DType::F64, k.hidden.shape());
-  out.tensors["grad_hidden"] = Tensor(DType::F64, k.hidden.shape());
+  cp::MicroBatchRun run;
+  run.cp_size = W;
+  run.answer.out = Tensor(DType::F64, k.hidden.shape());
+  run.answer.grad_hidden = Tensor(DType::F64, k.hidden.shape());
   const std::int64_t rows_total = k.hidden.dim(0), width = k.hidden.numel() / rows_total;
+  std::vector<cp::RankOutput> ranks(static_cast<std::size_t>(W));
   for (int r = 0; r < W; ++r) {
     const std::string path = rank_file(dir, mode, r);
     const TensorFile f = read_safetensors(path);
@@ -200,13 +271,33 @@ TensorFile assemble(const std::string& dir, const std::string& mode, const cp::C
                           std::to_string(r) + "'s zigzag shard of " + std::to_string(W) + " ranks (" +
                           std::to_string(rows.size()) + " rows of " + std::to_string(width) + ")");
       const Tensor s64 = shard.to(DType::F64);
-      layouts::scatter_rows(s64.bytes(), rows, static_cast<std::size_t>(width) * 8, out.tensors[name].bytes());
+      Tensor& full = std::string(name) == "out" ? run.answer.out : run.answer.grad_hidden;
+      layouts::scatter_rows(s64.bytes(), rows, static_cast<std::size_t>(width) * 8, full.bytes());
     }
     if (r == 0)
       for (const auto& [name, t] : f.tensors)
-        if (name.rfind("grad::", 0) == 0) out.tensors[name] = t.to(DType::F64);
+        if (name.rfind("grad::", 0) == 0) run.answer.grads[name.substr(6)] = t.to(DType::F64);
+    ranks[static_cast<std::size_t>(r)].cp_size = W;
+    ranks[static_cast<std::size_t>(r)].cp_rank = r;
+    ranks[static_cast<std::size_t>(r)].stages = read_stages(f, path);
   }
-  return out;
+  std::vector<const cp::RankOutput*> group;
+  for (const auto& o : ranks) group.push_back(&o);
+  cp::assemble_stages(k, group, run);
+  return run;
+}
+
+TensorFile answer_file(const cp::Answer& a) {
+  TensorFile f;
+  f.tensors["out"] = a.out;
+  f.tensors["grad_hidden"] = a.grad_hidden;
+  for (const auto& [name, t] : a.grads) f.tensors["grad::" + name] = t;
+  for (const auto& [name, t] : a.stages) f.tensors[name] = t;
+  return f;
+}
+
+TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& k) {
+  return answer_file(assemble_run(dir, mode, k).answer);
 }
 
 DType dumped_dtype(const std::string& dir, const std::string& mode) {

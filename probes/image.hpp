@@ -5,7 +5,10 @@
 //                               grad_output, the layer config in metadata (`gdn-verify reference
 //                               --in DIR/inputs.safetensors` recomputes the oracle)
 //   <mode>.rank<r>.safetensors  rank r's zigzag shard of out and grad_hidden, and the CP-summed
-//                               grad::<param>; mode is cp1, headwise, chunkwise or all_gather
+//                               grad::<param>; mode is cp1, headwise, chunkwise or all_gather. With
+//                               --stages also every named stage as rank r computed it (F64 [rows,
+//                               cols]) with its rows::<stage> and cols::<stage> (I64) placing it
+//                               in the stage's natural-order tensor (docs/DESIGN.md §8)
 //   meta.json                   image label, versions (gdn-verify, git commit, compiler, Eigen, MPI,
 //                               CUDA, NCCL), backend, dtype, case, geometry, seed, and per mode its
 //                               world and rank 0's accounting
@@ -36,6 +39,7 @@ struct DumpSpec {
   DType dtype = DType::F32;
   std::uint64_t seed = 0;
   std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json
+  bool stages = false;          // also dump each rank's part of every named stage (docs/DESIGN.md §1.3)
 };
 
 // The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
@@ -55,10 +59,18 @@ std::vector<std::string> modes_in(const std::string& dir);
 // DIR/inputs.safetensors as the oracle harness's case.
 cp::Case read_inputs(const std::string& dir);
 
-// A mode's dump in natural order: out and grad_hidden reassembled from every rank's zigzag shard,
-// the gradients from rank 0, all F64; FormatError naming the file when a rank is missing or a shard
-// does not fit the partition.
+// A mode's dump in natural order, as the harness assembles a run: out and grad_hidden reassembled from
+// every rank's zigzag shard, the gradients from rank 0, the stages (when dumped) from every rank's
+// pieces with who computed what (stage_pieces), all F64; FormatError naming the file when a rank is
+// missing or a shard does not fit the partition.
+cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, const cp::Case& inputs);
+// assemble_run's tensors by name: out, grad_hidden, grad::<param>, stage::<s>, stage_grad::<s>.
 TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& inputs);
+TensorFile answer_file(const cp::Answer& answer);
+
+// Whether the mode's dump holds stages, and its world size (the number of rank files).
+bool has_stages(const std::string& dir, const std::string& mode);
+int world_of(const std::string& dir, const std::string& mode);
 
 // The dtype the mode's out was stored in.
 DType dumped_dtype(const std::string& dir, const std::string& mode);

@@ -33,6 +33,9 @@ std::string mismatched_str(const TensorResult& t) {
   return buf;
 }
 
+// Tolerances are measured on float tensors only (an integer tensor is judged bitwise).
+bool is_float_result(const TensorResult& t) { return t.structure.empty() && t.tol.has_value(); }
+
 std::string result_str(const TensorResult& t) { return !t.structure.empty() ? "STRUCT" : t.pass ? "pass" : "FAIL"; }
 
 // The cells of one row: what both reporters print.
@@ -51,17 +54,54 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           mismatched_str(t),
           std::to_string(t.m.nan_ref) + "/" + std::to_string(t.m.nan_cand),
           std::to_string(t.m.inf_ref) + "/" + std::to_string(t.m.inf_cand),
-          t.why};
+          t.why,
+          is_float_result(t) ? sci(t.tol->min_atol) : "-",
+          is_float_result(t) ? sci(t.tol->min_rtol) : "-",
+          is_float_result(t) ? decade_histogram(*t.tol) : "-"};
 }
 
-const std::vector<std::string> kHeader = {"tensor", "result", "bitwise",    "max_abs",      "max_rel",      "rel_rms",
-                                          "1-cos",  "snr_db", "mismatched", "nan ref/cand", "inf ref/cand", "why"};
+const std::vector<std::string> kHeader = {"tensor",
+                                          "result",
+                                          "bitwise",
+                                          "max_abs",
+                                          "max_rel",
+                                          "rel_rms",
+                                          "1-cos",
+                                          "snr_db",
+                                          "mismatched",
+                                          "nan ref/cand",
+                                          "inf ref/cand",
+                                          "why",
+                                          "min atol (rtol 0)",
+                                          "min rtol (atol 0)",
+                                          "abs(err) by decade"};
+
+nlohmann::json divergence_json(const Comparison& c) {
+  if (!c.divergence || c.exit_code() == 0) return nullptr;
+  const cp::Divergence& d = *c.divergence;
+  return {{"dump", c.divergence_in},
+          {"tensor", d.name},
+          {"pass", d.backward ? "backward" : "forward"},
+          {"rank", d.rank},
+          {"world", d.world},
+          {"row_begin", d.row_begin},
+          {"row_end", d.row_end},
+          {"metric", d.metric},
+          {"value", d.value},
+          {"gate", d.gate},
+          {"line", cp::divergence_line(d)}};
+}
 
 }  // namespace
 
 void write_text(const Comparison& c, std::ostream& out) {
   write_rows(c, out);
   out << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+  write_divergence(c, out);
+}
+
+void write_divergence(const Comparison& c, std::ostream& out) {
+  if (c.divergence && c.exit_code() != 0) out << cp::divergence_line(*c.divergence) << "\n";
 }
 
 void write_rows(const Comparison& c, std::ostream& out) {
@@ -77,6 +117,9 @@ void write_rows(const Comparison& c, std::ostream& out) {
         << "    rel_rms " << r[5] << ", 1-cos " << r[6] << ", snr " << r[7] << " dB, mismatched " << r[8] << ", nan "
         << r[9] << ", inf " << r[10]
         << (t.rule.max_rel_rms ? ", gate rel_rms <= " + sci(*t.rule.max_rel_rms) : std::string()) << "\n";
+    if (is_float_result(t))
+      out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), |err| by decade " << r[14]
+          << "\n";
   }
   out << c.summary() << "\n";
 }
@@ -104,13 +147,20 @@ std::string to_json(const Comparison& c) {
                 {"inf_ref", t.m.inf_ref},
                 {"inf_cand", t.m.inf_cand},
                 {"why", t.why}});
+      if (is_float_result(t))
+        j.update({{"min_atol", t.tol->min_atol},
+                  {"min_rtol", t.tol->min_rtol},
+                  {"exact", t.tol->exact},
+                  {"decades", t.tol->decades},
+                  {"histogram", decade_histogram(*t.tol)}});
     }
     tensors.push_back(std::move(j));
   }
-  const nlohmann::json report = {
-      {"name", c.name},         {"policy", c.policy},         {"compared", c.compared()},
-      {"bitwise", c.bitwise()}, {"failed", c.failed()},       {"structural_mismatch", c.structural_mismatch()},
-      {"summary", c.summary()}, {"pass", c.exit_code() == 0}, {"tensors", tensors}};
+  const nlohmann::json report = {{"name", c.name},           {"policy", c.policy},
+                                 {"compared", c.compared()}, {"bitwise", c.bitwise()},
+                                 {"failed", c.failed()},     {"structural_mismatch", c.structural_mismatch()},
+                                 {"summary", c.summary()},   {"pass", c.exit_code() == 0},
+                                 {"tensors", tensors},       {"first_divergence", divergence_json(c)}};
   return report.dump(2) + "\n";
 }
 
@@ -129,6 +179,7 @@ std::string to_markdown(const Comparison& c) {
     md << "\n";
   }
   md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
+  if (c.divergence && c.exit_code() != 0) md << "\n`" << cp::divergence_line(*c.divergence) << "`\n";
   return md.str();
 }
 

@@ -11,6 +11,9 @@ namespace gdnv::probes {
 void write_text(const Comparison& c, std::ostream& out);
 // write_text without the verdict line (PASS/FAIL), for callers that add checks of their own.
 void write_rows(const Comparison& c, std::ostream& out);
+// A failing comparison's "first divergence: ..." line (harness/verdict.hpp), nothing when it passes or
+// names none.
+void write_divergence(const Comparison& c, std::ostream& out);
 std::string to_json(const Comparison& c);
 std::string to_markdown(const Comparison& c);
 

@@ -94,7 +94,7 @@ TensorFile write_layer_case(const LayerCase& layer_case) {
   return f;
 }
 
-TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form) {
+TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form, bool stages) {
   const LayerCase c = read_layer_case(file, source);
   const LayerOptions options{form, c.chunk_size};
   const LayerForward fwd =
@@ -110,8 +110,11 @@ TensorFile run_layer_file(const TensorFile& file, const std::string& source, Cor
   if (chunked) out.metadata["chunk_size"] = std::to_string(c.chunk_size);
   write_layer_config(c.config, out.metadata);
   out.tensors["out"] = fwd.out;
+  if (stages) out.tensors.merge(forward_stages(c.config, fwd));
   if (!c.grad_output) return out;
-  const LayerGrads grads = layer_backward(c.config, c.params, fwd, *c.grad_output);
+  StageTensors grad_stages;
+  const LayerGrads grads = layer_backward(c.config, c.params, fwd, *c.grad_output, stages ? &grad_stages : nullptr);
+  out.tensors.merge(grad_stages);
   out.tensors["grad_hidden"] = grads.grad_hidden;
   for (const auto& [name, g] : grads.params) out.tensors[kGradPrefix + name] = g;
   return out;

@@ -27,7 +27,8 @@ LayerCase read_layer_case(const TensorFile& file, const std::string& source);
 TensorFile write_layer_case(const LayerCase& layer_case);
 
 // Runs the oracle: `out`, and with grad_output also `grad_hidden` and `grad::<param>` for every
-// parameter, all F64; metadata carries the config, the core form and the oracle version.
-TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form);
+// parameter, all F64; metadata carries the config, the core form and the oracle version. With `stages`,
+// also the named stages (docs/DESIGN.md §1.3): every stage::<s>, and with grad_output every stage_grad::<s>.
+TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form, bool stages = false);
 
 }  // namespace gdnv::ref

@@ -43,6 +43,7 @@ TEST(ProbeCli, DumpWritesInputsRankShardsAndMeta) {
   EXPECT_EQ(shard.at("out", "shard").dtype(), DType::BF16);
   EXPECT_EQ(shard.at("out", "shard").shape(), (Shape{4, 1, 32}));  // 16 tokens over 4 ranks
   EXPECT_EQ(shard.at("grad::A_log", "shard").dtype(), DType::F32);
+  for (const auto& [name, t] : shard.tensors) EXPECT_FALSE(name.starts_with("stage")) << name << ": no --stages";
   const auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
   EXPECT_EQ(meta["image"], "new");
   EXPECT_EQ(meta["modes"]["chunkwise"]["world"], 4);
@@ -69,6 +70,77 @@ TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
   EXPECT_TRUE(contains(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n"))
       << oracle.out;
   fs::remove_all(dir);
+}
+
+TEST(ProbeCli, StageDumpsHoldEachRanksPiecesAndPassCrossModeAndOracle) {
+  const auto dir = testing::temp_dir("probe_stages");
+  dump(dir, "new", kAllModes, "--dtype fp32 --stages");
+  // Chunkwise rank 1 computed the conv on its contiguous span: 112 of thd-gva's 224 tokens, every
+  // channel (2 Hk dk + Hv dv = 256), and the state entering its span (Hv dk dv = 2048).
+  const TensorFile shard = read_safetensors((dir / "chunkwise.rank1.safetensors").string());
+  EXPECT_EQ(shard.at("stage::conv", "shard").shape(), (Shape{112, 256}));
+  EXPECT_EQ(shard.at("rows::stage::conv", "shard").get(0), 112.0);
+  EXPECT_EQ(shard.at("cols::stage::conv", "shard").numel(), 256);
+  EXPECT_EQ(shard.at("stage::boundary_state", "shard").shape(), (Shape{1, 2048}));
+  EXPECT_EQ(shard.at("rows::stage::boundary_state", "shard").get(0), 1.0) << "its row is the rank";
+  // The gradient of the state entering rank 1 is computed by rank 0 (its fold), so it is rank 0's row 1.
+  EXPECT_FALSE(shard.has("stage_grad::boundary_state"));
+  const TensorFile rank0 = read_safetensors((dir / "chunkwise.rank0.safetensors").string());
+  EXPECT_EQ(rank0.at("rows::stage_grad::boundary_state", "rank0").get(0), 1.0);
+  EXPECT_EQ(rank0.at("rows::stage::boundary_state", "rank0").get(0), 0.0);
+  for (const char* mode : {"cp1", "headwise", "all_gather"}) {
+    const TensorFile f = read_safetensors((dir / (std::string(mode) + ".rank0.safetensors")).string());
+    EXPECT_TRUE(f.has("stage::conv") && f.has("stage_grad::x_norm")) << mode;
+    EXPECT_FALSE(f.has("stage::boundary_state")) << mode;
+  }
+  const auto cross = run_cli("probe cross-mode --dir " + dir.string());
+  EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
+  EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1:stage::conv: pass")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "87 tensors compared")) << "3 modes x (9 outputs + 20 stages)\n" << cross.out;
+  const auto oracle = run_cli("probe oracle --dir " + dir.string() + " --json " + (dir / "o.json").string());
+  EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
+  EXPECT_TRUE(contains(oracle.out, "chunkwise:stage::boundary_state: pass")) << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "chunkwise:stage_grad::boundary_state: pass")) << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "118 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n"))
+      << "4 x 29, and chunkwise's two boundary states\n"
+      << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "    min atol ")) << oracle.out;
+  EXPECT_FALSE(contains(oracle.out, "first divergence")) << oracle.out;
+  const auto json = nlohmann::json::parse(read_file_text((dir / "o.json").string()));
+  EXPECT_TRUE(json["first_divergence"].is_null());
+  for (const auto& t : json["tensors"]) {
+    EXPECT_GT(t["min_atol"].get<double>(), 0.0) << t["name"];
+    EXPECT_FALSE(t["histogram"].get<std::string>().empty()) << t["name"];
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) {
+  const auto root = testing::temp_dir("probe_divergence");
+  dump(root / "clean", "x", {"cp1", "chunkwise"}, "--dtype fp32 --stages");
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);  // rank 1 takes its conv halo from the wrong rank
+  dump(root / "bad", "x", {"cp1", "chunkwise"}, "--dtype fp32 --stages");
+  unsetenv("GDNV_FAULT");
+  const std::string bad = (root / "bad").string();
+  // The halo is the W - 1 = 3 rows before rank 1's span [112, 224): its first 3 conv rows go wrong.
+  const std::string where = "first divergence: stage::conv (forward, rank 1 of 2, rows 112..114): ";
+  const auto oracle = run_cli("probe oracle --dir " + bad + " --json " + (root / "o.json").string() + " --markdown " +
+                              (root / "o.md").string());
+  EXPECT_EQ(oracle.code, 1) << oracle.out << oracle.err;
+  EXPECT_TRUE(contains(oracle.out, "FAIL\n" + where + "rel_rms ")) << oracle.out;
+  EXPECT_TRUE(oracle.out.ends_with("> gate 1.000e-05\n")) << "the line ends the report\n" << oracle.out;
+  const auto json = nlohmann::json::parse(read_file_text((root / "o.json").string()));
+  EXPECT_EQ(json["first_divergence"]["tensor"], "stage::conv");
+  EXPECT_EQ(json["first_divergence"]["dump"], "chunkwise");
+  EXPECT_EQ(json["first_divergence"]["rank"], 1);
+  EXPECT_TRUE(contains(read_file_text((root / "o.md").string()), where)) << "markdown carries the line";
+  const auto cross = run_cli("probe cross-mode --dir " + bad);
+  EXPECT_EQ(cross.code, 1) << cross.out << cross.err;
+  EXPECT_TRUE(contains(cross.out, "FAIL\n" + where + "mismatched fraction ")) << cross.out;
+  const auto compare = run_cli("probe compare --ref " + (root / "clean").string() + " --cand " + bad);
+  EXPECT_EQ(compare.code, 1) << compare.out << compare.err;
+  EXPECT_TRUE(contains(compare.out, "FAIL\n" + where + "mismatched fraction ")) << compare.out;
+  fs::remove_all(root);
 }
 
 // Odd lengths split nowhere at CP=1: every mode dumps on one rank, and the image passes cross-mode and
@@ -160,10 +232,13 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
 // image the cross-mode and oracle judgements pass, recorded as that backend's.
 TEST(ProbeCli, TheEmulatedDeviceBackendDumpsAnImageThatPassesCrossModeAndOracle) {
   const auto dir = testing::temp_dir("probe_emu");
-  dump(dir, "emu", kAllModes, "--backend emu --case thd-short", 4);
+  dump(dir, "emu", kAllModes, "--backend emu --case thd-short --stages", 4);
   for (const std::string sub : {"cross-mode", "oracle"}) {
     const auto r = run_cli("probe " + sub + " --dir " + dir.string());
     EXPECT_EQ(r.code, 0) << sub << "\n" << r.out << r.err;
+    EXPECT_TRUE(
+        contains(r.out, "all_gather" + std::string(sub == "oracle" ? "" : " vs cp1") + ":stage_grad::conv: pass"))
+        << r.out;
   }
   EXPECT_EQ(nlohmann::json::parse(read_file_text((dir / "meta.json").string()))["backend"], "emu");
   fs::remove_all(dir);
@@ -177,12 +252,15 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     const auto root = testing::temp_dir("probe_mpi");
     const std::vector<std::string> modes = {"headwise", "chunkwise", "all_gather"};
     dump(root / "inproc", "x", modes, "--dtype bf16", np);
-    for (const auto& m : modes) {
-      const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
-                              GDNV_CLI + " probe dump --mode " + m + " --image x --dtype bf16 --out " +
-                              (root / "mpi").string() + " >/dev/null 2>&1";
-      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    }
+    dump(root / "inproc_stages", "x", modes, "--dtype bf16 --stages", np);
+    for (const auto& m : modes)
+      for (const std::string stages : {"", " --stages"}) {
+        const std::string cmd = std::string(GDNV_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
+                                GDNV_CLI + " probe dump --mode " + m + " --image x --dtype bf16 --out " +
+                                (root / ("mpi" + std::string(stages.empty() ? "" : "_stages"))).string() + stages +
+                                " >/dev/null 2>&1";
+        ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      }
     const auto r = run_cli("probe compare --policy bitwise --ref " + (root / "inproc").string() + " --cand " +
                            (root / "mpi").string());
     EXPECT_EQ(r.code, 0) << "np=" << np << "\n" << r.out << r.err;
@@ -190,6 +268,14 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     EXPECT_TRUE(contains(
         r.out, std::to_string(tensors) + " tensors compared, " + std::to_string(tensors) + " bitwise identical"))
         << r.out;
+    // Every rank's stage pieces too, bit for bit.
+    const std::string json = (root / "stages.json").string();
+    const auto s = run_cli("probe compare --policy bitwise --ref " + (root / "inproc_stages").string() + " --cand " +
+                           (root / "mpi_stages").string() + " --json " + json);
+    EXPECT_EQ(s.code, 0) << "np=" << np << "\n" << s.out << s.err;
+    const auto report = nlohmann::json::parse(read_file_text(json));
+    EXPECT_GT(report["compared"].get<int>(), tensors);
+    EXPECT_EQ(report["bitwise"], report["compared"]) << s.out;
     const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
     EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
     EXPECT_EQ(meta["modes"]["chunkwise"]["world"], np);

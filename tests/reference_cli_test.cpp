@@ -8,6 +8,8 @@
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
 #include "reference/kernel_io.hpp"
+#include "reference/layer_io.hpp"
+#include "reference/layer_params.hpp"
 #include "reference_testing.hpp"
 
 namespace gdnv {
@@ -37,6 +39,20 @@ class ReferenceCli : public ::testing::Test {
     f.tensors.emplace("do", testing::random_normal({1, 10, 2, 3}, 5, "do"));
     f.tensors.emplace("dht", testing::random_normal({2, 2, 4, 3}, 5, "dht"));
     return f;
+  }
+
+  // A small layer-level file: SBHD S = 6, B = 2 (natural rows s*B + b differ from batch-major ones), GVA,
+  // dk != dv, grad_output unless `forward_only`.
+  static TensorFile layer_file(bool forward_only = false) {
+    const ref::LayerConfig config({.hidden_size = 8,
+                                   .linear_num_key_heads = 2,
+                                   .linear_num_value_heads = 4,
+                                   .linear_key_head_dim = 4,
+                                   .linear_value_head_dim = 3});
+    std::optional<Tensor> grad_output;
+    if (!forward_only) grad_output = ref::seeded_normal(2, "grad_output", {6, 2, 8});
+    return ref::write_layer_case({config, ref::init_params(config, 2),
+                                  ref::seeded_normal(2, "hidden_states", {6, 2, 8}), std::nullopt, grad_output});
   }
 
   // Writes `f`, runs the CLI on it and expects exit 3 with `message` as the one error line, no output.
@@ -168,6 +184,58 @@ TEST_F(ReferenceCli, BadMetadataIsRejected) {
   f = valid_file();
   f.tensors.erase("do");
   expect_rejected(f, "tensor 'dht' is given without 'do'; add do to get gradients");
+}
+
+TEST_F(ReferenceCli, StagesOfALayerFileAreTheOraclesWithTheirShapes) {
+  const TensorFile in = layer_file();
+  write_safetensors(path("in.safetensors"), in);
+  const auto r = run_cli("reference --stages --in " + path("in.safetensors") + " --out " + path("out.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("  stage::conv [12, 28]"), std::string::npos) << r.out;
+  const TensorFile got = read_safetensors(path("out.safetensors"));
+  // The oracle in-process, its stages named as the harness and the probes name them.
+  const ref::LayerCase c = ref::read_layer_case(in, "in");
+  const ref::LayerForward fwd = ref::layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens);
+  ref::StageTensors want = ref::forward_stages(c.config, fwd);
+  (void)ref::layer_backward(c.config, c.params, fwd, *c.grad_output, &want);
+  ASSERT_EQ(want.size(), 20u) << "10 stages and their gradients";
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.has(name)) << name;
+    EXPECT_EQ(got.at(name, "got").shape(), ref::stage_shape(c.config, name, 12)) << name;
+    EXPECT_TRUE(got.at(name, "got").bitwise_equal(t)) << name;
+  }
+  EXPECT_TRUE(testing::nontrivial(want.at("stage::conv")));
+  EXPECT_TRUE(testing::nontrivial(want.at("stage_grad::conv")));
+  EXPECT_EQ(got.tensors.size(), want.size() + 2u + c.params.size()) << "the outputs and gradients as well";
+}
+
+TEST_F(ReferenceCli, StagesOfAForwardOnlyLayerFileAreTheForwardOnes) {
+  write_safetensors(path("in.safetensors"), layer_file(/*forward_only=*/true));
+  const auto r = run_cli("reference --stages --in " + path("in.safetensors") + " --out " + path("out.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const TensorFile got = read_safetensors(path("out.safetensors"));
+  EXPECT_EQ(got.tensors.size(), 11u) << "out and the 10 forward stages";
+  EXPECT_TRUE(got.has("stage::gated_norm"));
+  EXPECT_FALSE(got.has("stage_grad::conv"));
+}
+
+TEST_F(ReferenceCli, WithoutStagesNoStageIsWritten) {
+  write_safetensors(path("in.safetensors"), layer_file());
+  const auto r = run_cli("reference --in " + path("in.safetensors") + " --out " + path("out.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const TensorFile got = read_safetensors(path("out.safetensors"));
+  for (const auto& [name, t] : got.tensors) EXPECT_FALSE(name.starts_with("stage")) << name;
+  EXPECT_EQ(got.tensors.size(), 2u + 7u) << "out, grad_hidden and 7 parameter gradients (no conv bias)";
+}
+
+TEST_F(ReferenceCli, StagesOfAKernelFileAreRejected) {
+  write_safetensors(path("in.safetensors"), valid_file());
+  const auto r = run_cli("reference --stages --in " + path("in.safetensors") + " --out " + path("out.safetensors"));
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(r.err, "error: " + path("in.safetensors") +
+                       ": --stages names the layer's stages and needs a layer-level input (with hidden_states); "
+                       "drop --stages for a kernel-level file\n");
+  EXPECT_FALSE(std::filesystem::exists(path("out.safetensors")));
 }
 
 TEST_F(ReferenceCli, UnknownFormIsRejected) {
