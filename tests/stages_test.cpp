@@ -151,6 +151,43 @@ TEST(FirstDivergence, DynamicCpUsesStaticGroupStopsAtItsFirstCollectiveBeforeAny
   EXPECT_EQ(first_divergence_line(spec, kCpu), "");
 }
 
+// The remaining planted faults move no tensor of a layer run past its gate by design, so they have no
+// first diverging stage: rmsnorm_fast_rsqrt, gate_bf16_before_exp, grad_allreduce_bf16 and
+// reduce_rounds_per_hop stay inside every absolute gate, reduce_own_rank_first changes bits only between
+// ranks, halo_gathers_whole_span only bytes; the gate's precision and communicator steps catch them
+// (docs/DESIGN.md §10).
+
+// A sequence straddling all three ranks in spans of several chunks: the wrong backward span map only
+// changes the folded state gradient, so the first tensor to leave its gate is that gradient.
+TEST(FirstDivergence, BackwardSpanMapUntransposedActsAtTheBoundaryStateGradient) {
+  RunSpec spec = spec_of(CpMode::Chunkwise, 3, DType::F64);
+  spec.lengths = {480, 48, 12};
+  EXPECT_EQ(divergence_under(Fault::BackwardSpanMapUntransposed, spec).name, "stage_grad::boundary_state");
+}
+
+// Spans of 2 tokens: the halo reaches two ranks back, and the gradient of the farther halo rows is lost
+// on its way to the conv input, which is in_proj's output.
+TEST(FirstDivergence, HaloGradPreviousRankOnlyActsAtTheInProjGradient) {
+  RunSpec spec = spec_of(CpMode::Chunkwise, 4, DType::F64);
+  spec.lengths = {8};
+  EXPECT_EQ(divergence_under(Fault::HaloGradPreviousRankOnly, spec).name, "stage_grad::in_proj");
+}
+
+TEST(FirstDivergence, RouteReturnUninvertedActsWhereRowsReturnToZigzag) {
+  EXPECT_EQ(divergence_under(Fault::RouteReturnUninverted, spec_of(CpMode::Chunkwise, 2, DType::F64)).name, "out");
+}
+
+TEST(FirstDivergence, AllgatherGradNaturalOrderActsAtGradHidden) {
+  EXPECT_EQ(divergence_under(Fault::AllGatherGradNaturalOrder, spec_of(CpMode::AllGather, 2, DType::F64)).name,
+            "grad_hidden");
+}
+
+TEST(FirstDivergence, DecayCumsumFp32ActsAtTheCoreOnTheExtremeInputs) {
+  RunSpec spec = spec_of(CpMode::Headwise, 2, DType::BF16);
+  spec.gates = GateRegime::Extreme;
+  EXPECT_EQ(divergence_under(Fault::DecayCumsumFp32, spec).name, "stage::core");
+}
+
 TEST(FirstDivergence, TheLineNamesStageDirectionRankRowsAndGate) {
   const Divergence d{"stage::conv", false, 1, 2, 12, 14, "rel_rms", 0.5, 1e-10};
   EXPECT_EQ(divergence_line(d),
