@@ -30,11 +30,14 @@ int verify_main(const std::vector<std::string>& args, std::ostream& out) {
   o.add_options()
       ("dir", po::value<std::string>()->required(), "a directory written by 'fixtures generate'")
       ("update", po::bool_switch(), "rewrite the fixtures whose oracle answer moved (and missing or corrupted "
-                                    "ones, from the catalog), printing what changed");
+                                    "ones, from the catalog), printing what changed")
+      ("case", po::value<std::string>(), "verify only the case of this name (as the manifest and a failing gate name it)");
   // clang-format on
-  const auto vm = parse_options("fixtures verify", "--dir DIR [--update]", o, {}, args, out);
+  const auto vm = parse_options("fixtures verify", "--dir DIR [--update] [--case NAME]", o, {}, args, out);
   if (!vm) return kPass;
-  return fixtures::verify_fixtures((*vm)["dir"].as<std::string>(), (*vm)["update"].as<bool>(), out).exit_code();
+  return fixtures::verify_fixtures((*vm)["dir"].as<std::string>(), (*vm)["update"].as<bool>(), out,
+                                   vm->count("case") ? (*vm)["case"].as<std::string>() : std::string())
+      .exit_code();
 }
 
 // The gate's precision baseline (cli/gate_steps_precision.cpp): rerun its catalog, write the deviations.

@@ -335,7 +335,9 @@ StepResult fixture_verification(const StepOptions& options) {
   r.failed = v.directory_problem + v.failed_cases + v.failed_cp_runs;
   r.detail = !v.problems.empty() ? v.problems.front() : !v.failures.empty() ? v.failures.front() : "";
   r.label = r.detail.substr(0, r.detail.find(':'));
-  if (r.failed) r.reproduce = fault_prefix() + "gdn-verify fixtures verify --dir " + dir;
+  if (r.failed)
+    r.reproduce =
+        fault_prefix() + "gdn-verify fixtures verify --dir " + dir + (v.directory_problem ? "" : " --case " + r.label);
   return r;
 }
 

@@ -282,6 +282,26 @@ TEST_P(GateUnderFault, ItsStepFailsAndTheReproduceCommandFailsTheSameWay) {
   EXPECT_TRUE(fails_the_same_way(command, detail, again.out)) << command << "\nfirst: " << detail << "\n" << again.out;
 }
 
+// The fixture step's first failure reproduces as `fixtures verify --case` of that fixture alone.
+TEST(Cli, GateFixtureStepReproducesItsFirstFailingCaseAlone) {
+  setenv("GDNV_FAULT", "route_off_by_one", 1);
+  const auto r = run_cli("gate --quick --step 'fixture verification'");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex("first: (.*)\n    reproduce: GDNV_FAULT=route_off_by_one gdn-verify (fixtures verify "
+                 "--dir \\S+ --case (\\S+))\n")))
+      << r.out;
+  const std::string detail = m[1], command = m[2], name = m[3];
+  const auto again = run_cli(command);
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(again.code, 1) << again.out << again.err;
+  EXPECT_TRUE(contains(again.out, detail)) << detail << "\n" << again.out;
+  EXPECT_TRUE(std::regex_search(again.out, std::regex(R"(fixtures verify: 1 cases \(0 failed\), \d+ CP runs \([1-9])")))
+      << again.out;
+  EXPECT_TRUE(detail.starts_with(name + ": ")) << detail;
+}
+
 std::string fault_test_name(const ::testing::TestParamInfo<FaultCatch>& info) { return info.param.fault; }
 
 INSTANTIATE_TEST_SUITE_P(PlantedFaults, GateUnderFault, ::testing::ValuesIn(kFaultCatches), fault_test_name);

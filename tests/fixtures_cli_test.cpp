@@ -75,6 +75,19 @@ TEST(FixturesCli, CommittedCatalogVerifies) {
   EXPECT_TRUE(contains(r.out, "\nPASS\n")) << r.out;
 }
 
+// --case verifies one case alone, as the gate's fixture step prints it to reproduce a failure.
+TEST(FixturesCli, CaseVerifiesThatCaseAlone) {
+  const CliResult r = run_cli("fixtures verify --dir " + committed() + " --case layer-thd-varlen-short");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "] layer-thd-varlen-short")) << r.out;
+  EXPECT_FALSE(contains(r.out, "] kernel-thd-varlen-gva")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 cases (0 failed)")) << r.out;
+  const CliResult unknown = run_cli("fixtures verify --dir " + committed() + " --case no-such-case");
+  EXPECT_EQ(unknown.code, 3);
+  EXPECT_TRUE(contains(unknown.err, "error: fixtures verify --case 'no-such-case' is not a case of ")) << unknown.err;
+  EXPECT_TRUE(contains(unknown.err, ": use one of kernel-thd-varlen-gva, kernel-batch-weak")) << unknown.err;
+}
+
 // Every planted fault of the CP implementation (core/faults.hpp) moves some CP run of the committed
 // catalog outside its gate: the catalog is strong enough to catch each of them. Except the faults that
 // stay inside every absolute gate by design, which the gate's "precision regression" step catches
