@@ -158,7 +158,10 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     try {
       result = steps[i].run(step_options);
     } catch (const std::exception& e) {
-      result.check(false, "step", e.what());
+      // The step could not run its cases: one failure, reproduced by the step alone (no label).
+      result = StepResult();
+      result.cases = result.failed = 1;
+      result.detail = e.what();
     }
     rows.push_back(
         {steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});

@@ -47,7 +47,7 @@ std::string run_command(const cp::RunSpec& spec, const std::string& backend) {
 }
 
 std::string gate_case_command(const std::string& step, const std::string& label) {
-  return fault_prefix() + "gdn-verify gate --step " + quoted(step) + " --case " + quoted(label);
+  return fault_prefix() + "gdn-verify gate --step " + quoted(step) + (label.empty() ? "" : " --case " + quoted(label));
 }
 
 }  // namespace gdnv::cli

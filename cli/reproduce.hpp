@@ -14,7 +14,7 @@ std::string fault_prefix();
 // `gdn-verify run` with every option that `spec` sets, on `backend` ("cpu", "emu", "cuda").
 std::string run_command(const cp::RunSpec& spec, const std::string& backend);
 
-// `gdn-verify gate --step '<step>' --case '<label>'`.
+// `gdn-verify gate --step '<step>' --case '<label>'`; without --case for an empty label.
 std::string gate_case_command(const std::string& step, const std::string& label);
 
 }  // namespace gdnv::cli
