@@ -3,6 +3,7 @@
 // how many failed (with the first failure's label, detail and reproduce command), or that it was
 // skipped and why. Every case has a label unique within its step, so `gate --step S --case LABEL`
 // runs that case alone.
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
@@ -59,6 +60,10 @@ struct GateStep {
 };
 
 const std::vector<GateStep>& gate_steps();
+
+// Seeded THD cu_seqlens for the gate's cases: 1..max_sequences sequences, each 2W times 1..max_units tokens
+// (zigzag needs multiples of 2W), drawn from the stream `stream` of `seed` (core/rng.hpp).
+std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* stream, int max_sequences, int max_units);
 
 // Steps by theme (cli/gate_steps_*.cpp).
 StepResult safetensors_round_trip(const StepOptions& options);

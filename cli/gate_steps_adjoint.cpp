@@ -235,11 +235,7 @@ void fold_case(StepResult& r, const std::string& label, int R, std::int64_t K, s
 // 2 tokens make the conv halo (3 tokens) reach two ranks back.
 Ints exchange_cu(int W, std::uint64_t seed) {
   if (seed == 0) return {0, 2 * W};
-  const Rng rng(seed, "gate/adjoint cu");
-  Ints cu{0};
-  const int n = 1 + static_cast<int>(rng.uniform(0) * 3);
-  for (int i = 0; i < n; ++i) cu.push_back(cu.back() + 2 * W * (1 + static_cast<std::int64_t>(rng.uniform(i + 1) * 3)));
-  return cu;
+  return seeded_cu(W, seed, "gate/adjoint cu", 3, 3);
 }
 
 // One rank's share of both sides: its part of <A x, y> and of <x, A^T y>, and of the magnitudes

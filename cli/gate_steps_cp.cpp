@@ -89,15 +89,6 @@ void route_delivers_contiguous_spans(StepResult& r, const std::string& tag, cons
   }
 }
 
-// Seeded packed batches, lengths multiples of 2W.
-Ints seeded_cu(int W, std::uint64_t seed) {
-  const Rng rng(seed, "gate/cu");
-  Ints cu{0};
-  const int n = 1 + static_cast<int>(rng.uniform(0) * 4);
-  for (int i = 0; i < n; ++i) cu.push_back(cu.back() + 2 * W * (1 + static_cast<std::int64_t>(rng.uniform(i + 1) * 5)));
-  return cu;
-}
-
 // One matrix cell: the cases (one per micro-batch when each has its own packing, else one for all),
 // the oracle's answer on each and its gates (per dtype / format / W, shared by every mode and TP size).
 struct Judged {
@@ -149,8 +140,6 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
   if (first_failure) r.divergence = cp::first_divergence_line(spec, factory);
 }
 
-const char* format_name(cp::Format f) { return f == cp::Format::Thd ? "thd" : "sbhd"; }
-
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
 // The backend a matrix runs on: its --backend name (for the reproduce command) and its factory.
@@ -201,7 +190,7 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
             judge_selected(r,
                            std::string(cp::mode_name(mode)) + draw.tag + " W=" + std::to_string(W) +
                                (odd ? " odd lengths" : "") + " tp=" + std::to_string(tp) + " " +
-                               std::string(dtype_name(dtype)) + " " + format_name(format),
+                               std::string(dtype_name(dtype)) + " " + std::string(cp::format_name(format)),
                            spec, backend, by_batch);
           }
       }
@@ -264,6 +253,15 @@ const MatrixBackend kCpu{"cpu", cpu::make_backend};
 
 }  // namespace
 
+std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* stream, int max_sequences, int max_units) {
+  const Rng rng(seed, stream);
+  std::vector<std::int64_t> cu{0};
+  const int n = 1 + static_cast<int>(rng.uniform(0) * max_sequences);
+  for (int i = 0; i < n; ++i)
+    cu.push_back(cu.back() + 2 * W * (1 + static_cast<std::int64_t>(rng.uniform(i + 1) * max_units)));
+  return cu;
+}
+
 StepResult layout_properties(const StepOptions& options) {
   StepResult r(options);
   megatron_indices(r);
@@ -271,7 +269,7 @@ StepResult layout_properties(const StepOptions& options) {
   for (int W = 1; W <= 8; ++W)
     for (std::uint64_t seed = 0; seed < (options.quick_matrix() ? 2u : 8u); ++seed)
       route_delivers_contiguous_spans(r, "route W=" + std::to_string(W) + " seed " + std::to_string(seed),
-                                      seeded_cu(W, seed), W);
+                                      seeded_cu(W, seed, "gate/cu", 4, 5), W);
   return r;
 }
 

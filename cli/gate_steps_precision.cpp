@@ -103,7 +103,7 @@ json spec_json(const cp::RunSpec& s) {
             {"cp", s.cp.cp},
             {"tp", s.cp.tp},
             {"dtype", dtype_option_name(s.dtype)},
-            {"format", s.format == cp::Format::Thd ? "thd" : "sbhd"},
+            {"format", cp::format_name(s.format)},
             {"gates", cp::gate_regime_name(s.gates)},
             {"seed", s.seed},
             {"layer",

@@ -58,6 +58,8 @@ Format parse_format(std::string_view name) {
   throw ConfigError("unknown input format '" + std::string(name) + "': use 'thd' or 'sbhd'");
 }
 
+std::string_view format_name(Format format) { return format == Format::Thd ? "thd" : "sbhd"; }
+
 void validate_static(const CpConfig& cp, const ref::LayerConfig& layer) {
   if (cp.tp < 1)
     illegal(Rule::TpBelowOne, "tp = " + std::to_string(cp.tp) + " is invalid: the tensor-parallel size must be >= 1");

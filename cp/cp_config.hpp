@@ -17,6 +17,7 @@ enum class Format { Thd, Sbhd };
 CpMode parse_mode(std::string_view name);
 std::string_view mode_name(CpMode mode);
 Format parse_format(std::string_view name);  // "thd" | "sbhd"
+std::string_view format_name(Format format);
 
 struct CpConfig {
   CpMode mode = CpMode::Headwise;  // linear_cp_mode, static for the process

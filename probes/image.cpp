@@ -62,13 +62,9 @@ void check_same_image(const json& meta, const DumpSpec& spec, const std::string&
 
 json geometry(const cp::RunSpec& s) {
   const ref::LayerConfig c(s.layer);
-  json g = {{"hidden_size", c.hidden()},
-            {"linear_num_key_heads", c.Hk()},
-            {"linear_num_value_heads", c.Hv()},
-            {"linear_key_head_dim", c.dk()},
-            {"linear_value_head_dim", c.dv()},
-            {"linear_conv_kernel_dim", c.W()},
-            {"format", s.format == cp::Format::Thd ? "thd" : "sbhd"}};
+  json g = {{"hidden_size", c.hidden()},          {"linear_num_key_heads", c.Hk()},  {"linear_num_value_heads", c.Hv()},
+            {"linear_key_head_dim", c.dk()},      {"linear_value_head_dim", c.dv()}, {"linear_conv_kernel_dim", c.W()},
+            {"format", cp::format_name(s.format)}};
   if (s.format == cp::Format::Thd) g["lengths"] = s.lengths;
   else g["seq_len"] = s.seq_len, g["batch"] = s.batch;
   return g;

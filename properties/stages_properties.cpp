@@ -30,8 +30,8 @@ RC_GTEST_PROP(Stages, EveryStagePassesInEveryLegalCaseOfTheGateMatrix, ()) {
   } catch (const ConfigError&) {
     RC_DISCARD("illegal in docs/DESIGN.md §3.1");
   }
-  RC_LOG() << mode_name(mode) << " W=" << W << " tp=" << tp << " " << dtype_name(dtype) << " "
-           << (format == Format::Thd ? "thd" : "sbhd") << " seed=" << seed << "\n";
+  RC_LOG() << mode_name(mode) << " W=" << W << " tp=" << tp << " " << dtype_name(dtype) << " " << format_name(format)
+           << " seed=" << seed << "\n";
   const Case k = make_case(spec);
   const auto runs = run_in_process(spec, k, cpu::make_backend);
   const Answer oracle = oracle_answer(k, stage_request(spec, runs.at(0).cp_size));
