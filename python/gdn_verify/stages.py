@@ -47,7 +47,9 @@ class StageRecorder:
 
     def stages(self) -> list[Stage]:
         """One Stage per recorded name: column pieces of the same rows side by side (ordered by their first
-        column, so the order hooks fire in does not matter), then row pieces stacked."""
+        column), then row pieces stacked by first row, so the order hooks fire in does not matter and a
+        cp1 dump's rows are in natural order like the C++ dump's (`probe compare` reads rank files as
+        written)."""
         return [self._merged(name, blocks) for name, blocks in sorted(self._blocks.items())]
 
     @staticmethod
@@ -58,7 +60,7 @@ class StageRecorder:
         rows_out: list[int] = []
         cols_out: list[int] | None = None
         pieces = []
-        for rows, parts in by_rows.items():
+        for rows, parts in sorted(by_rows.items()):  # ascending rows: a cp1 dump's natural order
             parts.sort(key=lambda p: p[0][0])
             cols = [c for part_cols, _ in parts for c in part_cols]
             if cols_out is not None and cols != cols_out:

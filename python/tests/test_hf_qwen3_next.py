@@ -96,3 +96,10 @@ def test_cpu_runs_the_pure_torch_path_even_with_kernels_installed():
 def test_conv_bias_is_refused_naming_the_option():
     with pytest.raises(hf.AdapterError, match="conv_bias=true: Qwen3NextGatedDeltaNet's conv1d has no bias"):
         hf.build_module(Geometry(8, 1, 1, 2, 2, conv_bias=True), torch.float32)
+
+
+def test_hf_image_compares_directly_with_the_cpp_image_of_the_same_case(gdnv, cpp_image, tmp_path):
+    dump(case_of("thd-gva"), tmp_path, core="recurrent")
+    r = gdnv("probe", "compare", "--ref", cpp_image("thd-gva", 0, "fp32", "--stages"), "--cand", tmp_path,
+             "--policy", "cp1-vs-old")
+    assert r.returncode == 0, r.stdout[-3000:]

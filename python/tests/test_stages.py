@@ -8,11 +8,11 @@ import torch
 from gdn_verify.stages import StageRecorder, l2_normalised
 
 
-def test_column_pieces_merge_in_column_order_whatever_order_they_arrive():
+def test_pieces_merge_in_row_and_column_order_whatever_order_they_arrive():
     rec = StageRecorder()
+    rec.record("in_proj", torch.full((1, 2), 3.0), [5], [0, 1])
     rec.record("in_proj", torch.full((2, 1), 2.0), [0, 1], [4])
     rec.record("in_proj", torch.full((2, 2), 1.0), [0, 1], [0, 1])
-    rec.record("in_proj", torch.full((1, 2), 3.0), [5], [0, 1])
     rec.record("in_proj", torch.full((1, 1), 4.0), [5], [4])
     (stage,) = rec.stages()
     assert (stage.name, stage.rows, stage.cols) == ("stage::in_proj", [0, 1, 5], [0, 1, 4])
