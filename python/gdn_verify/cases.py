@@ -1,0 +1,219 @@
+"""The probe cases of `gdn-verify probe dump`, rebuilt bit for bit (docs/DESIGN.md §4 "Inputs", §8).
+
+A port of the C++ generator: the counter-based PRNG (core/rng.*), Megatron's initialisation seeded by
+parameter name (`ref::init_params`), the gate regimes' A_log, and the rounding to the storage dtype.
+Only integer operations and IEEE +, -, *, /, sqrt are used, as in C++, so every value is a pure function
+of (seed, stream, index) on any machine; Python floats are IEEE doubles without fused multiply-adds,
+matching the C++ build's -ffp-contract=off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from gdn_verify import names
+from gdn_verify.names import Geometry
+
+_MASK = (1 << 64) - 1
+_TWO_POW_M53 = 2.0**-53
+
+
+def hash64(seed: int, stream: int, index: int) -> int:
+    """64-bit mix of the three counters (SplitMix64 finaliser over a Weyl combination), as core/rng.cpp."""
+    x = ((seed * 0x9E3779B97F4A7C15) & _MASK) ^ (((stream + 0x632BE59BD9B4E019) & _MASK) * 0xBF58476D1CE4E5B9 & _MASK)
+    x = (x + index * 0x94D049BB133111EB) & _MASK
+    for _ in range(2):
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) & _MASK
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) & _MASK
+        x ^= x >> 31
+    return x
+
+
+def stream_of(name: str) -> int:
+    """Stable stream id of a name (FNV-1a over its UTF-8 bytes), so each tensor is seeded by its name."""
+    h = 0xCBF29CE484222325
+    for c in name.encode():
+        h = ((h ^ c) * 0x100000001B3) & _MASK
+    return h
+
+
+def det_log(x: float) -> float:
+    """Natural logarithm from IEEE arithmetic only, operation for operation as core/rng.cpp `det_log`."""
+    m, e = math.frexp(x)
+    if m < 0.70710678118654752:
+        m *= 2.0
+        e -= 1
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    series = 0.0
+    for k in range(23, 0, -2):
+        series = series * s2 + 1.0 / k
+    ln2_hi, ln2_lo = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+    return e * ln2_hi + (2.0 * s * series + e * ln2_lo)
+
+
+class Rng:
+    """Counter-based draws: element i of a stream is a pure function of (seed, stream, i) (core/rng.hpp)."""
+
+    def __init__(self, seed: int, stream: str | int) -> None:
+        self.seed = seed & _MASK
+        self.stream = stream_of(stream) if isinstance(stream, str) else stream
+
+    def uniform(self, i: int) -> float:
+        """[0, 1) from 53 random bits."""
+        return float(hash64(self.seed, self.stream, i) >> 11) * _TWO_POW_M53
+
+    def normal(self, i: int) -> float:
+        """N(0, 1) by Marsaglia's polar method, attempt a on the counter pair folded into one index."""
+        a = 0
+        while True:
+            base = (hash64(self.seed ^ 0x5BD1E995, self.stream, i) + a * 2) & _MASK
+            u = 2.0 * float(hash64(self.seed, self.stream, base) >> 11) * _TWO_POW_M53 - 1.0
+            v = 2.0 * float(hash64(self.seed, self.stream, (base + 1) & _MASK) >> 11) * _TWO_POW_M53 - 1.0
+            r2 = u * u + v * v
+            if 0.0 < r2 < 1.0:
+                return u * math.sqrt(-2.0 * det_log(r2) / r2)
+            a += 1
+
+
+def seeded_normal(seed: int, name: str, shape: tuple[int, ...], std: float = 1.0) -> torch.Tensor:
+    """Flat element i = std * N(0, 1) from Rng(seed, name) counter i (`ref::seeded_normal`), F64."""
+    rng = Rng(seed, name)
+    return torch.tensor([std * rng.normal(i) for i in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
+
+
+def seeded_uniform(seed: int, name: str, shape: tuple[int, ...], f) -> torch.Tensor:
+    """Flat element i = f(Rng(seed, name).uniform(i)), F64."""
+    rng = Rng(seed, name)
+    return torch.tensor([f(rng.uniform(i)) for i in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
+
+
+def init_params(geometry: Geometry, seed: int) -> dict[str, torch.Tensor]:
+    """Megatron's initialisation seeded by parameter name, as `ref::init_params` (docs/DESIGN.md §1.3)."""
+    init_method_std = 0.02
+    conv_bound = 1.0 / math.sqrt(float(geometry.linear_conv_kernel_dim))
+    params = {}
+    for name in names.param_names(geometry):
+        shape = names.param_shape(geometry, name)
+        if name in (names.IN_PROJ_NORM, names.OUT_NORM, names.DT_BIAS):
+            params[name] = torch.ones(shape, dtype=torch.float64)
+        elif name == names.IN_PROJ:
+            params[name] = seeded_normal(seed, name, shape, init_method_std)
+        elif name == names.OUT_PROJ:
+            params[name] = seeded_normal(seed, name, shape, init_method_std / math.sqrt(2.0))
+        elif name in (names.CONV_WEIGHT, names.CONV_BIAS):
+            params[name] = seeded_uniform(seed, name, shape, lambda u: conv_bound * (2.0 * u - 1.0))
+        else:  # A_log: log U(1, 16)
+            params[name] = seeded_uniform(seed, name, shape, lambda u: det_log(1.0 + 15.0 * u))
+    return params
+
+
+def a_log_between(seed: int, heads: int, lo: float, hi: float) -> torch.Tensor:
+    """A_log with A log-uniform in [lo, hi] per head: the gate regimes of docs/DESIGN.md §4."""
+    rng = Rng(seed, "A_log/regime")
+    log_lo, log_hi = det_log(lo), det_log(hi)
+    return torch.tensor([log_lo + (log_hi - log_lo) * rng.uniform(i) for i in range(heads)], dtype=torch.float64)
+
+
+DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
+SAFETENSORS_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
+
+
+def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` rounded to the storage dtype and widened back to F64. bf16 goes through fp32, both steps
+    round-to-nearest-even, as the C++ `Tensor::to` (core/half.hpp) does."""
+    if dtype == torch.bfloat16:
+        return t.to(torch.float32).to(torch.bfloat16).to(torch.float64)
+    return t.to(dtype).to(torch.float64)
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """A probe case's geometry (probes/image.cpp `probe_cases`)."""
+
+    name: str
+    what: str
+    geometry: Geometry
+    format: str  # "thd" | "sbhd"
+    lengths: tuple[int, ...] = ()  # THD
+    seq_len: int = 0  # SBHD
+    batch: int = 1  # SBHD
+    gates: str = "default"  # "default" | "weak"
+
+
+_GVA = Geometry(64, 4, 8, 16, 16)
+CASES: dict[str, CaseSpec] = {
+    c.name: c
+    for c in (
+        CaseSpec("thd-gva", "THD, 3 sequences (128, 64, 32), hidden 64, Hk 4, Hv 8, dk = dv = 16", _GVA, "thd",
+                 (128, 64, 32)),
+        CaseSpec("thd-short", "THD, one 16-token sequence, Hk = Hv = 8, dk = dv = 8, weak gates",
+                 Geometry(32, 8, 8, 8, 8), "thd", (16,), gates="weak"),
+        CaseSpec("thd-odd", "THD, 3 sequences of odd lengths (9, 5, 3), as thd-gva", _GVA, "thd", (9, 5, 3)),
+        CaseSpec("sbhd", "SBHD, S = 128, B = 1, hidden 64, Hk 4, Hv 8, dk = dv = 16", _GVA, "sbhd", seq_len=128),
+    )
+}
+
+
+@dataclass
+class Case:
+    """One probe case's inputs, rounded to the storage dtype and held as F64 (docs/DESIGN.md §8)."""
+
+    spec: CaseSpec
+    seed: int
+    dtype: str  # "fp64" | "fp32" | "bf16"
+    params: dict[str, torch.Tensor]
+    hidden_states: torch.Tensor  # THD [T, 1, hidden] | SBHD [S, B, hidden], natural order
+    grad_output: torch.Tensor
+    cu_seqlens: list[int] | None  # THD only
+
+    @property
+    def geometry(self) -> Geometry:
+        return self.spec.geometry
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def sequences(self) -> list[tuple[int, int]]:
+        """Each sequence's [begin, end) rows: THD the packed tokens, SBHD each batch column's S rows."""
+        if self.cu_seqlens is not None:
+            return list(zip(self.cu_seqlens[:-1], self.cu_seqlens[1:]))
+        S = self.spec.seq_len
+        return [(b * S, (b + 1) * S) for b in range(self.spec.batch)]
+
+
+def case_spec(name: str) -> CaseSpec:
+    """The probe case `name`; ValueError naming the known ones."""
+    if name not in CASES:
+        raise ValueError(f"unknown case '{name}': use {', '.join(CASES)}")
+    return CASES[name]
+
+
+def make_case(name: str, seed: int = 0, dtype: str = "fp32") -> Case:
+    """The inputs, parameters and grad_output `gdn-verify probe dump --case name --seed seed --dtype dtype`
+    writes, bit for bit (`cp::make_case`)."""
+    spec = case_spec(name)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype '{dtype}': use {', '.join(DTYPES)}")
+    g = spec.geometry
+    params = init_params(g, seed)
+    if spec.gates == "weak":
+        params[names.A_LOG] = a_log_between(seed, g.Hv, 1e-3, 1e-2)
+    storage = DTYPES[dtype]
+    params = {n: rounded(t, storage) for n, t in params.items()}
+    if spec.format == "thd":
+        cu = [0]
+        for length in spec.lengths:
+            cu.append(cu[-1] + length)
+        shape, cu_seqlens = (cu[-1], 1, g.hidden_size), cu
+    else:
+        shape, cu_seqlens = (spec.seq_len, spec.batch, g.hidden_size), None
+    hidden = rounded(seeded_normal(seed, names.HIDDEN, shape), storage)
+    grad_output = rounded(seeded_normal(seed, names.GRAD_OUTPUT, shape), storage)
+    return Case(spec, seed, dtype, params, hidden, grad_output, cu_seqlens)

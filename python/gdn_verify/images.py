@@ -1,0 +1,280 @@
+"""Probe images exactly as `gdn-verify probe dump` writes them (docs/DESIGN.md §5, §8).
+
+DIR/inputs.safetensors          the case: natural-order hidden_states, cu_seqlens (THD), every parameter
+                                under Megatron's name, grad_output, all F64; the config in metadata
+DIR/<mode>.rank<r>.safetensors  rank r's zigzag shard of out and grad_hidden (storage dtype), the CP-summed
+                                grad::<param> (state dtype), optionally every named stage as F64
+                                [rows, cols] with rows::<stage> and cols::<stage> (I64)
+DIR/meta.json                   image, case, dtype, seed, backend (the image's identity), versions,
+                                geometry, modes.<mode>
+
+The safetensors writer reproduces the C++ writer byte for byte (tensors sorted by name, compact JSON
+header with sorted keys, space padding to 8 bytes, atomic rename), so `gdn-verify probe compare`,
+`cross-mode` and `oracle` read a PyTorch image unchanged and `inputs.safetensors` of one case is the
+same file whichever side wrote it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+from safetensors import safe_open
+
+from gdn_verify import names
+from gdn_verify.cases import SAFETENSORS_DTYPE, Case
+
+MODES = ("cp1", "headwise", "chunkwise", "all_gather")
+INPUTS = "inputs.safetensors"
+META = "meta.json"
+INPUTS_NOTE = "inputs rounded to the dtype the implementation stored them in, written exactly as F64"
+ROWS_PREFIX = "rows::"
+COLS_PREFIX = "cols::"
+SUMMED_KEY = "summed_stages"
+
+
+class ImageError(ValueError):
+    """A bad image or a request that would corrupt one; the message names the fix."""
+
+
+@dataclass
+class Stage:
+    """One named stage as a rank computed it: data[i, j] is row rows[i], full-layer column cols[j] of the
+    stage's natural-order tensor (rows: THD packed token, SBHD b S + s; docs/DESIGN.md §8)."""
+
+    name: str  # "stage::<s>" or "stage_grad::<s>"
+    data: torch.Tensor  # [len(rows), len(cols)], any float dtype; written F64 (exact widening)
+    rows: Sequence[int]
+    cols: Sequence[int]
+    summed: bool = False  # a partial over CP ranks, summed on reassembly
+
+
+@dataclass
+class RankDump:
+    """What one rank of one mode writes: <mode>.rank<r>.safetensors."""
+
+    mode: str
+    rank: int
+    world: int
+    out: torch.Tensor  # the rank's zigzag shard, storage dtype
+    grad_hidden: torch.Tensor
+    grads: dict[str, torch.Tensor]  # Megatron name -> CP-summed gradient, state dtype
+    stages: list[Stage] | None = None  # None: the dump holds no stages
+
+
+@dataclass
+class Image:
+    """An image read back: the inputs, each mode's rank files in rank order, and meta.json."""
+
+    inputs: dict[str, torch.Tensor]
+    inputs_metadata: dict[str, str]
+    ranks: dict[str, list[tuple[dict[str, torch.Tensor], dict[str, str]]]] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+
+def tensor_bytes(t: torch.Tensor) -> bytes:
+    """The raw little-endian row-major bytes of `t` (CPU), without numpy."""
+    t = t.detach().to("cpu").contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
+
+
+def header_text(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
+    """The 8-byte length and JSON header the C++ writer (core/safetensors.cpp) produces for these tensors."""
+    header: dict = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        if t.dtype not in SAFETENSORS_DTYPE:
+            raise ImageError(f"tensor '{name}' has dtype {t.dtype}: images hold F64, F32, BF16 or I64")
+        nbytes = t.numel() * t.element_size()
+        header[name] = {"dtype": SAFETENSORS_DTYPE[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Writes `data` to a temporary file beside `path`, then renames it: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
+    """The whole file as the C++ writer lays it out: header, then each tensor's bytes in name order."""
+    return header_text(tensors, metadata) + b"".join(tensor_bytes(tensors[n]) for n in sorted(tensors))
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> None:
+    write_atomic(Path(path), safetensors_bytes(tensors, metadata))
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of a safetensors file; ImageError naming the file when it cannot be read."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {n: f.get_tensor(n) for n in f.keys()}, dict(f.metadata() or {})
+    except (OSError, Exception) as e:  # safetensors raises its own SafetensorError
+        raise ImageError(f"{path}: not a readable safetensors file ({e}): dump the image again") from e
+
+
+def rank_path(directory: Path, mode: str, rank: int) -> Path:
+    return Path(directory) / f"{mode}.rank{rank}.safetensors"
+
+
+def inputs_tensors(case: Case) -> dict[str, torch.Tensor]:
+    """inputs.safetensors' tensors: the layer-level file of docs/DESIGN.md §5, all F64 (cu_seqlens I64)."""
+    tensors = {n: t.to(torch.float64) for n, t in case.params.items()}
+    tensors[names.HIDDEN] = case.hidden_states.to(torch.float64)
+    tensors[names.GRAD_OUTPUT] = case.grad_output.to(torch.float64)
+    if case.cu_seqlens is not None:
+        tensors[names.CU_SEQLENS] = torch.tensor(case.cu_seqlens, dtype=torch.int64)
+    return tensors
+
+
+def dtype_label(case: Case) -> str:
+    """The storage dtype as the image's metadata spells it (safetensors names: F32, BF16, F64)."""
+    return SAFETENSORS_DTYPE[case.torch_dtype]
+
+
+def inputs_metadata(case: Case, image: str) -> dict[str, str]:
+    meta = case.geometry.metadata()
+    meta.update({"image": image, "case": case.spec.name, "seed": str(case.seed), "dtype": dtype_label(case),
+                 "note": INPUTS_NOTE})
+    return meta
+
+
+def state_dtype(case: Case) -> torch.dtype:
+    """Gradients are kept in the state dtype: fp32, fp64 for fp64 storage (docs/DESIGN.md §4)."""
+    return torch.float64 if case.torch_dtype == torch.float64 else torch.float32
+
+
+def rank_tensors(dump: RankDump, case: Case, image: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A rank file's tensors and metadata (probes/image.cpp `rank_tensors`)."""
+    tensors = {"out": dump.out.detach().to(case.torch_dtype), "grad_hidden": dump.grad_hidden.detach().to(case.torch_dtype)}
+    for name, g in dump.grads.items():
+        tensors["grad::" + name] = g.detach().to(state_dtype(case))
+    metadata = {"image": image, "mode": dump.mode, "rank": str(dump.rank), "world": str(dump.world),
+                "case": case.spec.name, "dtype": dtype_label(case)}
+    if dump.stages is not None:
+        for s in dump.stages:
+            if s.name in tensors:
+                raise ImageError(f"stage '{s.name}' recorded twice on one rank: the image holds one piece per rank")
+            tensors[s.name] = s.data.detach().to(torch.float64).reshape(len(s.rows), len(s.cols))
+            tensors[ROWS_PREFIX + s.name] = torch.tensor(list(s.rows), dtype=torch.int64)
+            tensors[COLS_PREFIX + s.name] = torch.tensor(list(s.cols), dtype=torch.int64)
+        metadata[SUMMED_KEY] = ",".join(s.name for s in dump.stages if s.summed)
+    return tensors, metadata
+
+
+def geometry_json(case: Case) -> dict:
+    """meta.json's geometry (probes/image.cpp `geometry`)."""
+    g = case.geometry
+    out = {"hidden_size": g.hidden_size, "linear_num_key_heads": g.Hk, "linear_num_value_heads": g.Hv,
+           "linear_key_head_dim": g.dk, "linear_value_head_dim": g.dv,
+           "linear_conv_kernel_dim": g.linear_conv_kernel_dim, "format": case.spec.format}
+    if case.spec.format == "thd":
+        out["lengths"] = list(case.spec.lengths)
+    else:
+        out["seq_len"], out["batch"] = case.spec.seq_len, case.spec.batch
+    return out
+
+
+def identity(case: Case, image: str, backend: str) -> dict:
+    """What makes two dumps the same image of the same case: one DIR holds only one."""
+    return {"image": image, "case": case.spec.name, "dtype": dtype_label(case), "seed": case.seed, "backend": backend}
+
+
+def read_meta(directory: Path) -> dict:
+    path = Path(directory) / META
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ImageError(f"{path}: not valid JSON ({e}): remove the directory and dump again") from e
+
+
+def check_same_image(meta: dict, wanted: dict, directory: Path) -> None:
+    """ImageError when DIR already holds another image (probes/image.cpp `check_same_image`)."""
+    for key, value in wanted.items():
+        if meta and meta.get(key) != value:
+            have = json.dumps(meta[key]) if key in meta else "unset"
+            raise ImageError(f"{directory} holds an image with {key} {have}, not {json.dumps(value)}: "
+                             "dump into a fresh --out directory")
+
+
+def write_image(directory: Path, case: Case, image: str, backend: str, dumps: Sequence[RankDump],
+                transport: str = "inproc", extra_meta: Mapping | None = None) -> None:
+    """Writes one mode's dump of `case` into DIR: every rank file, inputs.safetensors and meta.json.
+
+    Everything is encoded before the first byte is written, and each file is replaced atomically, so a
+    failure leaves DIR as it was. `extra_meta` adds top-level meta.json keys (the adapter, the path it
+    ran, library versions); `backend` is part of the image's identity."""
+    directory = Path(directory)
+    modes = {d.mode for d in dumps}
+    if len(modes) != 1 or next(iter(modes)) not in MODES:
+        raise ImageError(f"one write holds one mode's rank files, of {', '.join(MODES)}; got {sorted(modes)}")
+    mode, world = dumps[0].mode, dumps[0].world
+    if sorted(d.rank for d in dumps) != list(range(world)) or any(d.world != world for d in dumps):
+        raise ImageError(f"{mode}: rank files 0..{world - 1} of one world are needed, got ranks "
+                         f"{sorted(d.rank for d in dumps)}")
+    wanted = identity(case, image, backend)
+    meta = read_meta(directory)
+    check_same_image(meta, wanted, directory)
+    files = {rank_path(directory, mode, d.rank): safetensors_bytes(*rank_tensors(d, case, image)) for d in dumps}
+    files[directory / INPUTS] = safetensors_bytes(inputs_tensors(case), inputs_metadata(case, image))
+    if not meta:
+        meta = dict(wanted)
+        meta["geometry"] = geometry_json(case)
+        meta["modes"] = {}
+    meta.update(extra_meta or {})
+    meta["modes"][mode] = {"world": world, "transport": transport, "stages": dumps[0].stages is not None}
+    files[directory / META] = (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+    for path, data in files.items():
+        write_atomic(path, data)
+
+
+def modes_in(directory: Path) -> list[str]:
+    """The modes dumped in DIR (those with a rank-0 file), in docs/DESIGN.md §8's order."""
+    return [m for m in MODES if rank_path(directory, m, 0).exists()]
+
+
+def read_image(directory: Path) -> Image:
+    """An image back from DIR; ImageError naming what is missing."""
+    directory = Path(directory)
+    if not (directory / INPUTS).exists():
+        raise ImageError(f"'{directory}' holds no {INPUTS}: pass a directory written by 'gdn-verify probe dump' "
+                         "or 'python -m gdn_verify.dump'")
+    inputs, metadata = read_safetensors(directory / INPUTS)
+    image = Image(inputs, metadata, meta=read_meta(directory))
+    for mode in modes_in(directory):
+        files = []
+        while rank_path(directory, mode, len(files)).exists():
+            files.append(read_safetensors(rank_path(directory, mode, len(files))))
+        image.ranks[mode] = files
+    return image
+
+
+def stages_of(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> list[Stage]:
+    """A rank file's stages back as the rank recorded them."""
+    summed = set(filter(None, metadata.get(SUMMED_KEY, "").split(",")))
+    return [Stage(n, t, tensors[ROWS_PREFIX + n].tolist(), tensors[COLS_PREFIX + n].tolist(), n in summed)
+            for n, t in sorted(tensors.items()) if re.match(r"stage(_grad)?::", n)]

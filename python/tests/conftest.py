@@ -1,0 +1,62 @@
+"""Shared fixtures: the gdn-verify binary the Python images are judged by, and a way to run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def gdnv_bin() -> Path:
+    """The built gdn-verify: $GDNV_BIN, else build/gdn-verify under the repository root."""
+    path = Path(os.environ.get("GDNV_BIN", REPO / "build" / "gdn-verify"))
+    if not path.is_file():
+        pytest.fail(f"no gdn-verify binary at {path}: build it (cmake --build build --target gdn-verify) "
+                    "or point GDNV_BIN at one")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gdnv(gdnv_bin):
+    """gdnv(*args) runs the binary and returns the CompletedProcess (text stdout, stderr)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(gdnv_bin), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def cpp_image(gdnv, tmp_path_factory):
+    """cpp_image(case, seed, dtype, *extra) is a directory holding the C++ cp1 dump of that case (cached)."""
+    made: dict[tuple, Path] = {}
+
+    def dump(case: str, seed: int = 0, dtype: str = "fp32", *extra: str) -> Path:
+        key = (case, seed, dtype, extra)
+        if key not in made:
+            out = tmp_path_factory.mktemp(f"cpp-{case}-{dtype}")
+            r = gdnv("probe", "dump", "--mode", "cp1", "--image", "cpp", "--out", out, "--case", case,
+                     "--seed", seed, "--dtype", dtype, *extra)
+            assert r.returncode == 0, r.stderr
+            made[key] = out
+        return made[key]
+
+    return dump
+
+
+@pytest.fixture(scope="session")
+def python_dump():
+    """python_dump(*args) runs `python -m gdn_verify.dump` with this interpreter."""
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return subprocess.run([sys.executable, "-m", "gdn_verify.dump", *map(str, args)], capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    return run

@@ -1,0 +1,76 @@
+"""The image writer reproduces `gdn-verify probe dump`'s files, and the C++ readers accept its images."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gdn_verify import cases, images
+
+
+def rewrite(cpp_dir, out_dir, case):
+    """The C++ image's cp1 dump read back and written again by the Python writer."""
+    image = images.read_image(cpp_dir)
+    tensors, meta = image.ranks["cp1"][0]
+    stages = images.stages_of(tensors, meta) if "summed_stages" in meta else None
+    grads = {n[len("grad::"):]: t for n, t in tensors.items() if n.startswith("grad::")}
+    dump = images.RankDump("cp1", 0, 1, tensors["out"], tensors["grad_hidden"], grads, stages)
+    images.write_image(out_dir, case, "cpp", "cpu", [dump])
+
+
+@pytest.mark.parametrize("extra", [(), ("--stages",)])
+def test_written_rank_file_is_byte_identical_to_probe_dumps(cpp_image, tmp_path, extra):
+    cpp = cpp_image("thd-short", 0, "fp32", *extra)
+    rewrite(cpp, tmp_path, cases.make_case("thd-short", 0, "fp32"))
+    for name in ("inputs.safetensors", "cp1.rank0.safetensors"):
+        assert (tmp_path / name).read_bytes() == (cpp / name).read_bytes(), name
+
+
+def test_probe_readers_accept_a_written_image(cpp_image, gdnv, tmp_path):
+    cpp = cpp_image("thd-short", 0, "bf16", "--stages")
+    rewrite(cpp, tmp_path, cases.make_case("thd-short", 0, "bf16"))
+    oracle = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert oracle.returncode == 0, oracle.stdout + oracle.stderr
+    assert "stage::conv" in oracle.stdout
+    same = gdnv("probe", "compare", "--ref", cpp, "--cand", tmp_path, "--policy", "bitwise")
+    assert same.returncode == 0, same.stdout + same.stderr
+
+
+def test_image_round_trips(tmp_path):
+    case = cases.make_case("thd-short", 0, "bf16")
+    T, hidden = case.hidden_states.shape[0], case.geometry.hidden_size
+    out = torch.linspace(-1, 1, T * hidden, dtype=torch.bfloat16).reshape(T, 1, hidden)
+    grads = {n: torch.full(t.shape, 0.5, dtype=torch.float32) for n, t in case.params.items()}
+    stage = images.Stage("stage::g", torch.arange(6.0).reshape(3, 2), [5, 0, 9], [7, 1], summed=True)
+    dump = images.RankDump("cp1", 0, 1, out, -out, grads, [stage])
+    images.write_image(tmp_path, case, "py", "test:cpu", [dump], extra_meta={"adapter": "test"})
+    back = images.read_image(tmp_path)
+    assert torch.equal(back.inputs["hidden_states"], case.hidden_states)
+    assert back.inputs_metadata["case"] == "thd-short" and back.inputs_metadata["dtype"] == "BF16"
+    tensors, meta = back.ranks["cp1"][0]
+    assert torch.equal(tensors["out"], out) and torch.equal(tensors["grad_hidden"], -out)
+    assert all(torch.equal(tensors["grad::" + n], g) for n, g in grads.items())
+    (read,) = images.stages_of(tensors, meta)
+    assert (read.name, read.rows, read.cols, read.summed) == ("stage::g", [5, 0, 9], [7, 1], True)
+    assert torch.equal(read.data, stage.data.double())
+    assert back.meta["adapter"] == "test" and back.meta["modes"]["cp1"]["stages"] is True
+
+
+def test_another_image_in_the_same_directory_is_refused_and_nothing_changes(tmp_path):
+    case = cases.make_case("thd-short", 0, "fp32")
+    T, hidden = case.hidden_states.shape[0], case.geometry.hidden_size
+    dump = images.RankDump("cp1", 0, 1, torch.zeros(T, 1, hidden), torch.zeros(T, 1, hidden), {})
+    images.write_image(tmp_path, case, "py", "test:cpu", [dump])
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    other = cases.make_case("thd-short", 1, "fp32")
+    with pytest.raises(images.ImageError, match="holds an image with seed 0, not 1: dump into a fresh --out"):
+        images.write_image(tmp_path, other, "py", "test:cpu", [dump])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert json.loads((tmp_path / "meta.json").read_text())["seed"] == 0
+
+
+def test_reading_a_directory_without_inputs_names_the_fix(tmp_path):
+    with pytest.raises(images.ImageError, match="holds no inputs.safetensors: pass a directory written by"):
+        images.read_image(tmp_path)
