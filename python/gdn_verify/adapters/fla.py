@@ -23,21 +23,25 @@ convolutions' `causal_conv1d`, the in-kernel L2 norm, `chunk_gated_delta_rule`, 
 On a CPU `torch_forward` therefore runs the layer's own torch submodules (`attn_norm`, the projections,
 each `ShortConvolution` as the `nn.Conv1d` it is) and FLA's pure-torch references
 (`naive_recurrent_gated_delta_rule`, `rms_norm_ref`), one packed sequence at a time, in GatedDeltaNet's
-forward order; `path` says which ran. FLA's references compute in fp32.
+forward order; `path` says which ran ("torch" or "fla-triton"). FLA's references compute in fp32.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from gdn_verify import names
+from gdn_verify.adapters import AdapterError, Run
+from gdn_verify.cases import Case
 from gdn_verify.kernel import fla_torch_kernel
 from gdn_verify.names import Geometry
+from gdn_verify.stages import l2_normalised
+
+NAME = "fla"
 
 PROJ = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "z": "g_proj", "beta": "b_proj", "alpha": "a_proj"}
 CONV = {"q": "q_conv1d", "k": "k_conv1d", "v": "v_conv1d"}
@@ -45,7 +49,7 @@ RENAMED = {names.IN_PROJ_NORM: "attn_norm.weight", names.A_LOG: "attn.A_log", na
            names.OUT_NORM: "attn.o_norm.weight", names.OUT_PROJ: "attn.o_proj.weight"}
 
 
-class FlaAdapterError(ValueError):
+class FlaAdapterError(AdapterError):
     """A configuration or state dict that does not map; the message names the option or tensor."""
 
 
@@ -96,10 +100,14 @@ def _same_eps(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and float(a) == float(b)
 
 
-def build(geometry: Geometry, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> FlaGdn:
-    """FLA's layer (and its block's RMSNorm) with the geometry; fails on a geometry FLA cannot express."""
+def build_module(geometry: Geometry, dtype: torch.dtype = torch.float32, device: str = "cpu") -> FlaGdn:
+    """FLA's layer (and its block's RMSNorm) with the geometry; refuses what FLA cannot express, and fp64:
+    FLA's kernels and references compute in fp32, so an fp64 image would be judged at a gate it cannot meet."""
     from fla.layers.gated_deltanet import GatedDeltaNet
 
+    if dtype == torch.float64:
+        raise FlaAdapterError("fla computes in fp32 (its Triton kernels and torch references alike): use --dtype fp32 "
+                              "or bf16")
     g = geometry
     layer = GatedDeltaNet(hidden_size=g.hidden_size, head_dim=g.dk, expand_v=g.dv / g.dk, num_heads=g.Hk,
                           num_v_heads=g.Hv, use_gate=True, use_short_conv=True, conv_size=g.linear_conv_kernel_dim,
@@ -149,27 +157,64 @@ def _check_keys(state: Mapping[str, torch.Tensor], geometry: Geometry) -> None:
                               "pass FlaGdn's state dict (FLA's GatedDeltaNetBlock keys without the MLP)")
 
 
-@dataclass
-class Forward:
-    """A forward's output and its named stages (docs/DESIGN.md §1.3), token rows in the order of `out`."""
-
-    out: torch.Tensor
-    stages: dict[str, torch.Tensor]
-    path: str
+def load_megatron_params(module: FlaGdn, params: Mapping[str, torch.Tensor]) -> None:
+    """Megatron-named parameters into the module, in its dtype."""
+    state = from_megatron(params, geometry_of(module))
+    dtype = module.attn.o_proj.weight.dtype
+    module.load_state_dict({n: t.to(dtype) for n, t in state.items()})
 
 
-def torch_forward(model: FlaGdn, hidden: torch.Tensor, cu_seqlens: list[int]) -> Forward:
-    """The layer on CPU (see the module docstring): `hidden` [T, hidden], packed by `cu_seqlens`."""
-    pieces = [_one_sequence(model, hidden[b:e]) for b, e in zip(cu_seqlens[:-1], cu_seqlens[1:])]
-    stages = {n: torch.cat([p[n] for p in pieces], dim=0) for n in pieces[0]}
-    return Forward(out=stages.pop("out"), stages=stages, path="torch")
+def path(module: FlaGdn) -> str:
+    """"fla-triton" on a CUDA device (FLA's own forward), else "torch" (see the module docstring)."""
+    return "fla-triton" if module.attn.o_proj.weight.is_cuda else "torch"
 
 
-def triton_forward(model: FlaGdn, hidden: torch.Tensor, cu_seqlens: list[int]) -> Forward:
-    """FLA's own layer forward (Triton kernels, a CUDA device); no stages."""
-    cu = torch.tensor(cu_seqlens, dtype=torch.int32, device=hidden.device)
-    out, _, _ = model.attn(model.attn_norm(hidden).unsqueeze(0), cu_seqlens=cu)
-    return Forward(out=out.squeeze(0), stages={}, path="triton")
+def run(module: FlaGdn, case: Case, stages: bool = True) -> Run:
+    """Forward and backward of the case, THD one sequence at a time (so the convs never cross sequences)."""
+    if case.spec.format != "thd" and case.spec.batch != 1:
+        raise AdapterError("fla: SBHD with batch > 1 is not mapped; use a THD case or batch 1")
+    dtype, device = module.attn.o_proj.weight.dtype, module.attn.o_proj.weight.device
+    hidden = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(device=device, dtype=dtype)
+    hidden.requires_grad_()
+    recorder = _recorder() if stages and path(module) == "torch" else None
+    module.zero_grad(set_to_none=True)
+    out = _forward(module, hidden, case.sequences(), recorder)
+    out.backward(case.grad_output.reshape(out.shape).to(device=device, dtype=dtype))
+    grads = to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module))
+    shape = case.hidden_states.shape
+    return Run(out=out.detach().reshape(shape), grad_hidden=hidden.grad.reshape(shape), grads=grads,
+               stages=recorder.stages() if recorder else None, path=path(module),
+               notes={"fla_path": _PATH_NOTE[path(module)]})
+
+
+_PATH_NOTE = {
+    "torch": "FLA's layer forward needs Triton (causal_conv1d, l2norm, chunk_gated_delta_rule, FusedRMSNormGated); "
+             "ran its torch submodules with FLA's naive_recurrent_gated_delta_rule and rms_norm_ref, per sequence",
+    "fla-triton": "FLA's GatedDeltaNet.forward with cu_seqlens (Triton kernels)",
+}
+
+
+def _recorder():
+    from gdn_verify.stages import StageRecorder
+
+    return StageRecorder()
+
+
+def _forward(module: FlaGdn, hidden: torch.Tensor, sequences: list[tuple[int, int]], recorder) -> torch.Tensor:
+    """`out` [T, hidden] from FLA's own forward (CUDA) or the torch path, sequence by sequence."""
+    if path(module) == "fla-triton":
+        cu = torch.tensor([0] + [e for _, e in sequences], dtype=torch.int32, device=hidden.device)
+        out, _, _ = module.attn(module.attn_norm(hidden).unsqueeze(0), cu_seqlens=cu)
+        return out.squeeze(0)
+    outs = []
+    for b, e in sequences:
+        s = _one_sequence(module, hidden[b:e])
+        if recorder is not None:
+            for name in names.FORWARD_STAGES:
+                t, value = s[name]
+                recorder.record(name, t, range(b, e), range(t[0].numel()), value)
+        outs.append(s["out"][0])
+    return torch.cat(outs, dim=0)
 
 
 def _conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
@@ -184,28 +229,31 @@ def _one_sequence(model: FlaGdn, h: torch.Tensor) -> dict[str, torch.Tensor]:
 
     layer = model.attn
     L, Hk, Hv, dk, dv = h.shape[0], layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
-    s: dict[str, torch.Tensor] = {"x_norm": model.attn_norm(h)}
-    x = s["x_norm"]
+    x = model.attn_norm(h)
     proj = {k: getattr(layer, p)(x) for k, p in PROJ.items()}
-    s["in_proj"] = torch.cat([proj[k] for k in names.IN_PROJ_SECTIONS], dim=-1)
-    conv = {k: _conv(getattr(layer, c), proj[k]) for k, c in CONV.items()}
-    s["conv"] = torch.cat([conv[k] for k in names.CONV_SECTIONS], dim=-1)
-    q, k, v = conv["q"].view(L, Hk, dk), conv["k"].view(L, Hk, dk), conv["v"].view(L, Hv, dv)
-    gate_in = proj["alpha"].float() + layer.dt_bias.float()  # FLA's gate kernel works in fp32
-    s["g"] = -layer.A_log.float().exp() * F.softplus(gate_in)
-    s["beta"] = proj["beta"].float().sigmoid()
-    core, _ = fla_torch_kernel("recurrent")(q[None], k[None], v[None], s["g"][None], s["beta"][None],
+    in_proj = torch.cat([proj[k] for k in names.IN_PROJ_SECTIONS], dim=-1)
+    conv = _conv_sections(layer, in_proj, proj)
+    q, k, v = conv[:, :Hk * dk].view(L, Hk, dk), conv[:, Hk * dk:2 * Hk * dk].view(L, Hk, dk), \
+        conv[:, 2 * Hk * dk:].view(L, Hv, dv)
+    gate_in = in_proj[:, -Hv:].float() + layer.dt_bias.float()  # FLA's gate kernel works in fp32
+    g = -layer.A_log.float().exp() * F.softplus(gate_in)
+    beta = in_proj[:, -2 * Hv:-Hv].float().sigmoid()
+    core, _ = fla_torch_kernel("recurrent")(q[None], k[None], v[None], g[None], beta[None],
                                             use_qk_l2norm_in_kernel=True)
-    s["q"], s["k"], s["v"] = _l2(q), _l2(k), v
-    s["core"] = core[0].to(h.dtype)
-    z = proj["z"].view(L, Hv, dv)
-    s["gated_norm"] = rms_norm_ref(s["core"], layer.o_norm.weight, None, z=z, eps=layer.o_norm.eps)
-    s["out"] = layer.o_proj(s["gated_norm"].reshape(L, Hv * dv))
-    return s
+    core = core[0].to(h.dtype)
+    z = in_proj[:, 2 * Hk * dk + Hv * dv:2 * Hk * dk + 2 * Hv * dv].view(L, Hv, dv)
+    gated = rms_norm_ref(core, layer.o_norm.weight, None, z=z, eps=layer.o_norm.eps)
+    out = layer.o_proj(gated.reshape(L, Hv * dv))
+    stage = {"x_norm": (x, None), "in_proj": (in_proj, None), "conv": (conv, None), "q": (q, l2_normalised(q)),
+             "k": (k, l2_normalised(k)), "v": (v, None), "g": (g, None), "beta": (beta, None), "core": (core, None),
+             "gated_norm": (gated, None), "out": (out, None)}
+    return stage
 
 
-def _l2(x: torch.Tensor) -> torch.Tensor:
-    """q, k after the core's L2 norm, as the stage is defined (docs/DESIGN.md §1.3)."""
-    from gdn_verify.kernel import l2norm
+def _conv_sections(layer: nn.Module, in_proj: torch.Tensor, proj: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The q, k, v convolutions (each FLA ShortConvolution on its projection), side by side as Megatron's
+    conv channels; they read the projections through `in_proj` so stage_grad::in_proj sees every path."""
+    widths = [proj[k].shape[-1] for k in names.CONV_SECTIONS]
+    parts = torch.split(in_proj[:, :sum(widths)], widths, dim=-1)
+    return torch.cat([_conv(getattr(layer, CONV[k]), p) for k, p in zip(names.CONV_SECTIONS, parts)], dim=-1)
 
-    return l2norm(x)
