@@ -113,3 +113,10 @@ def test_replicated_norm_weight_differing_between_ranks_is_refused() -> None:
 def test_tp_size_not_dividing_the_heads_is_refused() -> None:
     with pytest.raises(megatron.MegatronAdapterError, match="TP size 3 does not divide Hk = 4"):
         megatron.shard_tp(full_params(GEOMETRY), GEOMETRY, 3)
+
+
+def test_building_on_cpu_is_refused_naming_why() -> None:
+    from gdn_verify.adapters import AdapterError
+
+    with pytest.raises(AdapterError, match="needs a CUDA device: its constructor allocates"):
+        megatron.build_module(GEOMETRY, torch.float32, "cpu")

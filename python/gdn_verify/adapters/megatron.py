@@ -114,3 +114,49 @@ def to_megatron(state: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[s
 def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
     """The image's parameters as a TP = 1 Megatron state dict."""
     return shard_tp(params, geometry, 1)[0]
+
+
+NAME = "megatron"
+
+CPU_REFUSAL = ("megatron: Megatron-Core's GatedDeltaNet needs a CUDA device: its constructor allocates conv1d, "
+               "A_log and dt_bias on torch.cuda.current_device(), its fused norm + in_proj exists only as "
+               "Transformer Engine's TELayerNormColumnParallelLinear, and its L2 norm is FLA's Triton kernel; "
+               "run on a GPU with transformer-engine installed")
+
+
+def build_module(geometry: Geometry, dtype: torch.dtype, device: str = "cpu", cp_mode: str | None = None,
+                 ) -> torch.nn.Module:
+    """Megatron-Core's GatedDeltaNet with the geometry on a CUDA device (TE spec, TP = 1 on the default group);
+    on a CPU an AdapterError naming why it cannot be built there."""
+    from gdn_verify.adapters import AdapterError
+
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        raise AdapterError(CPU_REFUSAL)
+    import torch.nn.functional as F
+    from megatron.core.models.gpt.experimental_attention_variant_module_specs import get_gated_delta_net_module_spec
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+    from megatron.core.transformer import TransformerConfig
+
+    g = geometry
+    config = TransformerConfig(num_layers=1, hidden_size=g.hidden_size, num_attention_heads=g.Hk,
+                               linear_num_key_heads=g.Hk, linear_num_value_heads=g.Hv, linear_key_head_dim=g.dk,
+                               linear_value_head_dim=g.dv, linear_conv_kernel_dim=g.linear_conv_kernel_dim,
+                               layernorm_epsilon=g.layernorm_epsilon, normalization="RMSNorm",
+                               activation_func=F.silu, params_dtype=dtype, perform_initialization=False)
+    spec = get_gated_delta_net_module_spec(config)
+    # Megatron's parallel_state must be initialised (torchrun: initialize_model_parallel); cp_mode is the
+    # caller's CP configuration, which Megatron-Core 0.16.1's GatedDeltaNet does not implement yet.
+    pg = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
+    return GatedDeltaNet(config, spec.submodules, conv_bias=g.conv_bias, pg_collection=pg).to(device)
+
+
+def load_megatron_params(module: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+    """The image's parameters into a TP = 1 module, names as is (TE's _extra_state left untouched)."""
+    dtype = next(module.parameters()).dtype
+    module.load_state_dict({n: t.to(dtype) for n, t in params.items()}, strict=False)
+
+
+def path(module: torch.nn.Module) -> str:
+    """Megatron's forward runs FLA's Triton chunk_gated_delta_rule (deterministic_mode: its torch chunk form)."""
+    return "megatron-torch-core" if module.config.deterministic_mode else "megatron-fla-triton"
