@@ -19,6 +19,11 @@ The contract every adapter module follows (python -m gdn_verify.dump calls exact
     path(module) -> str
         which implementation ran ("torch" for a pure-PyTorch path, "fla-triton" for FLA's kernels, ...),
         recorded in meta.json
+    CORES (optional): the core-op forms `run(..., core=NAME)` accepts, the first the default; the
+        dump's --core chooses one
+
+Gradients are under Megatron's names in Run.grads; an adapter whose mapping shifts a parameter (HF's
+zero-centred norm, w + 1) maps gradients without the shift.
 
 A library that is not installed makes `load` raise AdapterError naming the pip package to install.
 """
@@ -26,6 +31,7 @@ A library that is not installed makes `load` raise AdapterError naming the pip p
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -65,7 +71,9 @@ def load(name: str) -> ModuleType:
     if name not in ADAPTERS:
         raise AdapterError(f"unknown --adapter '{name}': use {', '.join(ADAPTERS)}")
     try:
-        return importlib.import_module(ADAPTERS[name])
+        with warnings.catch_warnings():  # FLA warns on import that Triton has no CPU driver; meta.json says which path ran
+            warnings.filterwarnings("ignore", message="Triton is not supported")
+            return importlib.import_module(ADAPTERS[name])
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("gdn_verify"):
             raise AdapterError(f"adapter '{name}' is not in this build of gdn_verify ({e.name} missing)") from e

@@ -1,0 +1,251 @@
+"""Hugging Face Qwen3-Next's GatedDeltaNet (transformers' `Qwen3NextGatedDeltaNet`) under Megatron's names.
+
+The layer Megatron calls GatedDeltaNet is, in Qwen3-Next, the decoder layer's `input_layernorm` followed
+by `linear_attn`; `build_module` composes exactly those two real modules (without the residual and the
+MLP, which are not the layer's), named as in a Qwen3-Next checkpoint's decoder layer.
+
+Mapping (Megatron <-> Hugging Face), r = Hv / Hk value heads per key head:
+
+    in_proj.layer_norm_weight  <-> input_layernorm.weight + 1   (Qwen3NextRMSNorm is zero-centred: x (1 + w))
+    in_proj.weight rows, sectioned q | k | v | z | beta | alpha (docs/DESIGN.md §1.3)
+        q, k, v, z  <-> linear_attn.in_proj_qkvz.weight, grouped per key head g:
+                        q_g (dk rows), k_g (dk), v of value heads g r .. g r + r - 1 (r dv), z of them (r dv)
+        beta, alpha <-> linear_attn.in_proj_ba.weight, grouped per key head g: b (r rows), a (r rows)
+    conv1d.weight              <-> linear_attn.conv1d.weight (channels q | k | v in both; no bias in HF)
+    A_log, dt_bias             <-> linear_attn.A_log, linear_attn.dt_bias
+    out_norm.weight            <-> linear_attn.norm.weight (Qwen3NextRMSNormGated: plain weight)
+    out_proj.weight            <-> linear_attn.out_proj.weight
+
+The +1 is exact for weights in [0.5, 2] (Sterbenz), so both directions are lossless there, which holds
+the cases' weights (all 1); gradients are not shifted.
+
+The pure-PyTorch path of transformers (`torch_chunk_gated_delta_rule`, `causal_conv1d_fn`) has no varlen
+support: it ignores `cu_seqlens` and its conv would read across packed sequences. A THD case therefore
+runs one sequence at a time (batch 1 each), which meta.json records. On a CPU the adapter calls the
+pure-PyTorch functions even where flash-linear-attention is installed (Triton has no CPU driver); on a
+GPU it lets transformers pick its kernels and records which ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from gdn_verify import names
+from gdn_verify.adapters import AdapterError, Run
+from gdn_verify.cases import Case
+from gdn_verify.names import Geometry
+from gdn_verify.stages import StageRecorder, l2_normalised
+
+try:
+    from transformers.models.qwen3_next import modeling_qwen3_next as hf
+    from transformers.models.qwen3_next.configuration_qwen3_next import Qwen3NextConfig
+except ImportError as e:  # adapters.load turns this into a message naming the package
+    raise ModuleNotFoundError(str(e), name="transformers") from e
+
+NAME = "hf-qwen3-next"
+NORM = "input_layernorm.weight"
+QKVZ = "linear_attn.in_proj_qkvz.weight"
+BA = "linear_attn.in_proj_ba.weight"
+DIRECT = {  # Megatron name -> Hugging Face name, same tensor
+    names.CONV_WEIGHT: "linear_attn.conv1d.weight",
+    names.A_LOG: "linear_attn.A_log",
+    names.DT_BIAS: "linear_attn.dt_bias",
+    names.OUT_NORM: "linear_attn.norm.weight",
+    names.OUT_PROJ: "linear_attn.out_proj.weight",
+}
+
+# transformers' module-level functions as imported: wrappers that dispatch to a kernel package when one
+# is installed, with the pure-PyTorch function as __wrapped__. The layer calls the chunked core on a
+# sequence; the recurrent one (its decode path, a product of per-token decays) is offered as `core`.
+CORES = {"chunk": hf.torch_chunk_gated_delta_rule, "recurrent": hf.torch_recurrent_gated_delta_rule}
+_CONV = hf.causal_conv1d_fn
+
+
+class Qwen3NextGdnLayer(nn.Module):
+    """Megatron's GatedDeltaNet layer in Qwen3-Next: the decoder layer's pre-norm and linear attention."""
+
+    def __init__(self, config: Qwen3NextConfig) -> None:
+        super().__init__()
+        self.input_layernorm = hf.Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.linear_attn = hf.Qwen3NextGatedDeltaNet(config, layer_idx=0)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """[B, T, hidden] -> [B, T, hidden], one sequence per batch row."""
+        return self.linear_attn(self.input_layernorm(hidden_states))
+
+
+def hf_config(geometry: Geometry) -> Qwen3NextConfig:
+    """A one-layer Qwen3-Next config whose layer 0 is linear attention with the case's geometry."""
+    if geometry.conv_bias:
+        raise AdapterError("conv_bias=true: Qwen3NextGatedDeltaNet's conv1d has no bias; use a case without it")
+    return Qwen3NextConfig(
+        hidden_size=geometry.hidden_size, num_hidden_layers=1, layer_types=["linear_attention"],
+        linear_num_key_heads=geometry.Hk, linear_num_value_heads=geometry.Hv,
+        linear_key_head_dim=geometry.dk, linear_value_head_dim=geometry.dv,
+        linear_conv_kernel_dim=geometry.linear_conv_kernel_dim, rms_norm_eps=geometry.layernorm_epsilon,
+        hidden_act="silu")
+
+
+def build_module(geometry: Geometry, dtype: torch.dtype, device: str = "cpu") -> Qwen3NextGdnLayer:
+    return Qwen3NextGdnLayer(hf_config(geometry)).to(device=device, dtype=dtype)
+
+
+def qkvz_rows(geometry: Geometry) -> list[int]:
+    """Megatron in_proj rows of in_proj_qkvz's rows, in Hugging Face's per-key-head grouping."""
+    g, r = geometry, geometry.Hv // geometry.Hk
+    q, k, v, z = (g.section(s).start for s in ("q", "k", "v", "z"))
+    rows: list[int] = []
+    for head in range(g.Hk):
+        rows += range(q + head * g.dk, q + (head + 1) * g.dk)
+        rows += range(k + head * g.dk, k + (head + 1) * g.dk)
+        rows += range(v + head * r * g.dv, v + (head + 1) * r * g.dv)
+        rows += range(z + head * r * g.dv, z + (head + 1) * r * g.dv)
+    return rows
+
+
+def ba_rows(geometry: Geometry) -> list[int]:
+    """Megatron in_proj rows of in_proj_ba's rows: per key head its r beta rows, then its r alpha rows."""
+    r = geometry.Hv // geometry.Hk
+    beta, alpha = geometry.section("beta").start, geometry.section("alpha").start
+    rows: list[int] = []
+    for head in range(geometry.Hk):
+        rows += range(beta + head * r, beta + (head + 1) * r)
+        rows += range(alpha + head * r, alpha + (head + 1) * r)
+    return rows
+
+
+def from_megatron(params: dict[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
+    """Megatron-named parameters as this module's state_dict."""
+    w = params[names.IN_PROJ]
+    state = {NORM: params[names.IN_PROJ_NORM] - 1, QKVZ: w[qkvz_rows(geometry)], BA: w[ba_rows(geometry)]}
+    state.update({hf_name: params[meg] for meg, hf_name in DIRECT.items()})
+    return state
+
+
+def to_megatron(state: dict[str, torch.Tensor], geometry: Geometry, gradients: bool = False) -> dict[str, torch.Tensor]:
+    """This module's parameters (or, with `gradients`, their gradients: the norm's +1 does not shift a
+    gradient) under Megatron's names."""
+    qkvz, ba = state[QKVZ], state[BA]
+    w = qkvz.new_empty(geometry.in_proj_dim, geometry.hidden_size)
+    w[qkvz_rows(geometry)] = qkvz
+    w[ba_rows(geometry)] = ba
+    params = {names.IN_PROJ_NORM: state[NORM] if gradients else state[NORM] + 1, names.IN_PROJ: w}
+    params.update({meg: state[hf_name] for meg, hf_name in DIRECT.items()})
+    return params
+
+
+def geometry_of(module: Qwen3NextGdnLayer) -> Geometry:
+    a = module.linear_attn
+    return Geometry(a.hidden_size, a.num_k_heads, a.num_v_heads, a.head_k_dim, a.head_v_dim, a.conv_kernel_size,
+                    a.layer_norm_epsilon)
+
+
+def load_megatron_params(module: Qwen3NextGdnLayer, params: dict[str, torch.Tensor]) -> None:
+    ref = next(module.parameters())
+    state = {n: t.to(device=ref.device, dtype=ref.dtype) for n, t in from_megatron(params, geometry_of(module)).items()}
+    module.load_state_dict(state, strict=True)
+
+
+def _dispatches_to_kernel(wrapper) -> bool:
+    """Whether transformers' wrapper calls a kernel package rather than its own PyTorch function."""
+    closure = inspect.getclosurevars(wrapper).nonlocals
+    return closure.get("implementation", wrapper.__wrapped__) is not wrapper.__wrapped__
+
+
+def path(module: Qwen3NextGdnLayer, core: str = "chunk") -> str:
+    """'torch' on a CPU (and wherever no kernel package is installed), else 'fla-triton' (the core op)."""
+    on_cpu = next(module.parameters()).device.type == "cpu"
+    return "torch" if on_cpu or not _dispatches_to_kernel(CORES[core]) else "fla-triton"
+
+
+def _rows(case: Case, begin: int, end: int) -> list[int]:
+    """Micro-batch rows of the tokens of one module call (docs/DESIGN.md §8): THD the packed tokens of the
+    sequence, SBHD every b S + s of the [B, S] batch in flattened order."""
+    return list(range(begin, end)) if case.cu_seqlens is not None else list(range(case.spec.batch * case.spec.seq_len))
+
+
+@contextlib.contextmanager
+def _instrumented(module: Qwen3NextGdnLayer, recorder: StageRecorder | None, rows: list[list[int]],
+                  on_cpu: bool, core_name: str) -> Iterator[None]:
+    """While active: the layer's chunked core calls the `core_name` one, transformers' conv and core
+    functions are the pure-PyTorch ones on a CPU, and, with a recorder, every stage of each call is
+    recorded at rows[-1] (the current call's token rows)."""
+    geo = geometry_of(module)
+    core = CORES[core_name].__wrapped__ if on_cpu else CORES[core_name]
+    conv = _CONV.__wrapped__ if on_cpu else _CONV
+    attn = module.linear_attn
+    split = attn.fix_query_key_value_ordering
+
+    def conv_fn(*args, **kwargs):
+        y = conv(*args, **kwargs).transpose(1, 2)  # [B, T, conv_dim], after SiLU
+        if recorder:
+            recorder.record("conv", y, rows[-1], range(geo.conv_dim))
+        return y.transpose(1, 2)  # what HF reads, through y, so y's gradient is the stage's
+
+    def core_fn(query, key, value, g=None, beta=None, **kwargs):
+        out = core(query, key, value, g=g, beta=beta, **kwargs)
+        if recorder:
+            r = rows[-1]
+            recorder.record("q", query, r, range(geo.qk_dim), value=l2_normalised(query))
+            recorder.record("k", key, r, range(geo.qk_dim), value=l2_normalised(key))
+            recorder.record("v", value, r, range(geo.v_dim))
+            recorder.record("g", g, r, range(geo.Hv))
+            recorder.record("beta", beta, r, range(geo.Hv))
+            recorder.record("core", out[0], r, range(geo.v_dim))
+        return out
+
+    def split_fn(mixed_qkvz, mixed_ba):
+        parts = split(mixed_qkvz, mixed_ba)  # q, k, v, z, b, a as HF uses them
+        if recorder:
+            for section, t in zip(names.IN_PROJ_SECTIONS, parts):
+                recorder.record("in_proj", t, rows[-1], geo.section(section))
+        return parts
+
+    hooks = []
+    if recorder:
+        hooks.append(module.input_layernorm.register_forward_hook(
+            lambda _m, _i, y: recorder.record("x_norm", y, rows[-1], range(geo.hidden_size))))
+        hooks.append(attn.norm.register_forward_hook(
+            lambda _m, _i, y: recorder.record("gated_norm", y, rows[-1], range(geo.v_dim))))
+    saved = hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn
+    hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn = core_fn, conv_fn
+    attn.fix_query_key_value_ordering = split_fn
+    try:
+        yield
+    finally:
+        hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn = saved
+        del attn.fix_query_key_value_ordering
+        for h in hooks:
+            h.remove()
+
+
+def run(module: Qwen3NextGdnLayer, case: Case, stages: bool = True, core: str = "chunk") -> Run:
+    """Forward and backward of the case: THD one sequence at a time, SBHD as one [B, S] batch; the
+    layer's core op is transformers' `core` form ("chunk", what the layer runs on a sequence, or
+    "recurrent")."""
+    if core not in CORES:
+        raise AdapterError(f"unknown core '{core}' for {NAME}: use {' or '.join(CORES)}")
+    ref = next(module.parameters())
+    hidden = case.hidden_states.to(device=ref.device, dtype=ref.dtype).requires_grad_()
+    recorder = StageRecorder() if stages else None
+    rows: list[list[int]] = []
+    outs = []
+    with _instrumented(module, recorder, rows, ref.device.type == "cpu", core):
+        if case.cu_seqlens is not None:
+            for begin, end in case.sequences():
+                rows.append(_rows(case, begin, end))
+                outs.append(module(hidden[begin:end].transpose(0, 1)).transpose(0, 1))  # [L, 1, hidden]
+        else:
+            rows.append(_rows(case, 0, 0))
+            outs.append(module(hidden.transpose(0, 1)).transpose(0, 1))  # [S, B, hidden]
+    out = torch.cat(outs, dim=0)
+    out.backward(case.grad_output.to(device=ref.device, dtype=ref.dtype))
+    grads = to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module), gradients=True)
+    thd = "one sequence per call (transformers' PyTorch path has no varlen)" if case.cu_seqlens is not None else ""
+    notes = {"core": core} | ({"thd": thd} if thd else {})
+    return Run(out.detach(), hidden.grad, grads, recorder.stages() if recorder else None, path(module, core), notes)

@@ -1,0 +1,125 @@
+"""python -m gdn_verify.dump: run a library's GatedDeltaNet on a probe case and write a cp1 image.
+
+    python -m gdn_verify.dump --adapter hf-qwen3-next --case thd-gva --seed 0 --dtype fp32 --out DIR
+    gdn-verify probe oracle --dir DIR
+
+The module is built with the case's geometry, loaded with the case's parameters through the adapter
+(docs/DESIGN.md §1.3 names), run forward and backward on the case's inputs, and its outputs, parameter
+gradients and the stages the adapter captures are written as `gdn-verify probe dump` would (§8).
+Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import gdn_verify
+from gdn_verify import adapters, cases, images
+
+EXIT_BAD_INPUT = 3
+
+
+class BadInput(Exception):
+    """A command-line mistake: printed as one `error:` line, exit 3."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are the project's one-line `error: ...`, exit 3 (docs/DESIGN.md §5)."""
+
+    def error(self, message: str):
+        raise BadInput(f"{message}: see python -m gdn_verify.dump --help")
+
+
+def parser() -> Parser:
+    p = Parser(prog="python -m gdn_verify.dump", description=__doc__.split("\n\n")[0])
+    p.add_argument("--adapter", required=True, help=" | ".join(adapters.ADAPTERS))
+    p.add_argument("--case", default="thd-gva", help=" | ".join(cases.CASES))
+    p.add_argument("--seed", default="0", help="seed of the inputs and parameters (a non-negative integer)")
+    p.add_argument("--dtype", default="fp32", help=" | ".join(cases.DTYPES))
+    p.add_argument("--out", required=True, help="directory to write (one image of one case per directory)")
+    p.add_argument("--image", default=None, help="image label (default: the adapter's name)")
+    p.add_argument("--device", default="cpu", help="torch device the module runs on (default cpu)")
+    p.add_argument("--core", default=None,
+                   help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
+    p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
+    return p
+
+
+def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
+    """The case and seed, after every check that needs no library: BadInput naming the fix."""
+    if args.case not in cases.CASES:
+        raise BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
+    if args.dtype not in cases.DTYPES:
+        raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
+    if not args.seed.isdigit() or int(args.seed) >= 2**64:
+        raise BadInput(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
+    if args.adapter not in adapters.ADAPTERS:
+        raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out '{out}' is a file: give a directory")
+    try:
+        torch.device(args.device)
+    except RuntimeError as e:
+        raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
+    return cases.CASES[args.case], int(args.seed)
+
+
+def run_options(adapter, core: str | None) -> dict:
+    """Keyword options for the adapter's run: --core only where the adapter offers a choice."""
+    if core is None:
+        return {}
+    forms = getattr(adapter, "CORES", {})
+    if not forms:
+        raise BadInput(f"--core {core}: adapter {adapter.NAME} has one core-op form; drop --core")
+    if core not in forms:
+        raise BadInput(f"unknown --core '{core}' for {adapter.NAME}: use {' or '.join(forms)}")
+    return {"core": core}
+
+
+def dump(args: argparse.Namespace) -> str:
+    """Builds, loads, runs and writes; returns the summary line."""
+    spec, seed = checked(args)
+    adapter = adapters.load(args.adapter)
+    options = run_options(adapter, args.core)
+    case = cases.make_case(spec.name, seed, args.dtype)
+    image = args.image or args.adapter
+    backend = f"{args.adapter}:{torch.device(args.device).type}"
+    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
+    module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
+    adapter.load_megatron_params(module, case.params)
+    result = adapter.run(module, case, not args.no_stages, **options)
+    dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
+                             {n: g.cpu() for n, g in result.grads.items()}, result.stages)
+    extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
+             "versions": versions(args.adapter)}
+    images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
+    return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
+            f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
+
+
+def versions(adapter: str) -> dict[str, str]:
+    """What computed the image, for meta.json: gdn_verify, torch and the adapter's library."""
+    out = {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__}
+    for module in {"hf-qwen3-next": ("transformers",), "fla": ("fla",), "megatron": ("megatron.core",)}[adapter]:
+        mod = sys.modules.get(module)
+        out[module] = str(getattr(mod, "__version__", "unknown"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parser().parse_args(argv)
+        print(dump(args))
+        return 0
+    except (BadInput, adapters.AdapterError, images.ImageError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
