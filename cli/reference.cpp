@@ -3,6 +3,7 @@
 // the backward when IN holds do (kernel) or grad_output (layer); with --stages (layer files) also the
 // layer's named stages, stage::<s> and stage_grad::<s> (docs/DESIGN.md §1.3).
 #include <ostream>
+#include <utility>
 
 #include "cli/command.hpp"
 #include "core/memory.hpp"
@@ -53,7 +54,7 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
     TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
     if (ref::is_layer_file(input)) {
       keep_freed_memory();  // a layer allocates and frees its activations over and over; a kernel does not
-      return write_result(ref::run_layer_file(input, in_path, form, stages), out_path, out);
+      return write_result(ref::run_layer_file(std::move(input), in_path, form, stages), out_path, out);
     }
     if (stages)
       throw ConfigError(in_path +

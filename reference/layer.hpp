@@ -90,7 +90,7 @@ OutProjGrads out_proj_backward(const LayerParams& params, const Tensor& y,  // [
 
 // ---- the whole layer ----------------------------------------------------------------------------
 // hidden_states: THD [T, 1, hidden] with cu_seqlens, or SBHD [S, B, hidden] without. Everything the
-// backward needs is kept here.
+// backward needs is kept here; in_proj.p is not (empty): the mixer holds its sections.
 struct LayerForward {
   Tensor out;  // [S, B, hidden]
   Tensor h;    // [B*S, hidden]  hidden_states in batch-major token order
