@@ -229,8 +229,13 @@ LayerForward layer_forward(const LayerConfig& config, const LayerParams& params,
   return f;
 }
 
-LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
-                          const Tensor& grad_output, StageTensors* stages) {
+namespace {
+
+// The layer's backward. With `owned` (the caller's fwd and grad_output, to be used up): each forward tensor
+// is freed once the backward is past its last use, which takes a real-size layer's peak memory down by
+// the mixer's activations (docs/DESIGN.md §7).
+LayerGrads backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                    const Tensor& grad_output, StageTensors* stages, LayerForward* owned, Tensor* owned_grad) {
   const std::int64_t S = fwd.out.dim(0), B = fwd.out.dim(1), hidden = config.hidden();
   if (grad_output.shape() != fwd.out.shape() || grad_output.dtype() != DType::F64)
     throw ConfigError("grad_output is " + std::string(dtype_name(grad_output.dtype())) + " " +
@@ -239,10 +244,13 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   const int threads = fwd.options.threads;
   OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}),
                                        swap_leading(grad_output).reshaped({B * S, hidden}), threads);
+  if (owned_grad) *owned_grad = Tensor();
+  if (owned) owned->mixer.y.y = Tensor();
   StageTensors mixer_stages;
   MixerGrads mixer =
       mixer_backward(config, params, fwd.mixer, std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}),
                      fwd.options, stages ? &mixer_stages : nullptr);
+  if (owned) owned->mixer = Mixer();
   const Tensor dp = std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()});
   InProjGrads in = in_proj_backward(params, fwd.h, fwd.in_proj, dp, threads);
   if (stages) {
@@ -261,6 +269,18 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   g.params[kInProj] = std::move(in.d_weight);
   g.params[kOutProj] = std::move(out.d_weight);
   return g;
+}
+
+}  // namespace
+
+LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                          const Tensor& grad_output, StageTensors* stages) {
+  return backward(config, params, fwd, grad_output, stages, nullptr, nullptr);
+}
+
+LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& params, LayerForward& fwd,
+                                  Tensor& grad_output, StageTensors* stages) {
+  return backward(config, params, fwd, grad_output, stages, &fwd, &grad_output);
 }
 
 std::vector<std::string> judged_order(const std::vector<std::string>& grad_names) {
