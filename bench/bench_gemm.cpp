@@ -64,9 +64,9 @@ void BM_GemmLinearAllCores(benchmark::State& state) {
     product_into(dy.transpose(), x, dW, all_cores);
     benchmark::DoNotOptimize(dW.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      3 * 2e-9 * static_cast<double>(T * in * out) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(3 * 2e-9 * static_cast<double>(T * in * out) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 // The scale layer's out_proj (T = 4096, Hv*dv = 4096 -> hidden 4096).
 BENCHMARK(BM_GemmLinearAllCores)->Args({4096, 4096, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -124,8 +124,7 @@ TensorFile run_layer_file(TensorFile&& file, const std::string& source, CoreForm
   if (stages) out.tensors.merge(forward_stages(c.config, fwd));
   if (c.grad_output) {
     StageTensors grad_stages;
-    LayerGrads grads =
-        layer_backward_freeing(c.config, c.params, fwd, *c.grad_output, stages ? &grad_stages : nullptr);
+    LayerGrads grads = layer_backward_freeing(c.config, c.params, fwd, *c.grad_output, stages ? &grad_stages : nullptr);
     out.tensors.merge(grad_stages);
     out.tensors["grad_hidden"] = std::move(grads.grad_hidden);
     for (auto& [name, g] : grads.params) out.tensors[kGradPrefix + name] = std::move(g);
