@@ -190,7 +190,7 @@ void BM_ScaleProjections(benchmark::State& state) {
   const LayerConfig& config = s.c.config;
   const Tensor h = s.c.hidden.reshaped({s.T(), config.hidden()});
   const Tensor y = s.fwd.mixer.y.y.reshaped({s.T(), config.v_dim()});
-  const Tensor dp = s.fwd.in_proj.p;  // any [T, in_proj_dim] gradient costs the same
+  const Tensor dp = seeded_normal(0, "dp", {s.T(), config.in_proj_dim()});
   for (auto _ : state) {
     benchmark::DoNotOptimize(in_proj_forward(config, s.c.params, h));
     benchmark::DoNotOptimize(in_proj_backward(s.c.params, h, s.fwd.in_proj, dp));
