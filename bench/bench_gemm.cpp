@@ -38,9 +38,38 @@ void BM_EigenProduct(benchmark::State& state) {
   report(state, x);
 }
 
-// in_proj of the layer bench (T = 4096 tokens, hidden 1024 -> 3088), and a 64-token chunk's W S.
-BENCHMARK(BM_Gemm)->Args({4096, 1024, 3088})->Args({64, 128, 128})->Unit(benchmark::kMillisecond);
+// Square sizes; in_proj of the small layer bench (T = 4096 tokens, hidden 1024 -> 3088); a 64-token
+// chunk's W S.
+BENCHMARK(BM_Gemm)
+    ->Args({512, 512, 512})
+    ->Args({1024, 1024, 1024})
+    ->Args({2048, 2048, 2048})
+    ->Args({4096, 1024, 3088})
+    ->Args({64, 128, 128})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenProduct)->Args({4096, 1024, 3088})->Args({64, 128, 128})->Unit(benchmark::kMillisecond);
+
+// The three products of a layer's linear y = x W^T over T tokens (x [T, in], W [out, in]) as the
+// oracle runs them, on every core: forward y = x W^T, dx = dy W and dW = dy^T x, through transposed
+// views. Args: T, in, out.
+void BM_GemmLinearAllCores(benchmark::State& state) {
+  const std::int64_t T = state.range(0), in = state.range(1), out = state.range(2);
+  const RowMatrix x = RowMatrix::Ones(T, in) * 0.5, W = RowMatrix::Ones(out, in) * 0.25;
+  const RowMatrix dy = RowMatrix::Ones(T, out) * 0.125;
+  RowMatrix y(T, out), dx(T, in), dW(out, in);
+  const GemmOptions all_cores{.threads = 0};
+  for (auto _ : state) {
+    product_into(x, W.transpose(), y, all_cores);
+    product_into(dy, W, dx, all_cores);
+    product_into(dy.transpose(), x, dW, all_cores);
+    benchmark::DoNotOptimize(dW.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(3 * 2e-9 * static_cast<double>(T * in * out) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+// The scale layer's out_proj (T = 4096, Hv*dv = 4096 -> hidden 4096).
+BENCHMARK(BM_GemmLinearAllCores)->Args({4096, 4096, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace gdnv

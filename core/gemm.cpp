@@ -25,6 +25,8 @@ namespace {
 constexpr std::int64_t MR = 6, NR = 8;                 // 12 ymm accumulators
 constexpr std::int64_t KC = 256, MC = 144, NC = 1024;  // A block 288 KiB (L2), B panel 16 KiB (half of L1)
 
+std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
+
 // Advances the MR x NR tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
 using Kernel = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
 
@@ -124,6 +126,23 @@ void advance_tile(Kernel kernel, std::int64_t kc, const double* a, const double*
     for (std::int64_t c = 0; c < cols; ++c) C(i + r, j + c) = tile[r * NR + c];
 }
 
+// Asks the cache for the tile of C that follows the one at row i, column j in a block of rows
+// [i_begin, i_end) and columns up to j_end (rows first): the kernel loads a tile before its first fma,
+// and from memory each row would stall all of the tile's chains.
+void prefetch_next_tile(const MatrixView<double>& C, std::int64_t i_begin, std::int64_t i_end, std::int64_t i,
+                        std::int64_t j, std::int64_t j_end) {
+  i += MR;
+  if (i >= i_end) {
+    i = i_begin;
+    j += NR;
+  }
+  if (j >= j_end) return;
+  for (std::int64_t r = 0; r < MR && i + r < i_end; ++r) {
+    __builtin_prefetch(&C(i + r, j), 1);
+    __builtin_prefetch(&C(i + r, std::min(j + NR, j_end) - 1), 1);
+  }
+}
+
 // `count` doubles of `buffer` starting on a cache line, so that each packed row of B is one line.
 double* aligned(std::vector<double>& buffer, std::int64_t count) {
   constexpr std::size_t kLine = 64;
@@ -144,8 +163,6 @@ std::pair<std::int64_t, std::int64_t> panel_steps(Triangle a, std::int64_t r, st
   return {0, kc};
 }
 
-std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
-
 void check_shapes(const MatrixView<const double>& A, const MatrixView<const double>& B, const MatrixView<double>& C) {
   if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols)
     throw Error("gemm: C [" + std::to_string(C.rows) + ", " + std::to_string(C.cols) + "] = A [" +
@@ -153,16 +170,12 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
                 std::to_string(B.cols) + "] does not conform");
 }
 
-}  // namespace
-
-void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options) {
-  check_shapes(A, B, C);
+// C = A B (or C += A B) on one thread, A's rows offset by `row0` in the whole product (for its triangle).
+void gemm_slab(Kernel kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
+               const MatrixView<double>& C, const GemmOptions& options, std::int64_t row0) {
   const std::int64_t M = C.rows, N = C.cols, K = A.cols;
-  if (K == 0 && !options.accumulate)
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t j = 0; j < N; ++j) C(i, j) = 0;
-  const Kernel kernel = pick(options.kernel);
-  thread_local std::vector<double> b_buffer;
+  thread_local std::vector<double> a_buffer, b_buffer;
+  double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
   for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
     const std::int64_t n = std::min(NC, N - j0);
@@ -170,21 +183,45 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !options.accumulate;
       pack_b(B, k0, kc, j0, n, b_pack);
-      // The row blocks share the packed B; each packs its own block of A.
-      parallel_for((M + MC - 1) / MC, options.threads, [&](std::int64_t block) {
-        thread_local std::vector<double> a_buffer;
-        double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
-        const std::int64_t i0 = block * MC, m = std::min(MC, M - i0);
+      for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
+        const std::int64_t m = std::min(MC, M - i0);
         pack_a(A, i0, m, k0, kc, a_pack);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR) {
-            const auto [skip, steps] = panel_steps(options.a, i0 + ip, k0, kc);
+            prefetch_next_tile(C, i0, i0 + m, i0 + ip, j0 + jp, j0 + n);
+            const auto [skip, steps] = panel_steps(options.a, row0 + i0 + ip, k0, kc);
             advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip, j0 + jp,
                          std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
           }
-      });
+      }
     }
   }
+}
+
+}  // namespace
+
+void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options) {
+  check_shapes(A, B, C);
+  const std::int64_t M = C.rows, K = A.cols;
+  if (K == 0) {
+    for (std::int64_t i = 0; i < M && !options.accumulate; ++i)
+      for (std::int64_t j = 0; j < C.cols; ++j) C(i, j) = 0;
+    return;
+  }
+  const Kernel kernel = pick(options.kernel);
+  // Slabs of C's rows run in parallel, each a whole blocked product of its own (its own packed B, no
+  // barrier between the threads); two per thread, so that a thread slowed by other work shares out, for
+  // B packed twice per thread (2% of a layer projection's time).
+  const int threads = options.threads > 0 ? options.threads : hardware_threads();
+  const std::int64_t slabs = std::min((M + MC - 1) / MC, std::int64_t{threads} * (threads > 1 ? 2 : 1));
+  const std::int64_t slab_rows = round_up((M + slabs - 1) / std::max<std::int64_t>(slabs, 1), MR);
+  parallel_for(slabs, threads, [&](std::int64_t slab) {
+    const std::int64_t i0 = slab * slab_rows;
+    if (i0 >= M) return;
+    const MatrixView<const double> A_slab{&A(i0, 0), std::min(slab_rows, M - i0), K, A.row_stride, A.col_stride};
+    const MatrixView<double> C_slab{&C(i0, 0), A_slab.rows, C.cols, C.row_stride, C.col_stride};
+    gemm_slab(kernel, A_slab, B, C_slab, options, i0);
+  });
 }
 
 }  // namespace gdnv

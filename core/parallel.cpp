@@ -9,8 +9,10 @@
 
 namespace gdnv {
 
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 void parallel_for(std::int64_t n, int threads, const std::function<void(std::int64_t)>& f) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = hardware_threads();
   const auto workers = static_cast<int>(std::min<std::int64_t>(threads, n));
   if (workers <= 1) {
     for (std::int64_t i = 0; i < n; ++i) f(i);

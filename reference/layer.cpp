@@ -148,25 +148,29 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   if (dy.shape() != fwd.o.shape())
     throw Error("mixer_backward: dy " + shape_str(dy.shape()) + " is not the shape of o " + shape_str(fwd.o.shape()));
   const std::int64_t C = config.conv_dim(), qk = config.qk_dim(), Hv = config.Hv();
+  // Each gradient is handed to `stages` or freed as soon as the next one is computed from it: at real
+  // sizes these are hundreds of MB each (docs/DESIGN.md §7).
+  const auto done_with = [&](const char* stage, Tensor& t) {
+    if (stages) (*stages)[stage] = std::move(t);
+    t = Tensor();
+  };
+  if (stages) (*stages)["stage_grad::gated_norm"] = dy;
   GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy);
   GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
+  done_with("stage_grad::core", norm.d_o);
   GateGrads gates = gates_backward(fwd.a, fwd.b, param(params, kALog), param(params, kDtBias), core.dg, core.dbeta);
+  done_with("stage_grad::beta", core.dbeta);
+  done_with("stage_grad::g", core.dg);
 
   Tensor d_conv_y(DType::F64, fwd.conv_in.x.shape());  // [B, T, C]
   put_cols(d_conv_y, 0, core.dq);
   put_cols(d_conv_y, qk, core.dk);
   put_cols(d_conv_y, 2 * qk, core.dv);
+  done_with("stage_grad::v", core.dv);
+  done_with("stage_grad::k", core.dk);
+  done_with("stage_grad::q", core.dq);
   Conv1dGrads conv = conv1d_backward(fwd.conv_in, d_conv_y);
-  if (stages) {
-    (*stages)["stage_grad::gated_norm"] = dy;
-    (*stages)["stage_grad::core"] = norm.d_o;
-    (*stages)["stage_grad::beta"] = core.dbeta;
-    (*stages)["stage_grad::g"] = core.dg;
-    (*stages)["stage_grad::v"] = core.dv;
-    (*stages)["stage_grad::k"] = core.dk;
-    (*stages)["stage_grad::q"] = core.dq;
-    (*stages)["stage_grad::conv"] = d_conv_y;
-  }
+  done_with("stage_grad::conv", d_conv_y);
 
   MixerGrads g;
   g.dp = Tensor(DType::F64, {fwd.conv_in.x.dim(0), fwd.conv_in.x.dim(1), config.in_proj_dim()});
@@ -216,26 +220,37 @@ LayerForward layer_forward(const LayerConfig& config, const LayerParams& params,
   f.h = swap_leading(hidden_states).reshaped({B * S, hidden});
   f.options = options;
   f.in_proj = in_proj_forward(config, params, f.h, options.threads);
-  f.mixer = mixer_forward(config, params, f.in_proj.p.reshaped({B, S, config.in_proj_dim()}), cu_seqlens, options);
+  // The mixer copies P's sections out; P itself is not kept (forward_stages puts it back together).
+  f.mixer =
+      mixer_forward(config, params, std::move(f.in_proj.p).reshaped({B, S, config.in_proj_dim()}), cu_seqlens, options);
+  f.in_proj.p = Tensor();
   f.out = swap_leading(out_proj_forward(params, f.mixer.y.y.reshaped({B * S, config.v_dim()}), options.threads)
                            .reshaped({B, S, hidden}));
   return f;
 }
 
-LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
-                          const Tensor& grad_output, StageTensors* stages) {
+namespace {
+
+// The layer's backward. With `owned` (the caller's fwd and grad_output, to be used up): each forward tensor
+// is freed once the backward is past its last use, which takes a real-size layer's peak memory down by
+// the mixer's activations (docs/DESIGN.md §7).
+LayerGrads backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                    const Tensor& grad_output, StageTensors* stages, LayerForward* owned, Tensor* owned_grad) {
   const std::int64_t S = fwd.out.dim(0), B = fwd.out.dim(1), hidden = config.hidden();
   if (grad_output.shape() != fwd.out.shape() || grad_output.dtype() != DType::F64)
     throw ConfigError("grad_output is " + std::string(dtype_name(grad_output.dtype())) + " " +
                       shape_str(grad_output.shape()) + "; expected F64 " + shape_str(fwd.out.shape()) +
                       ", the shape of out");
-  const Tensor dout = swap_leading(grad_output).reshaped({B * S, hidden});
   const int threads = fwd.options.threads;
-  OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}), dout, threads);
+  OutProjGrads out = out_proj_backward(params, fwd.mixer.y.y.reshaped({B * S, config.v_dim()}),
+                                       swap_leading(grad_output).reshaped({B * S, hidden}), threads);
+  if (owned_grad) *owned_grad = Tensor();
+  if (owned) owned->mixer.y.y = Tensor();
   StageTensors mixer_stages;
   MixerGrads mixer =
       mixer_backward(config, params, fwd.mixer, std::move(out.dy).reshaped({B, S, config.Hv(), config.dv()}),
                      fwd.options, stages ? &mixer_stages : nullptr);
+  if (owned) owned->mixer = Mixer();
   const Tensor dp = std::move(mixer.dp).reshaped({B * S, config.in_proj_dim()});
   InProjGrads in = in_proj_backward(params, fwd.h, fwd.in_proj, dp, threads);
   if (stages) {
@@ -254,6 +269,18 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
   g.params[kInProj] = std::move(in.d_weight);
   g.params[kOutProj] = std::move(out.d_weight);
   return g;
+}
+
+}  // namespace
+
+LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
+                          const Tensor& grad_output, StageTensors* stages) {
+  return backward(config, params, fwd, grad_output, stages, nullptr, nullptr);
+}
+
+LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& params, LayerForward& fwd,
+                                  Tensor& grad_output, StageTensors* stages) {
+  return backward(config, params, fwd, grad_output, stages, &fwd, &grad_output);
 }
 
 std::vector<std::string> judged_order(const std::vector<std::string>& grad_names) {
@@ -292,12 +319,17 @@ StageTensors forward_stages(const LayerConfig& config, const LayerForward& fwd) 
     l2norm_rows(as_matrix(out, out.numel() / config.dk(), config.dk()));
     return out;
   };
+  Tensor p(DType::F64, {N, config.in_proj_dim()});  // P's sections, as mixer_forward cut them
+  put_cols(p, 0, m.conv_in.x);
+  put_cols(p, config.conv_dim(), m.z);
+  put_cols(p, config.conv_dim() + config.v_dim(), m.b);
+  put_cols(p, config.conv_dim() + config.v_dim() + config.Hv(), m.a);
   Tensor conv(DType::F64, {N, config.conv_dim()});
   put_cols(conv, 0, m.core_in.q);
   put_cols(conv, config.qk_dim(), m.core_in.k);
   put_cols(conv, 2 * config.qk_dim(), m.core_in.v);
   const StageTensors batch_major{{"stage::x_norm", fwd.in_proj.x},
-                                 {"stage::in_proj", fwd.in_proj.p},
+                                 {"stage::in_proj", p},
                                  {"stage::conv", conv},
                                  {"stage::q", normalised(m.core_in.q)},
                                  {"stage::k", normalised(m.core_in.k)},

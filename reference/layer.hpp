@@ -90,7 +90,7 @@ OutProjGrads out_proj_backward(const LayerParams& params, const Tensor& y,  // [
 
 // ---- the whole layer ----------------------------------------------------------------------------
 // hidden_states: THD [T, 1, hidden] with cu_seqlens, or SBHD [S, B, hidden] without. Everything the
-// backward needs is kept here.
+// backward needs is kept here; in_proj.p is not (empty): the mixer holds its sections.
 struct LayerForward {
   Tensor out;  // [S, B, hidden]
   Tensor h;    // [B*S, hidden]  hidden_states in batch-major token order
@@ -128,6 +128,10 @@ StageTensors forward_stages(const LayerConfig& config, const LayerForward& fwd);
 LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, const LayerForward& fwd,
                           const Tensor& grad_output,  // [S, B, hidden]
                           StageTensors* stages = nullptr);
+// The same bits, using up fwd and grad_output: each tensor is freed as soon as the backward is done with
+// it (at real sizes a GB less at the peak). grad_output is left empty and fwd with only out, h and in_proj.
+LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& params, LayerForward& fwd,
+                                  Tensor& grad_output, StageTensors* stages = nullptr);
 
 // Throws ConfigError for a hidden_states shape or cu_seqlens that do not fit `config` (THD needs
 // B == 1 and cu_seqlens from 0, non-decreasing, ending at T).

@@ -15,13 +15,16 @@ constexpr const char* kGradOutput = "grad_output";
 constexpr const char* kCuSeqlens = "cu_seqlens";
 constexpr const char* kGradPrefix = "grad::";
 
-// The named float tensor as F64; FormatError for an integer dtype or a NaN/Inf element.
-Tensor float_tensor(const TensorFile& file, const std::string& name, const std::string& source) {
-  const Tensor& t = file.at(name, source);
+// The named float tensor as F64, taken out of the file (an F64 one is moved, not copied: a layer file's
+// weights and activations are most of the oracle's memory); FormatError for an integer dtype or a
+// NaN/Inf element.
+Tensor take_float_tensor(TensorFile& file, const std::string& name, const std::string& source) {
+  file.at(name, source);  // FormatError naming it when missing
+  Tensor& t = file.tensors.at(name);
   if (!is_float(t.dtype()))
     throw FormatError(source + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
                       "; it must be floating point (F64, F32, BF16 or F16)");
-  Tensor f = t.to(DType::F64);
+  Tensor f = t.dtype() == DType::F64 ? std::move(t) : t.to(DType::F64);
   const double* p = f.data<double>();
   for (std::int64_t i = 0; i < f.numel(); ++i)
     if (!std::isfinite(p[i]))
@@ -52,6 +55,10 @@ auto with_source(const std::string& source, F f) {
 bool is_layer_file(const TensorFile& file) { return file.has(kHidden); }
 
 LayerCase read_layer_case(const TensorFile& file, const std::string& source) {
+  return read_layer_case(TensorFile(file), source);
+}
+
+LayerCase read_layer_case(TensorFile&& file, const std::string& source) {
   const LayerConfig config = layer_config_from_metadata(file.metadata, file.has(kConvBias), source);
   const auto names = param_names(config);
   for (const auto& [name, tensor] : file.tensors)
@@ -61,15 +68,15 @@ LayerCase read_layer_case(const TensorFile& file, const std::string& source) {
                         "' in a layer file; expected hidden_states, grad_output, cu_seqlens and the parameters "
                         "of docs/DESIGN.md §1.3 (in_proj.layer_norm_weight, in_proj.weight, conv1d.weight, "
                         "conv1d.bias, A_log, dt_bias, out_norm.weight, out_proj.weight)");
-  LayerCase c{config, {}, float_tensor(file, kHidden, source), std::nullopt, std::nullopt};
+  LayerCase c{config, {}, take_float_tensor(file, kHidden, source), std::nullopt, std::nullopt};
   for (const auto& name : names) {
     if (!file.has(name))
       throw FormatError(source + ": parameter '" + name + "' " + shape_str(param_shape(config, name)) +
                         " is missing from the layer file");
-    c.params[name] = float_tensor(file, name, source);
+    c.params[name] = take_float_tensor(file, name, source);
   }
   if (file.has(kCuSeqlens)) c.cu_seqlens = read_cu_seqlens(file, source);
-  if (file.has(kGradOutput)) c.grad_output = float_tensor(file, kGradOutput, source);
+  if (file.has(kGradOutput)) c.grad_output = take_float_tensor(file, kGradOutput, source);
   c.chunk_size = chunk_size_of(file.metadata, source);
   with_source(source, [&] {
     validate_params(config, c.params);
@@ -95,10 +102,15 @@ TensorFile write_layer_case(const LayerCase& layer_case) {
 }
 
 TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form, bool stages) {
-  const LayerCase c = read_layer_case(file, source);
+  return run_layer_file(TensorFile(file), source, form, stages);
+}
+
+TensorFile run_layer_file(TensorFile&& file, const std::string& source, CoreForm form, bool stages) {
+  LayerCase c = read_layer_case(std::move(file), source);
   const LayerOptions options{form, c.chunk_size};
-  const LayerForward fwd =
+  LayerForward fwd =
       with_source(source, [&] { return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options); });
+  c.hidden_states = Tensor();  // the forward keeps its own copy (fwd.h)
   TensorFile out;
   const bool chunked = form == CoreForm::Chunked;
   const std::string form_name =
@@ -109,14 +121,15 @@ TensorFile run_layer_file(const TensorFile& file, const std::string& source, Cor
       {"form", chunked ? "chunked" : "recurrent"}};
   if (chunked) out.metadata["chunk_size"] = std::to_string(c.chunk_size);
   write_layer_config(c.config, out.metadata);
-  out.tensors["out"] = fwd.out;
   if (stages) out.tensors.merge(forward_stages(c.config, fwd));
-  if (!c.grad_output) return out;
-  StageTensors grad_stages;
-  const LayerGrads grads = layer_backward(c.config, c.params, fwd, *c.grad_output, stages ? &grad_stages : nullptr);
-  out.tensors.merge(grad_stages);
-  out.tensors["grad_hidden"] = grads.grad_hidden;
-  for (const auto& [name, g] : grads.params) out.tensors[kGradPrefix + name] = g;
+  if (c.grad_output) {
+    StageTensors grad_stages;
+    LayerGrads grads = layer_backward_freeing(c.config, c.params, fwd, *c.grad_output, stages ? &grad_stages : nullptr);
+    out.tensors.merge(grad_stages);
+    out.tensors["grad_hidden"] = std::move(grads.grad_hidden);
+    for (auto& [name, g] : grads.params) out.tensors[kGradPrefix + name] = std::move(g);
+  }
+  out.tensors["out"] = std::move(fwd.out);
   return out;
 }
 

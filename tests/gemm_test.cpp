@@ -3,6 +3,7 @@
 // blocking boundary.
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -99,6 +100,33 @@ TEST(Gemm, ReadsTransposesAndBlocksThroughTheirStrides) {
   EXPECT_TRUE(same_bits(big.block(4, 6, 10, 12), fma_chain(X.block(3, 5, 10, 40), Y.block(7, 2, 40, 12), nullptr)));
   big.block(4, 6, 10, 12).setZero();
   EXPECT_TRUE((big.array() == 0.0).all());
+}
+
+// Several threads split C's rows into slabs (a few per thread, each a multiple of the 6-row tile): every
+// slab edge, a triangular A whose diagonal crosses slabs, accumulation, and the layer's x W^T (B a
+// transposed view), against the chain written out, up to a product larger than one cache block each way.
+TEST(Gemm, RowSlabsOnAnyThreadCountKeepEveryChainOnAwkwardShapes) {
+  const Dims dims[] = {{289, 257, 17}, {145, 513, 9}, {7, 300, 1025}, {390, 260, 1030}};
+  for (const Dims& d : dims) {
+    const RowMatrix B = random_matrix(d.K, d.N, "B"), C0 = random_matrix(d.M, d.N, "C");
+    const RowMatrix Wt = random_matrix(d.N, d.K, "W");  // B = W^T, read through its strides
+    for (const Triangle t : {Triangle::Full, Triangle::Lower, Triangle::Upper}) {
+      RowMatrix A = random_matrix(d.M, d.K, "A");
+      for (Eigen::Index i = 0; i < A.rows(); ++i)
+        for (Eigen::Index k = 0; k < A.cols(); ++k)
+          if (t == Triangle::Lower ? k > i : t == Triangle::Upper && k < i) A(i, k) = 0;
+      const RowMatrix want = fma_chain(A, B, &C0), want_t = fma_chain(A, Wt.transpose(), nullptr);
+      for (const int threads : {2, 3, 5}) {
+        const std::string what = std::to_string(d.M) + "x" + std::to_string(d.K) + "x" + std::to_string(d.N) +
+                                 " triangle " + std::to_string(static_cast<int>(t)) + " threads " +
+                                 std::to_string(threads);
+        RowMatrix C = C0;
+        gemm(view(A), view(B), mutable_view(C), {.accumulate = true, .threads = threads, .a = t});
+        EXPECT_TRUE(same_bits(C, want)) << what;
+        EXPECT_TRUE(same_bits(product(A, Wt.transpose(), {.threads = threads, .a = t}), want_t)) << what << " B^T";
+      }
+    }
+  }
 }
 
 TEST(Gemm, AgreesWithEigensProductToRounding) {

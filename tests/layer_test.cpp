@@ -234,6 +234,31 @@ TEST(Layer, ResultsAreBitIdenticalForAnyThreadCount) {
                          std::to_string(threads) + " threads");
 }
 
+// ---- memory ------------------------------------------------------------------------------------
+
+// The freeing backward (what `gdn-verify reference` runs) computes the same bits, with and without
+// stages, while it releases the mixer's activations and grad_output.
+TEST(Layer, FreeingBackwardGivesTheSameBitsAndUsesUpTheMixer) {
+  const LayerConfig config = small_config(true);
+  const LayerParams params = test_params(config, 11);
+  const Tensor hidden = seeded_normal(11, "hidden_states", {22, 1, 8}), dout = seeded_normal(11, "dout", {22, 1, 8});
+  const LayerRun kept = run_layer(config, params, hidden, dout, kPacked);
+  StageTensors kept_stages;
+  layer_backward(config, params, kept.fwd, dout, &kept_stages);
+  for (const bool with_stages : {false, true}) {
+    LayerForward fwd = layer_forward(config, params, hidden, kPacked, {CoreForm::Chunked, kChunk});
+    Tensor grad_output = dout;
+    StageTensors stages;
+    LayerGrads grads = layer_backward_freeing(config, params, fwd, grad_output, with_stages ? &stages : nullptr);
+    EXPECT_EQ(grad_output.numel(), 0);
+    EXPECT_EQ(fwd.mixer.o.numel(), 0);
+    EXPECT_EQ(fwd.mixer.conv_in.x.numel(), 0);
+    expect_bitwise_equal({std::move(fwd), std::move(grads)}, kept, with_stages ? "with stages" : "without stages");
+    for (const auto& [name, t] : stages) EXPECT_TRUE(t.bitwise_equal(kept_stages.at(name))) << name;
+    EXPECT_EQ(stages.size(), with_stages ? kept_stages.size() : 0);
+  }
+}
+
 // ---- tensor parallelism ------------------------------------------------------------------------
 
 TEST(Layer, TensorParallelShardsSumToTheUnshardedLayer) {
