@@ -153,59 +153,64 @@ MicroBatchResult RankModel::run(const Packed& p, int c, double normaliser, Recom
   const CrossEntropy ce = cross_entropy(be_.download(logits).to(DType::F64), targets, normaliser);
 
   MicroBatchResult r{ce.sum / normaliser, ce.counted, {}};
-  Named local;  // token-local gradients: this rank's partial sums
-  if (!split_backward) {
-    backward(f, ce.dlogits, recompute, r.grads, local);
-  } else {
+  std::vector<Tensor> parts{ce.dlogits};
+  if (split_backward) {
     // The loss's gradient as the sum of its even-row and odd-row parts, each taken back on its own.
-    for (std::int64_t parity = 0; parity < 2; ++parity) {
-      Tensor part = ce.dlogits;
-      const std::int64_t V = part.dim(1);
-      for (std::int64_t i = 0; i < f.N; ++i)
-        if (i % 2 != parity)
-          for (std::int64_t j = 0; j < V; ++j) part.set(i * V + j, 0.0);
-      backward(f, part, recompute, r.grads, local);
-    }
+    parts.assign(2, ce.dlogits);
+    const std::int64_t V = ce.dlogits.dim(1);
+    for (std::int64_t i = 0; i < f.N; ++i)
+      for (std::int64_t j = 0; j < V; ++j) parts[static_cast<std::size_t>(i % 2 == 0)].set(i * V + j, 0.0);
   }
+  Named local;  // token-local gradients: this rank's partial sums
+  backward(f, parts, recompute, r.grads, local);
   if (c > 1) all_reduce(local, *f.plan->cp, be_.state_dtype());
   for (auto& [name, t] : local) r.grads[name] = std::move(t);
   return r;
 }
 
-// The backward of `f` for the loss gradient `dlogits`, layers last to first (under full recompute each
-// layer's forward runs again just before), its gradients added to `grads` (the layers', summed over CP)
-// and `local` (the token-local ones, this rank's partial sums), in the state dtype.
-void RankModel::backward(Forward& f, const Tensor& dlogits, Recompute recompute, Named& grads, Named& local) const {
+// The backward of `f` for the loss gradient, given as one or more parts taken back one after another
+// layer by layer (under full recompute each layer's forward runs again once, just before), its gradients
+// added to `grads` (the layers', summed over CP) and `local` (the token-local ones, this rank's partial
+// sums), in the state dtype.
+void RankModel::backward(Forward& f, const std::vector<Tensor>& dlogits, Recompute recompute, Named& grads,
+                         Named& local) const {
   const ref::LayerConfig L(config_.layer);
   const std::int64_t hidden = L.hidden(), N = f.N;
   const DType sd = be_.state_dtype();
-  Named layer_grads, token_grads;
-  const cp::LinearGrads head = be_.linear_backward(be_.upload(dlogits, be_.dtype()), f.normed.y, head_);
-  const cp::RmsNormGrads norm = be_.rmsnorm_backward(head.dx, f.h, final_norm_, f.normed.rstd);
-  token_grads[kHead] = be_.download(head.dw).to(DType::F64);
-  token_grads[kFinalNorm] = be_.download(norm.dw).to(DType::F64);
-  cp::Buffer dh = norm.dx;
+  std::vector<cp::Buffer> dh;
+  for (const Tensor& part : dlogits) {
+    const cp::LinearGrads head = be_.linear_backward(be_.upload(part, be_.dtype()), f.normed.y, head_);
+    const cp::RmsNormGrads norm = be_.rmsnorm_backward(head.dx, f.h, final_norm_, f.normed.rstd);
+    add_into(local, {{kHead, be_.download(head.dw).to(DType::F64)}, {kFinalNorm, be_.download(norm.dw).to(DType::F64)}},
+             sd);
+    dh.push_back(norm.dx);
+  }
   for (int l = config_.layers - 1; l >= 0; --l) {
     cp::Context recomputed;
     if (recompute == Recompute::Full)
       (void)layers_[l]->forward(f.plan, f.inputs[static_cast<std::size_t>(l)].reshaped({N, 1, hidden}), recomputed);
     const cp::Context& ctx = recompute == Recompute::Full ? recomputed : f.contexts[static_cast<std::size_t>(l)];
-    const cp::LayerBackward back = layers_[l]->backward(ctx, dh.reshaped({N, 1, hidden}));
-    for (auto& [name, g] : cp::download_grads(be_, back.grads)) layer_grads[layer_param_name(l, name)] = std::move(g);
-    dh = sum(be_, dh, back.grad_hidden.reshaped({N, hidden}));
+    for (cp::Buffer& d : dh) {
+      const cp::LayerBackward back = layers_[l]->backward(ctx, d.reshaped({N, 1, hidden}));
+      Named layer_grads;
+      for (auto& [name, g] : cp::download_grads(be_, back.grads)) layer_grads[layer_param_name(l, name)] = std::move(g);
+      add_into(grads, layer_grads, sd);
+      d = sum(be_, d, back.grad_hidden.reshaped({N, hidden}));
+    }
   }
   // The embedding's gradient: each local row's into its token's row, accumulated in the state dtype.
-  const Tensor d_embed = be_.download(dh).to(DType::F64);
-  Tensor& g = token_grads[kEmbedding] = Tensor(DType::F64, {config_.vocab, hidden});
-  for (std::int64_t i = 0; i < N; ++i)
-    for (std::int64_t j = 0; j < hidden; ++j) {
-      const std::int64_t at = f.tokens[static_cast<std::size_t>(i)] * hidden + j;
-      const double x = d_embed.get(i * hidden + j);
-      g.set(at, sd == DType::F32 ? static_cast<double>(static_cast<float>(g.get(at)) + static_cast<float>(x))
-                                 : g.get(at) + x);
-    }
-  add_into(grads, layer_grads, sd);
-  add_into(local, token_grads, sd);
+  for (const cp::Buffer& d : dh) {
+    const Tensor d_embed = be_.download(d).to(DType::F64);
+    Tensor g(DType::F64, {config_.vocab, hidden});
+    for (std::int64_t i = 0; i < N; ++i)
+      for (std::int64_t j = 0; j < hidden; ++j) {
+        const std::int64_t at = f.tokens[static_cast<std::size_t>(i)] * hidden + j;
+        const double x = d_embed.get(i * hidden + j);
+        g.set(at, sd == DType::F32 ? static_cast<double>(static_cast<float>(g.get(at)) + static_cast<float>(x))
+                                   : g.get(at) + x);
+      }
+    add_into(local, {{kEmbedding, std::move(g)}}, sd);
+  }
 }
 
 }  // namespace gdnv::train

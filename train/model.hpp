@@ -86,7 +86,7 @@ class RankModel {
 
  private:
   struct Forward;
-  void backward(Forward& f, const Tensor& dlogits, Recompute recompute, Named& grads, Named& local) const;
+  void backward(Forward& f, const std::vector<Tensor>& dlogits, Recompute recompute, Named& grads, Named& local) const;
 
   ModelConfig config_;
   cp::CpConfig cp_;

@@ -48,8 +48,9 @@ struct Comparison {
 // legal CP run and the reordered cp1 differ from cp1 only by reordered roundings, carried by the same
 // training dynamics, so their gaps are of one size; K bounds how far apart two such draws fall. Measured
 // (bf16, 8 steps, lr 3e-3, seeds 0-5, every mode static and dynamic at W = 4): the largest ratio of a run's
-// max |dloss| to max(band, floor) is 2.67 (all_gather@1/2/4, `train` defaults; 1.64 at the gate's size);
-// twice that is 5.3, rounded up to 6, and never below 4 (a ratio of two maxima of few steps).
+// max |dloss| to max(band, floor) is 1.92 (all_gather@1/2/4 at the gate's size; 1.60 at `train`'s
+// defaults; 2.67 with a dynamic-CP per-rank budget of B/W); twice the largest, 5.3, rounded up to 6, and
+// never below 4 (a ratio of two maxima over few steps).
 inline constexpr double kBandFactor = 6.0;
 // The factor on cp1's own deviation from the oracle (floored by the noise floor): the probe's rule.
 
