@@ -8,6 +8,7 @@
 
 #include "cli_harness.hpp"
 #include "core/file.hpp"
+#include "mpirun_env.hpp"
 
 namespace gdnv {
 namespace {
@@ -72,6 +73,20 @@ TEST(TrainCli, APlantedTrainingFaultFailsWithExitOne) {
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(f.code, 1) << f.out << f.err;
   EXPECT_TRUE(contains(f.out, "FAIL")) << f.out;
+}
+
+// Under mpirun every run is the same trajectory, bit for bit, as on the in-process world.
+TEST(TrainCli, MpiWorldTrainsTheInProcessTrajectory) {
+  const auto dir = testing::temp_dir("train");
+  const std::string mpi = (dir / "mpi.csv").string(), inproc = (dir / "inproc.csv").string();
+  const std::string args = " train" + kSmall + " --modes chunkwise --dynamic 1,2,4 --csv ";
+  testing::prepare_mpirun_env();
+  const std::string cmd =
+      std::string(GDNV_MPIEXEC) + " --oversubscribe -np 4 " + GDNV_CLI + args + mpi + " --world mpi >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(run_cli(args + inproc).code, 0);
+  EXPECT_EQ(read_file_text(mpi), read_file_text(inproc));
+  std::filesystem::remove_all(dir);
 }
 
 struct BadInput {
