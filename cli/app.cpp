@@ -24,6 +24,10 @@ const std::vector<Command>& commands() {
       {"compare", "compare two safetensors files or directories under a tolerance policy", compare_main},
       {"probe", "dump a build's layer outputs (an image) and compare images, CP modes and the oracle", probe_main,
        true},
+      {"train",
+       "train a small GDN model under every CP mode, static and dynamic, and judge the loss curves against cp1, "
+       "a measured noise band and the fp64 oracle",
+       train_main, true},
       {"fixtures", "generate the regression fixtures, or verify them against the oracle and every CP mode",
        fixtures_main, true},
   };

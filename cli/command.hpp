@@ -43,5 +43,6 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out);
 int probe_main(const std::vector<std::string>& args, std::ostream& out);
 int fixtures_main(const std::vector<std::string>& args, std::ostream& out);
 int plan_main(const std::vector<std::string>& args, std::ostream& out);
+int train_main(const std::vector<std::string>& args, std::ostream& out);
 
 }  // namespace gdnv::cli

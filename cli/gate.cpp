@@ -116,6 +116,7 @@ const std::vector<GateStep>& gate_steps() {
       {"probe self-compare", probe_self_compare},
       {"CP mode matrix (cuda)", gpu_mode_matrix},
       {"CP mode matrix (emu)", emu_mode_matrix},
+      {"training equivalence", training_equivalence},
   };
   // clang-format on
   return table;

@@ -79,6 +79,7 @@ StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);
 StepResult gpu_mode_matrix(const StepOptions& options);
 StepResult emu_mode_matrix(const StepOptions& options);
+StepResult training_equivalence(const StepOptions& options);  // cli/gate_steps_train.cpp
 
 // Precision regression (cli/gate_steps_precision.cpp): the catalog's deviations from the oracle against
 // the committed baseline, or the one at `baseline_path`.

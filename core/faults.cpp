@@ -82,6 +82,17 @@ const std::vector<FaultInfo>& all_faults() {
        "at bf16 storage the parameter gradients are all-reduced over CP as bf16: half the bytes, rounded"},
       {Fault::HaloGathersWholeSpan, "halo_gathers_whole_span",
        "chunkwise's conv-halo all-gather sends every rank's whole span instead of its W_conv - 1 tail rows"},
+      {Fault::LossNormalizedPerRank, "loss_normalized_per_rank",
+       "training divides each rank's loss by that rank's own effective tokens and averages over ranks, instead of "
+       "dividing by the global batch's effective tokens"},
+      {Fault::PaddingCountedInLoss, "padding_counted_in_loss",
+       "training counts CP padding in the loss: every pad token (and each document's last token) predicts the pad"},
+      {Fault::DynamicCpGradsOverStaticWorld, "dynamic_cp_grads_over_static_world",
+       "training sums a dynamic-CP sub-group's (already sub-group-summed) gradients over the static world: each "
+       "micro-batch counted c times"},
+      {Fault::DynamicCpGradsNotCombined, "dynamic_cp_grads_not_combined",
+       "training never sums dynamic-CP sub-groups' gradients across sub-groups: each rank steps on its own "
+       "sub-group's micro-batches"},
   };
   return table;
 }

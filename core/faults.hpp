@@ -35,6 +35,11 @@ enum class Fault {
   ReduceOwnRankFirst,           // each rank's collective sum starts from its own contribution (ring order)
   GradAllreduceBf16,            // at bf16 storage the parameter-gradient all-reduce over CP runs in bf16
   HaloGathersWholeSpan,         // chunkwise's conv-halo exchange moves every rank's whole span, not its tail
+  // Bugs only training shows (train/, the trainer under test; never the oracle trajectory):
+  LossNormalizedPerRank,          // each rank divides its loss by its own effective tokens, then ranks average
+  PaddingCountedInLoss,           // pad tokens (and each document's last token) get a target and count
+  DynamicCpGradsOverStaticWorld,  // a dynamic-CP sub-group's gradients summed over the static world: c times
+  DynamicCpGradsNotCombined,      // a dynamic-CP sub-group's gradients never summed across sub-groups
 };
 
 struct FaultInfo {

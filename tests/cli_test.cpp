@@ -236,6 +236,10 @@ constexpr FaultCatch kFaultCatches[] = {
     {"reduce_own_rank_first", "communicator semantics"},
     {"grad_allreduce_bf16", "communicator semantics"},
     {"halo_gathers_whole_span", "communicator semantics"},
+    {"loss_normalized_per_rank", "training equivalence"},
+    {"padding_counted_in_loss", "training equivalence"},
+    {"dynamic_cp_grads_over_static_world", "training equivalence"},
+    {"dynamic_cp_grads_not_combined", "training equivalence"},
 };
 
 TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {

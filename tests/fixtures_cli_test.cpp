@@ -100,9 +100,12 @@ TEST(FixturesCli, CommittedCatalogCatchesEveryPlantedFault) {
   // and bytes (precision rules, communicator semantics), a gpu/ kernel's bug (the emu matrix; fixtures
   // run the CPU backend).
   const std::vector<std::string> caught_elsewhere = {
-      "rmsnorm_fast_rsqrt",   "dynamic_cp_reuses_plan",  "backward_span_map_untransposed",
-      "gate_bf16_before_exp", "reduce_rounds_per_hop",   "reduce_own_rank_first",
-      "grad_allreduce_bf16",  "halo_gathers_whole_span", "gpu_conv_bleeds_across_sequences"};
+      "rmsnorm_fast_rsqrt", "dynamic_cp_reuses_plan", "backward_span_map_untransposed", "gate_bf16_before_exp",
+      "reduce_rounds_per_hop", "reduce_own_rank_first", "grad_allreduce_bf16", "halo_gathers_whole_span",
+      "gpu_conv_bleeds_across_sequences",
+      // Training-only bugs: a single layer's fixture has no loss, padding or sub-group gradient sum.
+      "loss_normalized_per_rank", "padding_counted_in_loss", "dynamic_cp_grads_over_static_world",
+      "dynamic_cp_grads_not_combined"};
   for (const auto& fault : all_faults()) {
     if (std::find(caught_elsewhere.begin(), caught_elsewhere.end(), fault.name) != caught_elsewhere.end()) continue;
     ::setenv("GDNV_FAULT", std::string(fault.name).c_str(), 1);

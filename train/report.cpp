@@ -1,0 +1,201 @@
+#include "train/report.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/file.hpp"
+
+namespace gdnv::train {
+
+std::vector<const Trajectory*> runs_of(const Comparison& c) {
+  std::vector<const Trajectory*> runs{&c.cp1, &c.reordered};
+  for (const Trajectory& t : c.modes) runs.push_back(&t);
+  runs.push_back(&c.oracle);
+  return runs;
+}
+
+std::string run_label(const Trajectory& t) {
+  if (t.mode == "cp1" || t.mode == "oracle" || t.mode == "cp1-reordered") return t.mode;
+  return t.mode + "@" + t.cp;
+}
+
+void print_table(const Comparison& c, int every, std::ostream& out) {
+  const std::vector<const Trajectory*> runs = runs_of(c);
+  out << "loss per step (" << dtype_name(c.dtype) << "; every " << every << " step" << (every == 1 ? "" : "s")
+      << " and the last)\n"
+      << std::left << std::setw(6) << "step" << std::setw(8) << "tokens";
+  for (const Trajectory* t : runs)
+    out << std::setw(std::max<int>(13, static_cast<int>(run_label(*t).size()) + 2)) << run_label(*t);
+  out << "\n";
+  const std::size_t steps = c.cp1.steps.size();
+  for (std::size_t s = 0; s < steps; ++s) {
+    if (s % static_cast<std::size_t>(every) != 0 && s + 1 != steps) continue;
+    out << std::left << std::setw(6) << s << std::setw(8) << c.cp1.steps[s].effective_tokens;
+    for (const Trajectory* t : runs) {
+      std::ostringstream v;
+      v << std::fixed << std::setprecision(6) << (s < t->steps.size() ? t->steps[s].loss : 0.0);
+      out << std::setw(std::max<int>(13, static_cast<int>(run_label(*t).size()) + 2)) << v.str();
+    }
+    out << "\n";
+  }
+}
+
+void print_verdicts(const Comparison& c, std::ostream& out) {
+  const bool fp64 = c.dtype == DType::F64;
+  out << std::scientific << std::setprecision(3);
+  if (!fp64)
+    out << "noise band (cp1-reordered vs cp1, per step |dloss|): max " << c.band.max << ", mean " << c.band.mean
+        << " (floor " << c.band.floor << "); limit " << kBandFactor << " x band = " << c.band.limit
+        << "; cp1 vs oracle max " << c.cp1_oracle_dev << "\n";
+  out << std::left << std::setw(22) << "run" << std::right << std::setw(12) << "max|dloss|" << std::setw(12)
+      << "mean|dloss|" << std::setw(12) << (fp64 ? "rel limit" : "limit") << std::setw(12) << "vs oracle"
+      << std::setw(12) << "limit" << std::setw(9) << "seconds"
+      << "  result\n";
+  for (std::size_t i = 0; i < c.verdicts.size(); ++i) {
+    const ModeVerdict& v = c.verdicts[i];
+    out << std::left << std::setw(22) << run_label(c.modes[i]) << std::right << std::setw(12) << v.max_gap
+        << std::setw(12) << v.mean_gap << std::setw(12) << v.limit << std::setw(12) << v.oracle_dev << std::setw(12)
+        << (fp64 ? 0.0 : v.oracle_limit) << std::setw(9) << std::fixed << std::setprecision(2) << c.modes[i].seconds
+        << std::scientific << std::setprecision(3) << "  " << (v.pass ? "pass" : "FAIL") << "\n";
+    if (!v.pass) out << "    " << v.why << "\n";
+  }
+  out << std::defaultfloat;
+}
+
+void print_seed_means(const std::vector<Comparison>& seeds, std::ostream& out) {
+  std::map<std::string, std::pair<double, double>> sums;
+  std::vector<std::string> order;
+  double band = 0;
+  for (const Comparison& c : seeds) {
+    band += c.band.max;
+    for (std::size_t i = 0; i < c.verdicts.size(); ++i) {
+      const std::string label = run_label(c.modes[i]);
+      if (!sums.count(label)) order.push_back(label);
+      sums[label].first += c.verdicts[i].max_gap;
+      sums[label].second += c.verdicts[i].mean_gap;
+    }
+  }
+  const double n = static_cast<double>(seeds.size());
+  out << "means over " << seeds.size() << " seeds\n"
+      << std::left << std::setw(22) << "run" << std::right << std::setw(12) << "max|dloss|" << std::setw(12)
+      << "mean|dloss|\n"
+      << std::scientific << std::setprecision(3);
+  out << std::left << std::setw(22) << "cp1-reordered (band)" << std::right << std::setw(12) << band / n << "\n";
+  for (const std::string& label : order)
+    out << std::left << std::setw(22) << label << std::right << std::setw(12) << sums[label].first / n << std::setw(12)
+        << sums[label].second / n << "\n";
+  out << std::defaultfloat;
+}
+
+std::string csv(const std::vector<Comparison>& seeds) {
+  std::ostringstream o;
+  o << "step,mode,cp,loss,grad_norm,effective_tokens,update_norm\n" << std::setprecision(17);
+  for (const Comparison& c : seeds)
+    for (const Trajectory* t : runs_of(c))
+      for (const StepRecord& r : t->steps)
+        o << r.step << "," << t->mode << "," << t->cp << "," << r.loss << "," << r.grad_norm << ","
+          << r.effective_tokens << "," << r.update_norm << "\n";
+  return o.str();
+}
+
+std::string json(const std::vector<Comparison>& seeds, const std::vector<unsigned long long>& seed_values) {
+  nlohmann::json all = nlohmann::json::array();
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    const Comparison& c = seeds[i];
+    nlohmann::json runs = nlohmann::json::array();
+    for (const Trajectory* t : runs_of(c)) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const StepRecord& r : t->steps)
+        steps.push_back({{"step", r.step},
+                         {"loss", r.loss},
+                         {"grad_norm", r.grad_norm},
+                         {"effective_tokens", r.effective_tokens},
+                         {"update_norm", r.update_norm},
+                         {"micro_batch_cp", r.cps}});
+      runs.push_back({{"mode", t->mode}, {"cp", t->cp}, {"seconds", t->seconds}, {"steps", steps}});
+    }
+    nlohmann::json verdicts = nlohmann::json::array();
+    for (std::size_t k = 0; k < c.verdicts.size(); ++k) {
+      const ModeVerdict& v = c.verdicts[k];
+      verdicts.push_back({{"mode", v.mode},
+                          {"cp", v.cp},
+                          {"pass", v.pass},
+                          {"max_abs_dloss", v.max_gap},
+                          {"mean_abs_dloss", v.mean_gap},
+                          {"limit", v.limit},
+                          {"oracle_deviation", v.oracle_dev},
+                          {"oracle_limit", v.oracle_limit},
+                          {"why", v.why}});
+    }
+    all.push_back({{"seed", seed_values.at(i)},
+                   {"dtype", std::string(dtype_name(c.dtype))},
+                   {"noise_band",
+                    {{"max", c.band.max},
+                     {"mean", c.band.mean},
+                     {"floor", c.band.floor},
+                     {"factor", kBandFactor},
+                     {"limit", c.band.limit}}},
+                   {"cp1_oracle_deviation", c.cp1_oracle_dev},
+                   {"runs", runs},
+                   {"verdicts", verdicts},
+                   {"pass", c.pass}});
+  }
+  return all.dump(2) + "\n";
+}
+
+std::string render_svg(const Comparison& c, const std::string& path) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gdnv_train_" + std::to_string(::getpid()));
+  const std::string data_file = (dir / "train.dat").string(), script = (dir / "train.gp").string(),
+                    tmp_svg = (dir / "train.svg").string();
+  std::ostringstream data, losses, gaps;
+  data << std::setprecision(17);
+  int series = 0;
+  for (const Trajectory* t : runs_of(c)) {
+    for (const StepRecord& r : t->steps) data << r.step << " " << r.loss << "\n";
+    data << "\n\n";
+    losses << (series ? ", " : "plot ") << "'" << data_file << "' index " << series
+           << " using 1:2 with linespoints title '" << run_label(*t) << "'";
+    ++series;
+  }
+  // |dloss| vs cp1 of the reordered run (the band) and of every CP run; zeros cannot go on a log scale.
+  std::vector<const Trajectory*> gap_runs{&c.reordered};
+  for (const Trajectory& t : c.modes) gap_runs.push_back(&t);
+  for (const Trajectory* t : gap_runs) {
+    const std::vector<double> g = loss_gaps(*t, c.cp1);
+    for (std::size_t s = 0; s < g.size(); ++s) data << s << " " << std::max(g[s], 1e-300) << "\n";
+    data << "\n\n";
+    gaps << (gaps.str().empty() ? "plot " : ", ") << "'" << data_file << "' index " << series
+         << " using 1:2 with linespoints title '" << (t == &c.reordered ? "cp1-reordered (noise band)" : run_label(*t))
+         << "'";
+    ++series;
+  }
+  gaps << ", " << std::setprecision(6) << std::max(c.band.limit, 1e-300) << " with lines dashtype 2 title 'limit "
+       << kBandFactor << " x band'";
+  std::filesystem::create_directories(dir);
+  write_file_atomic(data_file, data.str());
+  write_file_atomic(script, "set terminal svg size 960,900 dynamic noenhanced\nset output '" + tmp_svg +
+                                "'\nset multiplot layout 2,1\nset grid\nset key right top\nset xlabel 'step'\n"
+                                "set ylabel 'training loss (" +
+                                std::string(dtype_name(c.dtype)) + ")'\n" + losses.str() +
+                                "\nset logscale y\nset ylabel '|loss - loss of cp1|'\n" + gaps.str() +
+                                "\nunset multiplot\n");
+  const int rc = std::system(("gnuplot " + script + " 2>/dev/null").c_str());
+  const bool ok = rc == 0 && std::filesystem::is_regular_file(tmp_svg);
+  const std::string svg = ok ? read_file_text(tmp_svg) : "";
+  std::filesystem::remove_all(dir);
+  if (!ok)
+    throw ConfigError("--svg " + path +
+                      ": gnuplot failed: install gnuplot (apt-get install gnuplot-nox) or drop --svg");
+  return svg;
+}
+
+}  // namespace gdnv::train
