@@ -1,4 +1,4 @@
-// bench_train: the training-equivalence runs (docs/DESIGN.md "Training equivalence") end to end.
+// bench_train: the training-equivalence runs (docs/DESIGN.md §13) end to end.
 //   BM_TrainGateStep  the gate's "training equivalence" step, full matrix (2 layers, 8 steps, static W = 4 and
 //                     dynamic {1, 2, 4}, bf16 and fp64): budget 20 s on the project's 2-core machine.
 //   BM_TrainDemo      4 layers, hidden 128 (Hk 4, Hv 8, dk = dv = 16), 50 steps, every mode at static W = 4, bf16

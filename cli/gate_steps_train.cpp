@@ -1,4 +1,4 @@
-// The gate's "training equivalence" step (docs/DESIGN.md "Training equivalence", §11): a small GDN model
+// The gate's "training equivalence" step (docs/DESIGN.md §13, §11): a small GDN model
 // trained 8 steps under every CP mode at static W = 4 and under dynamic CP {1, 2, 4}, in bf16 (each run
 // within the noise band of a legally reordered cp1 and within 4x cp1's deviation from the fp64 oracle) and
 // in fp64 (each run equal to cp1 to 1e-10 relative at every step); effective tokens equal at every step.

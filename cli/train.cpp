@@ -1,6 +1,6 @@
 // gdn-verify train: a small GDN language model trained for a few steps under every CP mode, static and
 // dynamic, against cp1 in the same dtype, the noise band a legal reordering of cp1 gives, and the fp64
-// oracle trajectory (docs/DESIGN.md "Training equivalence").
+// oracle trajectory (docs/DESIGN.md §13).
 #include <cstdlib>
 #include <ostream>
 

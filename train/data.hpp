@@ -1,5 +1,5 @@
 #pragma once
-// The training data (docs/DESIGN.md "Training equivalence"): documents from a seeded first-order Markov
+// The training data (docs/DESIGN.md §13): documents from a seeded first-order Markov
 // chain over V tokens, which a small model can learn, with seeded lengths, packed into micro-batches by a
 // token budget. A global batch is `docs_per_batch` documents, so it holds several micro-batches of varied
 // length: the spread dynamic CP chooses its sizes from. Every value is a pure function of (seed, step):

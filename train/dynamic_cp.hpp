@@ -1,5 +1,5 @@
 #pragma once
-// Dynamic CP (docs/DESIGN.md "Training equivalence"): each micro-batch gets its own CP size from its own
+// Dynamic CP (docs/DESIGN.md §13): each micro-batch gets its own CP size from its own
 // packed length, and runs on a sub-group of the static world; sub-groups of one world process different
 // micro-batches at once.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// The small GDN language model of docs/DESIGN.md "Training equivalence": token embedding [V, hidden],
+// The small GDN language model of docs/DESIGN.md §13: token embedding [V, hidden],
 // L layers of hidden += GatedDeltaNet(hidden) (cp::GdnCpLayer under the run's mode, driven as `gdn-verify
 // run` drives it: prepare, forward, backward with a cp::Context per layer and micro-batch), a final
 // RMSNorm, an LM head [V, hidden] and next-token cross-entropy. The token-local parts (embedding, norm,

@@ -1,5 +1,5 @@
 #pragma once
-// A micro-batch packed for the CP size it runs at (docs/DESIGN.md "Training equivalence"). Zigzag cuts
+// A micro-batch packed for the CP size it runs at (docs/DESIGN.md §13). Zigzag cuts
 // every sequence into 2c equal chunks at CP = c > 1, so each document is padded at its end to a multiple
 // of 2c; at CP = 1 nothing is split and nothing is padded. Pads sit after a document's last token, so no
 // real token sees them (the layer is causal within a sequence) and their gradients are exactly zero.

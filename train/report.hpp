@@ -1,5 +1,5 @@
 #pragma once
-// The outputs of `gdn-verify train` (docs/DESIGN.md "Training equivalence"): the terminal table (every
+// The outputs of `gdn-verify train` (docs/DESIGN.md §13): the terminal table (every
 // k-th step, then one verdict line per run), CSV, JSON, and an SVG drawn by gnuplot (the loss curves of
 // every run and the oracle, and each run's |dloss| against the noise band).
 #include <iosfwd>

@@ -1,5 +1,5 @@
 #pragma once
-// The training loop under test (docs/DESIGN.md "Training equivalence"): static or dynamic CP, gradient
+// The training loop under test (docs/DESIGN.md §13): static or dynamic CP, gradient
 // accumulation over the micro-batches of each global batch, recompute none|full, AdamW; one record per
 // step. The planted faults that only training shows are honoured here (never by train/oracle.*).
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// The verdict of a training comparison (docs/DESIGN.md "Training equivalence"): every CP run against
+// The verdict of a training comparison (docs/DESIGN.md §13): every CP run against
 // cp1 in the same dtype, judged by the noise band that a legal reordering of cp1 alone produces, and
 // against the fp64 oracle trajectory.
 #include <functional>
@@ -52,8 +52,8 @@ struct Comparison {
 // defaults; 2.67 with a dynamic-CP per-rank budget of B/W); twice the largest, 5.3, rounded up to 6, and
 // never below 4 (a ratio of two maxima over few steps).
 inline constexpr double kBandFactor = 6.0;
-// The factor on cp1's own deviation from the oracle (floored by the noise floor): the probe's rule.
 
+// The factor on cp1's own deviation from the oracle (floored by the noise floor): the probe's rule.
 inline constexpr double kOracleFactor = 4.0;
 // fp64: every run equals cp1 to this relative difference at every step (loss and gradient norm).
 inline constexpr double kFp64Relative = 1e-10;

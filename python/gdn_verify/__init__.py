@@ -1,4 +1,4 @@
-"""gdn_verify: a PyTorch GatedDeltaNet under gdn-verify's judge (docs/DESIGN.md "PyTorch bridge").
+"""gdn_verify: a PyTorch GatedDeltaNet under gdn-verify's judge (docs/DESIGN.md §14).
 
 `cases.make_case` rebuilds the C++ probe cases bit for bit, `images` writes and reads the probe image
 `gdn-verify probe dump` writes (docs/DESIGN.md §5, §8), `adapters` map each library's parameters to
