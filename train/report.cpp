@@ -166,12 +166,14 @@ std::string render_svg(const Comparison& c, const std::string& path) {
            << " using 1:2 with linespoints title '" << run_label(*t) << "'";
     ++series;
   }
-  // |dloss| vs cp1 of the reordered run (the band) and of every CP run; zeros cannot go on a log scale.
+  // |dloss| vs cp1 of the reordered run (the band) and of every CP run. A zero (step 0 shares cp1's
+  // forward) has no place on a log scale and would stretch it to 1e-300: it is left out.
   std::vector<const Trajectory*> gap_runs{&c.reordered};
   for (const Trajectory& t : c.modes) gap_runs.push_back(&t);
   for (const Trajectory* t : gap_runs) {
     const std::vector<double> g = loss_gaps(*t, c.cp1);
-    for (std::size_t s = 0; s < g.size(); ++s) data << s << " " << std::max(g[s], 1e-300) << "\n";
+    for (std::size_t s = 0; s < g.size(); ++s)
+      if (g[s] > 0) data << s << " " << g[s] << "\n";
     data << "\n\n";
     gaps << (gaps.str().empty() ? "plot " : ", ") << "'" << data_file << "' index " << series
          << " using 1:2 with linespoints title '" << (t == &c.reordered ? "cp1-reordered (noise band)" : run_label(*t))
