@@ -4,17 +4,15 @@
 // and sequence lengths, as CSV and as a gnuplot SVG of time per layer against sequence length.
 #include <algorithm>
 #include <charconv>
-#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 
-#include <unistd.h>
-
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/file.hpp"
+#include "core/gnuplot.hpp"
 #include "cost/roofline.hpp"
 #include "harness/harness.hpp"
 
@@ -334,9 +332,8 @@ std::string csv(const std::vector<Row>& rows, int tp) {
 // gnuplot draws one line per (mode, static CP size) of total ms per layer against tokens; returns the
 // SVG text (written by the caller, after everything that can fail).
 std::string render_svg(const std::vector<Row>& rows, const std::string& path) {
-  const auto dir = std::filesystem::temp_directory_path() / ("gdnv_plan_" + std::to_string(::getpid()));
-  const std::string data_file = (dir / "plan.dat").string(), script = (dir / "plan.gp").string(),
-                    tmp_svg = (dir / "plan.svg").string();
+  const GnuplotSvg svg("plan");
+  const std::string& data_file = svg.data_file();
   std::ostringstream data, plot;
   std::vector<int> cps;
   for (const Row& r : rows)
@@ -354,20 +351,11 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& path) {
            << " using 1:2 with linespoints title '" << cp::mode_name(mode) << " cp=" << cp_size << "'";
       ++series;
     }
-  std::filesystem::create_directories(dir);
-  write_file_atomic(data_file, data.str());
-  write_file_atomic(script, "set terminal svg size 960,600 dynamic noenhanced\nset output '" + tmp_svg +
-                                "'\nset logscale xy 2\nset key left top\nset grid\nset xlabel 'sequence length "
-                                "(tokens per micro-batch)'\nset ylabel 'predicted ms per layer, fwd+bwd'\n" +
-                                plot.str() + "\n");
-  const int rc = std::system(("gnuplot " + script + " 2>/dev/null").c_str());
-  const bool ok = rc == 0 && std::filesystem::is_regular_file(tmp_svg);
-  const std::string svg = ok ? read_file_text(tmp_svg) : "";
-  std::filesystem::remove_all(dir);
-  if (!ok)
-    throw ConfigError("--svg " + path +
-                      ": gnuplot failed: install gnuplot (apt-get install gnuplot-nox) or drop --svg");
-  return svg;
+  return svg.render(data.str(), 960, 600,
+                    "set logscale xy 2\nset key left top\nset grid\nset xlabel 'sequence length (tokens per "
+                    "micro-batch)'\nset ylabel 'predicted ms per layer, fwd+bwd'\n" +
+                        plot.str() + "\n",
+                    "--svg " + path);
 }
 
 }  // namespace

@@ -1,10 +1,6 @@
 #include "train/report.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -13,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/gnuplot.hpp"
 
 namespace gdnv::train {
 
@@ -153,9 +150,8 @@ std::string json(const std::vector<Comparison>& seeds, const std::vector<unsigne
 }
 
 std::string render_svg(const Comparison& c, const std::string& path) {
-  const auto dir = std::filesystem::temp_directory_path() / ("gdnv_train_" + std::to_string(::getpid()));
-  const std::string data_file = (dir / "train.dat").string(), script = (dir / "train.gp").string(),
-                    tmp_svg = (dir / "train.svg").string();
+  const GnuplotSvg plot("train");
+  const std::string& data_file = plot.data_file();
   std::ostringstream data, losses, gaps;
   data << std::setprecision(17);
   int series = 0;
@@ -182,22 +178,12 @@ std::string render_svg(const Comparison& c, const std::string& path) {
   }
   gaps << ", " << std::setprecision(6) << std::max(c.band.limit, 1e-300) << " with lines dashtype 2 title 'limit "
        << kBandFactor << " x band'";
-  std::filesystem::create_directories(dir);
-  write_file_atomic(data_file, data.str());
-  write_file_atomic(script, "set terminal svg size 960,900 dynamic noenhanced\nset output '" + tmp_svg +
-                                "'\nset multiplot layout 2,1\nset grid\nset key right top\nset xlabel 'step'\n"
-                                "set ylabel 'training loss (" +
-                                std::string(dtype_name(c.dtype)) + ")'\n" + losses.str() +
-                                "\nset logscale y\nset ylabel '|loss - loss of cp1|'\n" + gaps.str() +
-                                "\nunset multiplot\n");
-  const int rc = std::system(("gnuplot " + script + " 2>/dev/null").c_str());
-  const bool ok = rc == 0 && std::filesystem::is_regular_file(tmp_svg);
-  const std::string svg = ok ? read_file_text(tmp_svg) : "";
-  std::filesystem::remove_all(dir);
-  if (!ok)
-    throw ConfigError("--svg " + path +
-                      ": gnuplot failed: install gnuplot (apt-get install gnuplot-nox) or drop --svg");
-  return svg;
+  return plot.render(data.str(), 960, 900,
+                     "set multiplot layout 2,1\nset grid\nset key right top\nset xlabel 'step'\nset ylabel 'training "
+                     "loss (" +
+                         std::string(dtype_name(c.dtype)) + ")'\n" + losses.str() +
+                         "\nset logscale y\nset ylabel '|loss - loss of cp1|'\n" + gaps.str() + "\nunset multiplot\n",
+                     "--svg " + path);
 }
 
 }  // namespace gdnv::train
