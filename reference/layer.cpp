@@ -303,6 +303,23 @@ void put_group_cols(const LayerConfig& config, std::int64_t groups, std::int64_t
   }
 }
 
+// x W^T for x = rmsnorm(h) * ln_w, with x recomputed a block of rows at a time rather than kept whole: each
+// row's norm and each product element's chain are the whole x's.
+Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads) {
+  constexpr std::int64_t kRows = 2048;
+  const std::int64_t N = h.dim(0), hidden = h.dim(1), out_dim = W.dim(0);
+  Tensor p(DType::F64, {N, out_dim});
+  for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
+    const std::int64_t n = std::min(kRows, N - r0);
+    Tensor h_rows(DType::F64, {n, hidden});
+    std::copy_n(h.data<double>() + r0 * hidden, n * hidden, h_rows.data<double>());
+    const RmsNorm x = rmsnorm_forward(h_rows, ln_w, eps);
+    product_into(as_matrix(x.y, n, hidden), as_matrix(W, out_dim, hidden).transpose(),
+                 as_matrix(p, N, out_dim).middleRows(r0, n), {.threads = threads});
+  }
+  return p;
+}
+
 // out_norm.weight's gradient: its terms [rows, dv] summed over the rows in order, from 0, as
 // gated_rmsnorm_backward's dw.
 Tensor sum_rows_in_order(const Tensor& terms, std::int64_t n) {
@@ -331,19 +348,20 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
   const int threads = options.threads;
   const Tensor h = swap_leading(std::move(hidden_states)).reshaped({N, hidden});
   Tensor dout = swap_leading(std::move(grad_output)).reshaped({N, hidden});
-  RmsNorm x = rmsnorm_forward(h, param(params, kInProjNorm), config.eps());
+  const Tensor& ln_w = param(params, kInProjNorm);
   const auto W_out = as_matrix(param(params, kOutProj), hidden, config.v_dim());
 
   GroupedRun run;
   LayerParams& grads = run.grads.params;
-  for (const char* name : {kInProj, kOutProj, kConvWeight, kALog, kDtBias})
+  for (const char* name : {kOutProj, kConvWeight, kALog, kDtBias})
     grads[name] = Tensor(DType::F64, param(params, name).shape());
   if (config.conv_bias()) grads[kConvBias] = Tensor(DType::F64, param(params, kConvBias).shape());
   Tensor out(DType::F64, {N, hidden}), dp(DType::F64, {N, config.in_proj_dim()}), terms(DType::F64, {N, lv * groups});
   for (std::int64_t group = 0; group < groups; ++group) {
     const LayerParams shard = tp_shard(config, params, groups, group);
-    Mixer m =
-        mixer_forward(local, shard, linear(x.y, shard.at(kInProj), threads).reshaped({B, S, lp}), cu_seqlens, options);
+    Mixer m = mixer_forward(local, shard,
+                            project_normed(h, ln_w, config.eps(), shard.at(kInProj), threads).reshaped({B, S, lp}),
+                            cu_seqlens, options);
     // The group's value heads are W_out's columns [group * lv, (group + 1) * lv): out's chains continue.
     const auto Y = as_matrix(m.y.y, N, lv);
     product_into(Y, W_out.middleCols(group * lv, lv).transpose(), as_matrix(out, N, hidden),
@@ -358,22 +376,18 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
     m = Mixer();
     put_cols(terms, group * lv, group_terms.reshaped({N, lv}));
     put_group_cols(config, groups, group, mg.dp, dp);
-    Tensor dW_in(DType::F64, {lp, hidden});
-    product_into(as_matrix(mg.dp, N, lp).transpose(), as_matrix(x.y, N, hidden), as_matrix(dW_in, lp, hidden),
-                 {.threads = threads});
-    tp_place(config, kInProj, dW_in, groups, group, grads[kInProj]);
     for (const auto& [name, g] : mg.params)
       if (name != kOutNorm) tp_place(config, name, g, groups, group, grads[name]);
   }
   dout = Tensor();
   grads[kOutNorm] = sum_rows_in_order(terms, config.dv());
   terms = Tensor();
+  RmsNorm x = rmsnorm_forward(h, ln_w, config.eps());
+  Tensor dx;
+  linear_backward(x.y, param(params, kInProj), dp, dx, grads[kInProj], threads);
   x.y = Tensor();
-  Tensor dx(DType::F64, {N, hidden});
-  product_into(as_matrix(dp, N, config.in_proj_dim()), as_matrix(param(params, kInProj), config.in_proj_dim(), hidden),
-               as_matrix(dx, N, hidden), {.threads = threads});
   dp = Tensor();
-  RmsNormGrads norm = rmsnorm_backward(h, param(params, kInProjNorm), x.rstd, dx);
+  RmsNormGrads norm = rmsnorm_backward(h, ln_w, x.rstd, dx);
   grads[kInProjNorm] = std::move(norm.dw);
   run.grads.grad_hidden = swap_leading(std::move(norm.dx).reshaped({B, S, hidden}));
   run.out = swap_leading(std::move(out).reshaped({B, S, hidden}));

@@ -135,10 +135,10 @@ LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& 
                                   Tensor& grad_output, StageTensors* stages = nullptr);
 
 // The layer's forward and backward together, one GVA group of heads at a time (`groups` of them, each
-// Hk/groups key heads with their value heads): only one group's mixer activations exist at once, so
-// the peak memory is the whole-layer tensors h, grad_output, out, dP and out_norm's terms plus one
-// group (docs/DESIGN.md §7). The same bits as layer_forward + layer_backward: each GEMM element's
-// chain is unchanged (out accumulates over the groups' columns of W_out in order, dP W_in runs once at
+// Hk/groups key heads with their value heads): only one group's mixer activations exist at once and
+// x = rmsnorm(h) * ln_w is recomputed where needed, so the peak memory is the whole-layer tensors h,
+// grad_output, out, dP and out_norm's terms plus one group's. The same bits as layer_forward + layer_backward: each
+// GEMM element's chain is unchanged (out accumulates over the groups' columns of W_out in order, dP W_in runs once at
 // the end) and out_norm.weight's gradient sums its (token, head) terms in the whole layer's order.
 struct GroupedRun {
   Tensor out;  // [S, B, hidden]
