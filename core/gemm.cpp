@@ -22,8 +22,8 @@
 namespace gdnv {
 namespace {
 
-constexpr std::int64_t MR = 6, NR = 8;                 // 12 ymm accumulators
-constexpr std::int64_t KC = 256, MC = 144, NC = 1024;  // A block 288 KiB (L2), B panel 16 KiB (half of L1)
+constexpr std::int64_t MR = 6, NR = 8;                // 12 ymm accumulators
+constexpr std::int64_t KC = 384, MC = 96, NC = 1024;  // A block 288 KiB (L2), B panel 24 KiB (3/4 of L1)
 
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
@@ -84,29 +84,38 @@ void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, 
   for (std::int64_t p = 0; p < m; p += MR, out += MR * kc) {
     const std::int64_t rows = std::min(MR, m - p);
     if (rows < MR) std::fill_n(out, MR * kc, 0.0);
+    // k outer: the panel's rows are read side by side, as MR sequential streams the hardware prefetches
+    // together (row after row, each row's start would wait on memory).
     const double* src = &A(i0 + p, k0);
-    if (A.row_stride == 1)  // read along the contiguous direction
-      for (std::int64_t k = 0; k < kc; ++k)
-        for (std::int64_t r = 0; r < rows; ++r) out[k * MR + r] = src[k * A.col_stride + r];
-    else
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t k = 0; k < kc; ++k) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
+    for (std::int64_t k = 0; k < kc; ++k)
+      for (std::int64_t r = 0; r < rows; ++r) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
   }
 }
 
-// B[k0 : k0+kc, j0 : j0+n] as NR-column panels: panel p holds B(k0 + k, j0 + p*NR + c) at [p][k][c].
+// B[k0 : k0+kc, j0 : j0+n] as NR-column panels: panel p holds B(k0 + k, j0 + p*NR + c) at [p][k][c],
+// zero-padded past n. A row-major B is read a few rows at a time across all panels: panel by panel, each
+// step of k would land on another row (another page, for a wide B) for 64 bytes.
 void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t n,
             double* out) {
+  if (B.col_stride == 1) {
+    constexpr std::int64_t kRows = 8;
+    for (std::int64_t kb = 0; kb < kc; kb += kRows)
+      for (std::int64_t p = 0; p < n; p += NR) {
+        const std::int64_t cols = std::min(NR, n - p);
+        double* panel = out + p * kc;
+        for (std::int64_t k = kb; k < std::min(kb + kRows, kc); ++k) {
+          const double* src = &B(k0 + k, j0 + p);
+          for (std::int64_t c = 0; c < NR; ++c) panel[k * NR + c] = c < cols ? src[c] : 0.0;
+        }
+      }
+    return;
+  }
   for (std::int64_t p = 0; p < n; p += NR, out += NR * kc) {
     const std::int64_t cols = std::min(NR, n - p);
     if (cols < NR) std::fill_n(out, NR * kc, 0.0);
     const double* src = &B(k0, j0 + p);
-    if (B.col_stride == 1)
-      for (std::int64_t k = 0; k < kc; ++k)
-        for (std::int64_t c = 0; c < cols; ++c) out[k * NR + c] = src[k * B.row_stride + c];
-    else
-      for (std::int64_t c = 0; c < cols; ++c)
-        for (std::int64_t k = 0; k < kc; ++k) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
+    for (std::int64_t c = 0; c < cols; ++c)
+      for (std::int64_t k = 0; k < kc; ++k) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
   }
 }
 

@@ -9,6 +9,7 @@
 #include "reference/gates.hpp"
 #include "reference/l2norm.hpp"
 #include "reference/sequences.hpp"
+#include "reference/tp_sharding.hpp"
 
 namespace gdnv::ref {
 namespace {
@@ -144,7 +145,7 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
 }
 
 MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd, const Tensor& dy,
-                          const LayerOptions& options, std::map<std::string, Tensor>* stages) {
+                          const LayerOptions& options, std::map<std::string, Tensor>* stages, Tensor* out_norm_terms) {
   if (dy.shape() != fwd.o.shape())
     throw Error("mixer_backward: dy " + shape_str(dy.shape()) + " is not the shape of o " + shape_str(fwd.o.shape()));
   const std::int64_t C = config.conv_dim(), qk = config.qk_dim(), Hv = config.Hv();
@@ -155,7 +156,7 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
     t = Tensor();
   };
   if (stages) (*stages)["stage_grad::gated_norm"] = dy;
-  GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy);
+  GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy, out_norm_terms);
   GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
   done_with("stage_grad::core", norm.d_o);
   GateGrads gates = gates_backward(fwd.a, fwd.b, param(params, kALog), param(params, kDtBias), core.dg, core.dbeta);
@@ -281,6 +282,116 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
 LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& params, LayerForward& fwd,
                                   Tensor& grad_output, StageTensors* stages) {
   return backward(config, params, fwd, grad_output, stages, &fwd, &grad_output);
+}
+
+namespace {
+
+// P's (and dP's) columns of GVA group `group` of `groups`: within each section q, k, v, z, beta, alpha the
+// group's heads, as tp_shard cuts in_proj.weight's rows. Writes the group's dp_group [N, its in_proj_dim]
+// into dp [N, in_proj_dim].
+void put_group_cols(const LayerConfig& config, std::int64_t groups, std::int64_t group, const Tensor& dp_group,
+                    Tensor& dp) {
+  const std::int64_t N = dp.numel() / dp.dim(-1), qk = config.qk_dim(), v = config.v_dim(), Hv = config.Hv();
+  const auto from = as_matrix(dp_group, N, dp_group.numel() / N);
+  auto to = as_matrix(dp, N, config.in_proj_dim());
+  std::int64_t full_col = 0, group_col = 0;
+  for (const std::int64_t size : {qk, qk, v, v, Hv, Hv}) {
+    const std::int64_t part = size / groups;
+    to.middleCols(full_col + group * part, part) = from.middleCols(group_col, part);
+    full_col += size;
+    group_col += part;
+  }
+}
+
+// x W^T for x = rmsnorm(h) * ln_w, with x recomputed a block of rows at a time rather than kept whole: each
+// row's norm and each product element's chain are the whole x's.
+Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads) {
+  constexpr std::int64_t kRows = 2048;
+  const std::int64_t N = h.dim(0), hidden = h.dim(1), out_dim = W.dim(0);
+  Tensor p(DType::F64, {N, out_dim});
+  for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
+    const std::int64_t n = std::min(kRows, N - r0);
+    Tensor h_rows(DType::F64, {n, hidden});
+    std::copy_n(h.data<double>() + r0 * hidden, n * hidden, h_rows.data<double>());
+    const RmsNorm x = rmsnorm_forward(h_rows, ln_w, eps);
+    product_into(as_matrix(x.y, n, hidden), as_matrix(W, out_dim, hidden).transpose(),
+                 as_matrix(p, N, out_dim).middleRows(r0, n), {.threads = threads});
+  }
+  return p;
+}
+
+// out_norm.weight's gradient: its terms [rows, dv] summed over the rows in order, from 0, as
+// gated_rmsnorm_backward's dw.
+Tensor sum_rows_in_order(const Tensor& terms, std::int64_t n) {
+  Tensor dw(DType::F64, {n});
+  double* pdw = dw.data<double>();
+  const double* pt = terms.data<double>();
+  for (std::int64_t r = 0; r < terms.numel() / n; ++r)
+    for (std::int64_t i = 0; i < n; ++i) pdw[i] += pt[r * n + i];
+  return dw;
+}
+
+}  // namespace
+
+GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& params, Tensor hidden_states,
+                             Tensor grad_output, const CuSeqlens& cu_seqlens, const LayerOptions& options,
+                             std::int64_t groups) {
+  validate_params(config, params);
+  validate_layer_input(config, hidden_states, cu_seqlens);
+  if (grad_output.shape() != hidden_states.shape() || grad_output.dtype() != DType::F64)
+    throw ConfigError("grad_output is " + std::string(dtype_name(grad_output.dtype())) + " " +
+                      shape_str(grad_output.shape()) + "; expected F64 " + shape_str(hidden_states.shape()) +
+                      ", the shape of hidden_states");
+  const LayerConfig local = tp_local_config(config, groups);
+  const std::int64_t S = hidden_states.dim(0), B = hidden_states.dim(1), N = B * S, hidden = config.hidden();
+  const std::int64_t lv = local.v_dim(), lp = local.in_proj_dim();
+  const int threads = options.threads;
+  const Tensor h = swap_leading(std::move(hidden_states)).reshaped({N, hidden});
+  Tensor dout = swap_leading(std::move(grad_output)).reshaped({N, hidden});
+  const Tensor& ln_w = param(params, kInProjNorm);
+  const auto W_out = as_matrix(param(params, kOutProj), hidden, config.v_dim());
+
+  GroupedRun run;
+  LayerParams& grads = run.grads.params;
+  for (const char* name : {kOutProj, kConvWeight, kALog, kDtBias})
+    grads[name] = Tensor(DType::F64, param(params, name).shape());
+  if (config.conv_bias()) grads[kConvBias] = Tensor(DType::F64, param(params, kConvBias).shape());
+  Tensor out(DType::F64, {N, hidden}), dp(DType::F64, {N, config.in_proj_dim()}), terms(DType::F64, {N, lv * groups});
+  for (std::int64_t group = 0; group < groups; ++group) {
+    const LayerParams shard = tp_shard(config, params, groups, group);
+    Mixer m = mixer_forward(local, shard,
+                            project_normed(h, ln_w, config.eps(), shard.at(kInProj), threads).reshaped({B, S, lp}),
+                            cu_seqlens, options);
+    // The group's value heads are W_out's columns [group * lv, (group + 1) * lv): out's chains continue.
+    const auto Y = as_matrix(m.y.y, N, lv);
+    product_into(Y, W_out.middleCols(group * lv, lv).transpose(), as_matrix(out, N, hidden),
+                 {.accumulate = group > 0, .threads = threads});
+    product_into(as_matrix(dout, N, hidden).transpose(), Y,
+                 as_matrix(grads[kOutProj], hidden, config.v_dim()).middleCols(group * lv, lv), {.threads = threads});
+    Tensor dy(DType::F64, {B, S, local.Hv(), local.dv()});
+    product_into(as_matrix(dout, N, hidden), W_out.middleCols(group * lv, lv), as_matrix(dy, N, lv),
+                 {.threads = threads});
+    Tensor group_terms;
+    MixerGrads mg = mixer_backward(local, shard, m, dy, options, nullptr, &group_terms);
+    m = Mixer();
+    put_cols(terms, group * lv, group_terms.reshaped({N, lv}));
+    put_group_cols(config, groups, group, mg.dp, dp);
+    for (const auto& [name, g] : mg.params)
+      if (name != kOutNorm) tp_place(config, name, g, groups, group, grads[name]);
+  }
+  dout = Tensor();
+  grads[kOutNorm] = sum_rows_in_order(terms, config.dv());
+  terms = Tensor();
+  RmsNorm x = rmsnorm_forward(h, ln_w, config.eps());
+  Tensor dx;
+  linear_backward(x.y, param(params, kInProj), dp, dx, grads[kInProj], threads);
+  x.y = Tensor();
+  dp = Tensor();
+  RmsNormGrads norm = rmsnorm_backward(h, ln_w, x.rstd, dx);
+  grads[kInProjNorm] = std::move(norm.dw);
+  run.grads.grad_hidden = swap_leading(std::move(norm.dx).reshaped({B, S, hidden}));
+  run.out = swap_leading(std::move(out).reshaped({B, S, hidden}));
+  return run;
 }
 
 std::vector<std::string> judged_order(const std::vector<std::string>& grad_names) {

@@ -74,7 +74,8 @@ struct MixerGrads {
 // With `stages`: the mixer's stage gradients, batch-major [B, T, ...] (layer_backward reorders them).
 MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, const Mixer& fwd,
                           const Tensor& dy,  // [B, T, Hv, dv]
-                          const LayerOptions& options, std::map<std::string, Tensor>* stages = nullptr);
+                          const LayerOptions& options, std::map<std::string, Tensor>* stages = nullptr,
+                          Tensor* out_norm_terms = nullptr);  // gated_rmsnorm_backward's dw_terms
 
 // ---- stage 3: out_proj (row-parallel under TP: each rank's output is a partial sum) ----------
 Tensor out_proj_forward(const LayerParams& params, const Tensor& y,  // [N, Hv*dv] -> [N, hidden]
@@ -132,6 +133,20 @@ LayerGrads layer_backward(const LayerConfig& config, const LayerParams& params, 
 // it (at real sizes a GB less at the peak). grad_output is left empty and fwd with only out, h and in_proj.
 LayerGrads layer_backward_freeing(const LayerConfig& config, const LayerParams& params, LayerForward& fwd,
                                   Tensor& grad_output, StageTensors* stages = nullptr);
+
+// The layer's forward and backward together, one GVA group of heads at a time (`groups` of them, each
+// Hk/groups key heads with their value heads): only one group's mixer activations exist at once and
+// x = rmsnorm(h) * ln_w is recomputed where needed, so the peak memory is the whole-layer tensors h,
+// grad_output, out, dP and out_norm's terms plus one group's. The same bits as layer_forward + layer_backward: each
+// GEMM element's chain is unchanged (out accumulates over the groups' columns of W_out in order, dP W_in runs once at
+// the end) and out_norm.weight's gradient sums its (token, head) terms in the whole layer's order.
+struct GroupedRun {
+  Tensor out;  // [S, B, hidden]
+  LayerGrads grads;
+};
+GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& params, Tensor hidden_states,
+                             Tensor grad_output, const CuSeqlens& cu_seqlens, const LayerOptions& options,
+                             std::int64_t groups);
 
 // Throws ConfigError for a hidden_states shape or cu_seqlens that do not fit `config` (THD needs
 // B == 1 and cu_seqlens from 0, non-decreasing, ending at T).

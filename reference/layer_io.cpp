@@ -101,16 +101,10 @@ TensorFile write_layer_case(const LayerCase& layer_case) {
   return f;
 }
 
-TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form, bool stages) {
-  return run_layer_file(TensorFile(file), source, form, stages);
-}
+namespace {
 
-TensorFile run_layer_file(TensorFile&& file, const std::string& source, CoreForm form, bool stages) {
-  LayerCase c = read_layer_case(std::move(file), source);
-  const LayerOptions options{form, c.chunk_size};
-  LayerForward fwd =
-      with_source(source, [&] { return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options); });
-  c.hidden_states = Tensor();  // the forward keeps its own copy (fwd.h)
+// The result file's metadata: the oracle, the core's form and the layer's config.
+TensorFile result_file(const LayerCase& c, CoreForm form) {
   TensorFile out;
   const bool chunked = form == CoreForm::Chunked;
   const std::string form_name =
@@ -121,6 +115,37 @@ TensorFile run_layer_file(TensorFile&& file, const std::string& source, CoreForm
       {"form", chunked ? "chunked" : "recurrent"}};
   if (chunked) out.metadata["chunk_size"] = std::to_string(c.chunk_size);
   write_layer_config(c.config, out.metadata);
+  return out;
+}
+
+// Forward and backward without stages: one key head's GVA group at a time, for the memory of one
+// group's activations instead of the whole mixer's (the same bits).
+TensorFile grouped_run(LayerCase c, const std::string& source, CoreForm form) {
+  TensorFile out = result_file(c, form);
+  GroupedRun run = with_source(source, [&] {
+    return layer_run_grouped(c.config, c.params, std::move(c.hidden_states), std::move(*c.grad_output), c.cu_seqlens,
+                             {form, c.chunk_size}, c.config.Hk());
+  });
+  out.tensors["grad_hidden"] = std::move(run.grads.grad_hidden);
+  for (auto& [name, g] : run.grads.params) out.tensors[kGradPrefix + name] = std::move(g);
+  out.tensors["out"] = std::move(run.out);
+  return out;
+}
+
+}  // namespace
+
+TensorFile run_layer_file(const TensorFile& file, const std::string& source, CoreForm form, bool stages) {
+  return run_layer_file(TensorFile(file), source, form, stages);
+}
+
+TensorFile run_layer_file(TensorFile&& file, const std::string& source, CoreForm form, bool stages) {
+  LayerCase c = read_layer_case(std::move(file), source);
+  const LayerOptions options{form, c.chunk_size};
+  if (c.grad_output && !stages) return grouped_run(std::move(c), source, form);
+  LayerForward fwd =
+      with_source(source, [&] { return layer_forward(c.config, c.params, c.hidden_states, c.cu_seqlens, options); });
+  c.hidden_states = Tensor();  // the forward keeps its own copy (fwd.h)
+  TensorFile out = result_file(c, form);
   if (stages) out.tensors.merge(forward_stages(c.config, fwd));
   if (c.grad_output) {
     StageTensors grad_stages;

@@ -91,8 +91,9 @@ GatedNorm gated_rmsnorm_forward(const Tensor& o, const Tensor& z, const Tensor& 
 }
 
 GatedNormGrads gated_rmsnorm_backward(const Tensor& o, const Tensor& z, const Tensor& w, const Tensor& rstd,
-                                      const Tensor& dy) {
+                                      const Tensor& dy, Tensor* dw_terms) {
   const std::int64_t rows = rows_of(o, w, "gated_rmsnorm_backward"), n = w.numel();
+  if (dw_terms) *dw_terms = Tensor(DType::F64, o.shape());
   GatedNormGrads g{Tensor(DType::F64, o.shape()), Tensor(DType::F64, z.shape()), Tensor(DType::F64, w.shape())};
   const double *po = o.data<double>(), *pz = z.data<double>(), *pw = w.data<double>(), *pr = rstd.data<double>(),
                *pdy = dy.data<double>();
@@ -106,6 +107,8 @@ GatedNormGrads gated_rmsnorm_backward(const Tensor& o, const Tensor& z, const Te
       d_normed[static_cast<std::size_t>(i)] = pdy[j] * gate.value;
     }
     row_backward(po + r * n, pw, pr[r], d_normed.data(), n, g.d_o.data<double>() + r * n, g.dw.data<double>());
+    for (std::int64_t i = 0; dw_terms && i < n; ++i)  // row_backward's dw terms, with its nrm
+      dw_terms->data<double>()[r * n + i] = d_normed[static_cast<std::size_t>(i)] * (po[r * n + i] * pr[r]);
   }
   return g;
 }

@@ -38,9 +38,12 @@ struct GatedNormGrads {
   Tensor dz;   // like z
   Tensor dw;   // [dv]
 };
+// With dw_terms: also each row's term of dw ([rows, dv] like o): dw is their sum over rows in order,
+// so a caller that splits the rows can still form dw with the same bits.
 GatedNormGrads gated_rmsnorm_backward(const Tensor& o, const Tensor& z, const Tensor& w,
                                       const Tensor& rstd,  // [rows] from the forward
-                                      const Tensor& dy);   // like o
+                                      const Tensor& dy,    // like o
+                                      Tensor* dw_terms = nullptr);
 
 double sigmoid(double x);
 double silu(double x);

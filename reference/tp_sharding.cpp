@@ -116,6 +116,16 @@ LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::
   return shard;
 }
 
+void tp_place(const LayerConfig& config, const std::string& name, const Tensor& shard, std::int64_t tp_size,
+              std::int64_t tp_rank, Tensor& full) {
+  const Cut cut = cut_of(config, name);
+  if (cut.sections.empty()) throw Error("tp_place: '" + name + "' is replicated, not sharded");
+  const double* src = shard.data<double>();
+  for_rank_runs(cut, tp_size, tp_rank, full.shape(), [&](std::int64_t fo, std::int64_t so, std::int64_t n) {
+    std::copy_n(src + so, n, full.data<double>() + fo);
+  });
+}
+
 LayerParams tp_unshard(const LayerConfig& config, const std::vector<LayerParams>& shards) {
   return assemble(config, shards, [&](const std::string& name) {
     const Tensor& first = shards.front().at(name);

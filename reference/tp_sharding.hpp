@@ -24,6 +24,11 @@ LayerConfig tp_local_config(const LayerConfig& config, std::int64_t tp_size);
 // Rank `tp_rank`'s slice of every parameter (params validated against `config`, the full layer).
 LayerParams tp_shard(const LayerConfig& config, const LayerParams& params, std::int64_t tp_size, std::int64_t tp_rank);
 
+// Writes rank `tp_rank`'s shard of the sharded parameter `name` (or of its gradient) into its place in
+// `full`, the whole tensor: tp_unshard for one rank and one parameter.
+void tp_place(const LayerConfig& config, const std::string& name, const Tensor& shard, std::int64_t tp_size,
+              std::int64_t tp_rank, Tensor& full);
+
 // Inverse of tp_shard over all ranks (shards[r] from rank r). Replicated parameters must agree
 // bit for bit across ranks.
 LayerParams tp_unshard(const LayerConfig& config, const std::vector<LayerParams>& shards);

@@ -259,6 +259,31 @@ TEST(Layer, FreeingBackwardGivesTheSameBitsAndUsesUpTheMixer) {
   }
 }
 
+// The grouped run (what `gdn-verify reference` runs without stages) computes the whole layer's bits
+// for any number of GVA groups: out's chains continue over the groups' columns of W_out, dP W_in runs
+// once, and out_norm.weight's gradient sums over (token, head) in the layer's order. THD packed with
+// conv bias and SBHD with batch 2, chunked and recurrent cores.
+TEST(Layer, GroupedRunGivesTheWholeLayersBits) {
+  const LayerConfig config = small_config(true);
+  const LayerParams params = test_params(config, 12);
+  struct Input {
+    Shape shape;
+    CuSeqlens cu;
+  };
+  for (const Input& in : {Input{{22, 1, 8}, kPacked}, Input{{11, 2, 8}, std::nullopt}})
+    for (const CoreForm form : {CoreForm::Chunked, CoreForm::Recurrent}) {
+      const Tensor hidden = seeded_normal(12, "hidden_states", in.shape), dout = seeded_normal(12, "dout", in.shape);
+      const LayerRun whole = run_layer(config, params, hidden, dout, in.cu, {form, kChunk});
+      for (const std::int64_t groups : {1, 2}) {
+        GroupedRun run = layer_run_grouped(config, params, hidden, dout, in.cu, {form, kChunk}, groups);
+        LayerForward fwd;
+        fwd.out = std::move(run.out);
+        expect_bitwise_equal({std::move(fwd), std::move(run.grads)}, whole,
+                             shape_str(in.shape) + ", " + std::to_string(groups) + " groups");
+      }
+    }
+}
+
 // ---- tensor parallelism ------------------------------------------------------------------------
 
 TEST(Layer, TensorParallelShardsSumToTheUnshardedLayer) {
