@@ -6,6 +6,7 @@
 #include "core/eigen.hpp"
 #include "core/error.hpp"
 #include "core/gemm.hpp"
+#include "core/scratch_file.hpp"
 #include "reference/gates.hpp"
 #include "reference/l2norm.hpp"
 #include "reference/sequences.hpp"
@@ -305,31 +306,59 @@ void put_group_cols(const LayerConfig& config, std::int64_t groups, std::int64_t
 
 // x W^T for x = rmsnorm(h) * ln_w, with x recomputed a block of rows at a time rather than kept whole: each
 // row's norm and each product element's chain are the whole x's.
+constexpr std::int64_t kRows = 2048;
+
+// Rows [r0, r0 + n) of a [N, width] tensor.
+Tensor rows_of(const Tensor& m, std::int64_t r0, std::int64_t n) {
+  const std::int64_t width = m.dim(-1);
+  Tensor rows(DType::F64, {n, width});
+  std::copy_n(m.data<double>() + r0 * width, n * width, rows.data<double>());
+  return rows;
+}
+
 Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads) {
-  constexpr std::int64_t kRows = 2048;
   const std::int64_t N = h.dim(0), hidden = h.dim(1), out_dim = W.dim(0);
   Tensor p(DType::F64, {N, out_dim});
   for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
     const std::int64_t n = std::min(kRows, N - r0);
-    Tensor h_rows(DType::F64, {n, hidden});
-    std::copy_n(h.data<double>() + r0 * hidden, n * hidden, h_rows.data<double>());
-    const RmsNorm x = rmsnorm_forward(h_rows, ln_w, eps);
+    const RmsNorm x = rmsnorm_forward(rows_of(h, r0, n), ln_w, eps);
     product_into(as_matrix(x.y, n, hidden), as_matrix(W, out_dim, hidden).transpose(),
                  as_matrix(p, N, out_dim).middleRows(r0, n), {.threads = threads});
   }
   return p;
 }
 
-// out_norm.weight's gradient: its terms [rows, dv] summed over the rows in order, from 0, as
-// gated_rmsnorm_backward's dw.
-Tensor sum_rows_in_order(const Tensor& terms, std::int64_t n) {
-  Tensor dw(DType::F64, {n});
+// out_norm.weight's gradient: its terms [rows, dv] added to dw row by row in order, as
+// gated_rmsnorm_backward's dw sums them from 0; blocks of rows in order continue the same sums.
+void add_rows_in_order(const Tensor& terms, Tensor& dw) {
+  const std::int64_t n = dw.numel();
   double* pdw = dw.data<double>();
   const double* pt = terms.data<double>();
   for (std::int64_t r = 0; r < terms.numel() / n; ++r)
     for (std::int64_t i = 0; i < n; ++i) pdw[i] += pt[r * n + i];
-  return dw;
 }
+
+// Each group's dP columns [N, lp] and out_norm terms [N, lv], kept in a scratch file (the largest
+// per-token intermediates: at T = 32768 of the real-scale layer, 4.3 GB) until every group has run.
+class GroupSpill {
+ public:
+  GroupSpill(std::int64_t N, std::int64_t lp, std::int64_t lv) : N_(N), lp_(lp), lv_(lv) {}
+  void put(std::int64_t group, const Tensor& dp, const Tensor& terms) {
+    file_.write(slab(group), dp.data<double>(), N_ * lp_);
+    file_.write(slab(group) + N_ * lp_, terms.data<double>(), N_ * lv_);
+  }
+  // Rows [r0, r0 + dp_g.dim(0)) of the group's dP and terms.
+  void get(std::int64_t group, std::int64_t r0, Tensor& dp_g, Tensor& terms_g) const {
+    const std::int64_t n = dp_g.dim(0);
+    file_.read(slab(group) + r0 * lp_, dp_g.data<double>(), n * lp_);
+    file_.read(slab(group) + N_ * lp_ + r0 * lv_, terms_g.data<double>(), n * lv_);
+  }
+
+ private:
+  std::int64_t slab(std::int64_t group) const { return group * N_ * (lp_ + lv_); }
+  std::int64_t N_, lp_, lv_;
+  ScratchFile file_;
+};
 
 }  // namespace
 
@@ -356,7 +385,8 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
   for (const char* name : {kOutProj, kConvWeight, kALog, kDtBias})
     grads[name] = Tensor(DType::F64, param(params, name).shape());
   if (config.conv_bias()) grads[kConvBias] = Tensor(DType::F64, param(params, kConvBias).shape());
-  Tensor out(DType::F64, {N, hidden}), dp(DType::F64, {N, config.in_proj_dim()}), terms(DType::F64, {N, lv * groups});
+  Tensor out(DType::F64, {N, hidden});
+  GroupSpill spill(N, lp, lv);
   for (std::int64_t group = 0; group < groups; ++group) {
     const LayerParams shard = tp_shard(config, params, groups, group);
     Mixer m = mixer_forward(local, shard,
@@ -374,20 +404,35 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
     Tensor group_terms;
     MixerGrads mg = mixer_backward(local, shard, m, dy, options, nullptr, &group_terms);
     m = Mixer();
-    put_cols(terms, group * lv, group_terms.reshaped({N, lv}));
-    put_group_cols(config, groups, group, mg.dp, dp);
+    spill.put(group, mg.dp, group_terms);
     for (const auto& [name, g] : mg.params)
       if (name != kOutNorm) tp_place(config, name, g, groups, group, grads[name]);
   }
   dout = Tensor();
-  grads[kOutNorm] = sum_rows_in_order(terms, config.dv());
-  terms = Tensor();
-  RmsNorm x = rmsnorm_forward(h, ln_w, config.eps());
-  Tensor dx;
-  linear_backward(x.y, param(params, kInProj), dp, dx, grads[kInProj], threads);
-  x.y = Tensor();
-  dp = Tensor();
-  RmsNormGrads norm = rmsnorm_backward(h, ln_w, x.rstd, dx);
+  // dX = dP W_in, dW_in = dP^T x and out_norm's sum, a block of rows at a time: dX's rows are
+  // independent, and dW_in's and out_norm's chains over the rows continue from block to block.
+  const std::int64_t P = config.in_proj_dim();
+  const auto W_in = as_matrix(param(params, kInProj), P, hidden);
+  grads[kInProj] = Tensor(DType::F64, {P, hidden});
+  grads[kOutNorm] = Tensor(DType::F64, {config.dv()});
+  Tensor dx(DType::F64, {N, hidden}), rstd(DType::F64, {N});
+  for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
+    const std::int64_t n = std::min(kRows, N - r0);
+    Tensor dp(DType::F64, {n, P}), terms(DType::F64, {n, lv * groups});
+    Tensor dp_g(DType::F64, {n, lp}), terms_g(DType::F64, {n, lv});
+    for (std::int64_t group = 0; group < groups; ++group) {
+      spill.get(group, r0, dp_g, terms_g);
+      put_group_cols(config, groups, group, dp_g, dp);
+      put_cols(terms, group * lv, terms_g);
+    }
+    add_rows_in_order(terms, grads[kOutNorm]);
+    const RmsNorm x = rmsnorm_forward(rows_of(h, r0, n), ln_w, config.eps());
+    std::copy_n(x.rstd.data<double>(), n, rstd.data<double>() + r0);
+    product_into(as_matrix(dp, n, P), W_in, as_matrix(dx, N, hidden).middleRows(r0, n), {.threads = threads});
+    product_into(as_matrix(dp, n, P).transpose(), as_matrix(x.y, n, hidden), as_matrix(grads[kInProj], P, hidden),
+                 {.accumulate = r0 > 0, .threads = threads});
+  }
+  RmsNormGrads norm = rmsnorm_backward(h, ln_w, rstd, dx);
   grads[kInProjNorm] = std::move(norm.dw);
   run.grads.grad_hidden = swap_leading(std::move(norm.dx).reshaped({B, S, hidden}));
   run.out = swap_leading(std::move(out).reshaped({B, S, hidden}));
