@@ -3,43 +3,55 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <string>
+#include <vector>
 
 #include "core/error.hpp"
 
 namespace gdnv {
 namespace {
 
-[[noreturn]] void fail(const char* what, std::int64_t bytes) {
-  throw Error(std::string("scratch file: ") + what + " of " + std::to_string(bytes) +
-              " bytes failed: " + std::strerror(errno) + ": point TMPDIR at a file system with room for it");
+std::string scratch_dir() {
+  const char* dir = std::getenv("TMPDIR");
+  return dir && *dir ? dir : "/tmp";
+}
+
+[[noreturn]] void fail(const std::string& dir, const std::string& what) {
+  throw Error("scratch file in " + dir + ": " + what + " failed (" + std::strerror(errno) +
+              "): point TMPDIR at a writable directory with room for it");
 }
 
 }  // namespace
 
-ScratchFile::ScratchFile() : file_(std::tmpfile(), &std::fclose) {
-  if (!file_) fail("creating a temporary file", 0);
+ScratchFile::ScratchFile() : dir_(scratch_dir()) {
+  std::string name = dir_ + "/gdnv_scratch_XXXXXX";
+  std::vector<char> path(name.begin(), name.end());
+  path.push_back('\0');
+  fd_ = ::mkstemp(path.data());
+  if (fd_ < 0) fail(dir_, "creating it");
+  ::unlink(path.data());
 }
+
+ScratchFile::~ScratchFile() { ::close(fd_); }
 
 void ScratchFile::write(std::int64_t at, const double* data, std::int64_t n) {
   const auto* p = reinterpret_cast<const char*>(data);
-  std::int64_t done = 0, bytes = n * static_cast<std::int64_t>(sizeof(double));
-  while (done < bytes) {
-    const ssize_t k = ::pwrite(::fileno(file_.get()), p + done, static_cast<std::size_t>(bytes - done),
-                               static_cast<off_t>(at * static_cast<std::int64_t>(sizeof(double)) + done));
-    if (k <= 0) fail("a write", bytes);
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(double)), base = at * 8;
+  for (std::int64_t done = 0; done < bytes;) {
+    const ssize_t k = ::pwrite(fd_, p + done, static_cast<std::size_t>(bytes - done), static_cast<off_t>(base + done));
+    if (k <= 0) fail(dir_, "writing " + std::to_string(bytes) + " bytes");
     done += k;
   }
 }
 
 void ScratchFile::read(std::int64_t at, double* data, std::int64_t n) const {
   auto* p = reinterpret_cast<char*>(data);
-  std::int64_t done = 0, bytes = n * static_cast<std::int64_t>(sizeof(double));
-  while (done < bytes) {
-    const ssize_t k = ::pread(::fileno(file_.get()), p + done, static_cast<std::size_t>(bytes - done),
-                              static_cast<off_t>(at * static_cast<std::int64_t>(sizeof(double)) + done));
-    if (k <= 0) fail("a read", bytes);
+  const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(double)), base = at * 8;
+  for (std::int64_t done = 0; done < bytes;) {
+    const ssize_t k = ::pread(fd_, p + done, static_cast<std::size_t>(bytes - done), static_cast<off_t>(base + done));
+    if (k < 0) fail(dir_, "reading " + std::to_string(bytes) + " bytes");
+    if (k == 0) throw Error("scratch file in " + dir_ + ": read past its end at byte " + std::to_string(base + done));
     done += k;
   }
 }

@@ -1,5 +1,6 @@
 // White-box tests of core/: dtype conversions, tensors, the counter-based PRNG, SHA-256.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/rng.hpp"
+#include "core/scratch_file.hpp"
 #include "core/sha256.hpp"
 #include "core/tensor.hpp"
 #include "core/text.hpp"
@@ -153,6 +155,49 @@ std::string sha256_of(const std::string& s) {
 }
 
 // FIPS 180-2 appendix B: one block, the empty message, the 448-bit two-block message, one million 'a'.
+TEST(ScratchFile, ReadsBackWhatWasWrittenAtEachOffset) {
+  ScratchFile f;
+  const double a[3] = {1.5, -0.0, 3e300}, b[2] = {7, 8};
+  f.write(0, a, 3);
+  f.write(5, b, 2);  // past the end: the gap reads as zeros
+  double back[7] = {};
+  f.read(0, back, 7);
+  EXPECT_EQ(std::signbit(back[1]), true);
+  EXPECT_EQ(back[0], 1.5);
+  EXPECT_EQ(back[2], 3e300);
+  EXPECT_EQ(back[3], 0.0);
+  EXPECT_EQ(back[6], 8.0);
+}
+
+TEST(ScratchFile, ReadingPastTheEndSaysSo) {
+  ScratchFile f;
+  const double a[2] = {1, 2};
+  f.write(0, a, 2);
+  double back[3];
+  try {
+    f.read(0, back, 3);
+    FAIL() << "read past the end";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(": read past its end at byte 16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ScratchFile, AnUnusableTmpdirNamesTheFix) {
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old ? old : "";
+  ::setenv("TMPDIR", "/nonexistent-gdnv", 1);
+  try {
+    ScratchFile f;
+    FAIL() << "created a scratch file in a missing directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "scratch file in /nonexistent-gdnv: creating it failed (No such file or directory): point TMPDIR at a "
+              "writable directory with room for it");
+  }
+  if (old) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+}
+
 TEST(Sha256, MatchesFipsVectors) {
   EXPECT_EQ(sha256_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(sha256_of(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
