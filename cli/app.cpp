@@ -16,7 +16,7 @@ const std::vector<Command>& commands() {
       {"run", "run the layer fwd+bwd under a CP mode on in-process ranks and judge it against the fp64 oracle",
        run_main, true},
       {"reference", "run the fp64 oracle on a kernel- or layer-level safetensors file and write its outputs",
-       reference_main},
+       reference_main, true},
       {"plan", "predict each CP mode's collectives, FLOPs, activations and time per layer for a geometry, or a grid",
        plan_main},
       {"layout", "print the global token positions a CP rank holds (zigzag/contiguous) and its route, as JSON",

@@ -51,9 +51,6 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
   ref::GdrCase c;
   {
     TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
-    // No keep_freed_memory() here: one layer runs once, and glibc's own policy (tensors over 32 MB mapped
-    // apart and returned to the system on free) keeps the peak at the live tensors (docs/DESIGN.md §7,
-    // the oracle at real scale).
     if (ref::is_layer_file(input)) {
       return write_result(ref::run_layer_file(std::move(input), in_path, form, stages), out_path, out);
     }

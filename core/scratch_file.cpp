@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +25,12 @@ std::string scratch_dir() {
 
 }  // namespace
 
-ScratchFile::ScratchFile() : dir_(scratch_dir()) {
+ScratchFile::ScratchFile(std::int64_t capacity) {
+  if (capacity * static_cast<std::int64_t>(sizeof(double)) <= kScratchInMemoryBytes) {
+    memory_.reset(new double[static_cast<std::size_t>(capacity)]);  // written before read: no zero fill
+    return;
+  }
+  dir_ = scratch_dir();
   std::string name = dir_ + "/gdnv_scratch_XXXXXX";
   std::vector<char> path(name.begin(), name.end());
   path.push_back('\0');
@@ -33,9 +39,15 @@ ScratchFile::ScratchFile() : dir_(scratch_dir()) {
   ::unlink(path.data());
 }
 
-ScratchFile::~ScratchFile() { ::close(fd_); }
+ScratchFile::~ScratchFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 void ScratchFile::write(std::int64_t at, const double* data, std::int64_t n) {
+  if (memory_) {
+    std::copy_n(data, n, memory_.get() + at);
+    return;
+  }
   const auto* p = reinterpret_cast<const char*>(data);
   const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(double)), base = at * 8;
   for (std::int64_t done = 0; done < bytes;) {
@@ -46,6 +58,10 @@ void ScratchFile::write(std::int64_t at, const double* data, std::int64_t n) {
 }
 
 void ScratchFile::read(std::int64_t at, double* data, std::int64_t n) const {
+  if (memory_) {
+    std::copy_n(memory_.get() + at, n, data);
+    return;
+  }
   auto* p = reinterpret_cast<char*>(data);
   const std::int64_t bytes = n * static_cast<std::int64_t>(sizeof(double)), base = at * 8;
   for (std::int64_t done = 0; done < bytes;) {

@@ -338,11 +338,12 @@ void add_rows_in_order(const Tensor& terms, Tensor& dw) {
     for (std::int64_t i = 0; i < n; ++i) pdw[i] += pt[r * n + i];
 }
 
-// Each group's dP columns [N, lp] and out_norm terms [N, lv], kept in a scratch file (the largest
-// per-token intermediates: at T = 32768 of the real-scale layer, 4.3 GB) until every group has run.
+// Each group's dP columns [N, lp] and out_norm terms [N, lv], kept in scratch space (the largest per-token
+// intermediates: at T = 32768 of the real-scale layer a 4.3 GB file) until every group has run.
 class GroupSpill {
  public:
-  GroupSpill(std::int64_t N, std::int64_t lp, std::int64_t lv) : N_(N), lp_(lp), lv_(lv) {}
+  GroupSpill(std::int64_t N, std::int64_t lp, std::int64_t lv, std::int64_t groups)
+      : N_(N), lp_(lp), lv_(lv), file_(groups * N * (lp + lv)) {}
   void put(std::int64_t group, const Tensor& dp, const Tensor& terms) {
     file_.write(slab(group), dp.data<double>(), N_ * lp_);
     file_.write(slab(group) + N_ * lp_, terms.data<double>(), N_ * lv_);
@@ -386,7 +387,7 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
     grads[name] = Tensor(DType::F64, param(params, name).shape());
   if (config.conv_bias()) grads[kConvBias] = Tensor(DType::F64, param(params, kConvBias).shape());
   Tensor out(DType::F64, {N, hidden});
-  GroupSpill spill(N, lp, lv);
+  GroupSpill spill(N, lp, lv, groups);
   for (std::int64_t group = 0; group < groups; ++group) {
     const LayerParams shard = tp_shard(config, params, groups, group);
     Mixer m = mixer_forward(local, shard,

@@ -155,22 +155,26 @@ std::string sha256_of(const std::string& s) {
 }
 
 // FIPS 180-2 appendix B: one block, the empty message, the 448-bit two-block message, one million 'a'.
+// A file beyond kScratchInMemoryBytes, memory below: the same doubles back at every offset.
 TEST(ScratchFile, ReadsBackWhatWasWrittenAtEachOffset) {
-  ScratchFile f;
-  const double a[3] = {1.5, -0.0, 3e300}, b[2] = {7, 8};
-  f.write(0, a, 3);
-  f.write(5, b, 2);  // past the end: the gap reads as zeros
-  double back[7] = {};
-  f.read(0, back, 7);
-  EXPECT_EQ(std::signbit(back[1]), true);
-  EXPECT_EQ(back[0], 1.5);
-  EXPECT_EQ(back[2], 3e300);
-  EXPECT_EQ(back[3], 0.0);
-  EXPECT_EQ(back[6], 8.0);
+  for (const std::int64_t capacity : {std::int64_t{7}, kScratchInMemoryBytes / 8 + 1}) {
+    ScratchFile f(capacity);
+    const double a[3] = {1.5, -0.0, 3e300}, b[2] = {7, 8}, c[2] = {-1, -2};
+    f.write(0, a, 3);
+    f.write(3, c, 2);
+    f.write(5, b, 2);
+    double back[7] = {};
+    f.read(0, back, 7);
+    EXPECT_EQ(std::signbit(back[1]), true);
+    EXPECT_EQ(back[0], 1.5);
+    EXPECT_EQ(back[2], 3e300);
+    EXPECT_EQ(back[4], -2.0);
+    EXPECT_EQ(back[6], 8.0);
+  }
 }
 
 TEST(ScratchFile, ReadingPastTheEndSaysSo) {
-  ScratchFile f;
+  ScratchFile f(kScratchInMemoryBytes / 8 + 1);
   const double a[2] = {1, 2};
   f.write(0, a, 2);
   double back[3];
@@ -187,7 +191,7 @@ TEST(ScratchFile, AnUnusableTmpdirNamesTheFix) {
   const std::string saved = old ? old : "";
   ::setenv("TMPDIR", "/nonexistent-gdnv", 1);
   try {
-    ScratchFile f;
+    ScratchFile f(kScratchInMemoryBytes / 8 + 1);
     FAIL() << "created a scratch file in a missing directory";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
