@@ -81,9 +81,7 @@ StepResult training_equivalence(const StepOptions& options) {
           const train::Comparison c =
               train::judge(dtype, cp1, reordered, dtype == DType::F64 ? train::Trajectory{} : base.oracle_of(),
                            {train::train_in_process(s)});
-          r.check(c.pass, label,
-                  c.verdicts.at(0).why.empty() ? "cp1 disagrees with the oracle on effective tokens"
-                                               : c.verdicts.at(0).why);
+          r.check(c.pass, label, c.verdicts.at(0).why.empty() ? c.why : c.verdicts.at(0).why);
         } catch (const std::exception& e) {
           r.check(false, label, std::string("the run did not complete: ") + e.what());
         }

@@ -205,6 +205,42 @@ TEST(TrainVerdict, AReorderedCp1IsTheNoiseBandAndPassesItsOwnBand) {
   EXPECT_TRUE(c.pass) << c.verdicts.at(0).why;
 }
 
+// A trajectory whose per-step losses are `losses`, with 500 effective tokens a step.
+Trajectory losses_of(const std::string& mode, const std::vector<double>& losses, std::int64_t tokens = 500) {
+  Trajectory t{mode, "4", {}, 0};
+  for (std::size_t i = 0; i < losses.size(); ++i) t.steps.push_back({static_cast<int>(i), losses[i], 1, 1, tokens, {}});
+  return t;
+}
+
+// The bf16 rules on hand-made curves: the band is cp1-reordered's largest gap (1e-3 here, above the floor
+// 2^-9 * 3 / sqrt(500) = 2.6e-4), a run may reach 6 x that from cp1, and 4 x cp1's oracle deviation
+// (1.5e-3 here).
+TEST(TrainVerdict, Bf16RunsAreJudgedByTheBandTheOracleAndTheTokens) {
+  const Trajectory cp1 = losses_of("cp1", {3.0, 2.9, 2.8});
+  const Trajectory reordered = losses_of("cp1-reordered", {3.0, 2.901, 2.8005});
+  const Trajectory oracle = losses_of("oracle", {3.0, 2.9015, 2.8});  // cp1 off it by 1.5e-3
+  const Comparison c = judge(DType::BF16, cp1, reordered, oracle,
+                             {losses_of("inside", {3.0, 2.9055, 2.795}), losses_of("past band", {3.0, 2.9065, 2.8}),
+                              losses_of("past oracle", {3.0, 2.895, 2.8}), losses_of("tokens", {3.0, 2.9, 2.8}, 501)});
+  EXPECT_NEAR(c.band.max, 1e-3, 1e-12);
+  EXPECT_NEAR(c.band.limit, 6e-3, 1e-12);
+  ASSERT_EQ(c.verdicts.size(), 4u);
+  EXPECT_TRUE(c.verdicts[0].pass) << c.verdicts[0].why;
+  EXPECT_NE(c.verdicts[1].why.find("max per-step |dloss| vs cp1 6.500e-03 > 6.000e+00 x noise band"), std::string::npos)
+      << c.verdicts[1].why;
+  EXPECT_NE(c.verdicts[2].why.find("max per-step |loss - oracle| 6.500e-03 > 4.000e+00 x cp1's 1.500e-03"),
+            std::string::npos)
+      << c.verdicts[2].why;
+  EXPECT_NE(c.verdicts[3].why.find("effective tokens differ from cp1's at step 0: 501"), std::string::npos)
+      << c.verdicts[3].why;
+  EXPECT_FALSE(c.pass);
+  EXPECT_TRUE(c.why.empty()) << c.why;
+  // cp1 and the oracle train on one data stream: different counts fail the comparison itself.
+  const Comparison off = judge(DType::BF16, cp1, reordered, losses_of("oracle", {3.0, 2.9, 2.8}, 499), {});
+  EXPECT_FALSE(off.pass);
+  EXPECT_EQ(off.why, "cp1's effective tokens differ from the oracle's at step 0: 500 effective tokens, oracle 499");
+}
+
 // Each planted training fault fails an fp64 comparison under dynamic CP (every fault shows there).
 class TrainFault : public ::testing::TestWithParam<Fault> {};
 

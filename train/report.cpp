@@ -65,6 +65,7 @@ void print_verdicts(const Comparison& c, std::ostream& out) {
         << std::scientific << std::setprecision(3) << "  " << (v.pass ? "pass" : "FAIL") << "\n";
     if (!v.pass) out << "    " << v.why << "\n";
   }
+  if (!c.why.empty()) out << c.why << "\n";
   out << std::defaultfloat;
 }
 
@@ -144,7 +145,8 @@ std::string json(const std::vector<Comparison>& seeds, const std::vector<unsigne
                    {"cp1_oracle_deviation", c.cp1_oracle_dev},
                    {"runs", runs},
                    {"verdicts", verdicts},
-                   {"pass", c.pass}});
+                   {"pass", c.pass},
+                   {"why", c.why}});
   }
   return all.dump(2) + "\n";
 }

@@ -21,15 +21,15 @@ std::string sci(double x) {
   return o.str();
 }
 
-// The first step whose effective tokens differ from cp1's, as a message; empty when none does.
-std::string token_mismatch(const Trajectory& run, const Trajectory& cp1) {
-  for (std::size_t t = 0; t < std::min(run.steps.size(), cp1.steps.size()); ++t)
-    if (run.steps[t].effective_tokens != cp1.steps[t].effective_tokens)
+// The first step whose effective tokens differ from `ref`'s, as a message; empty when none does.
+std::string token_mismatch(const Trajectory& run, const Trajectory& ref) {
+  for (std::size_t t = 0; t < std::min(run.steps.size(), ref.steps.size()); ++t)
+    if (run.steps[t].effective_tokens != ref.steps[t].effective_tokens)
       return "step " + std::to_string(t) + ": " + std::to_string(run.steps[t].effective_tokens) +
-             " effective tokens, cp1 " + std::to_string(cp1.steps[t].effective_tokens);
-  return run.steps.size() == cp1.steps.size()
-             ? ""
-             : "ran " + std::to_string(run.steps.size()) + " steps, cp1 " + std::to_string(cp1.steps.size());
+             " effective tokens, " + ref.mode + " " + std::to_string(ref.steps[t].effective_tokens);
+  return run.steps.size() == ref.steps.size() ? ""
+                                              : "ran " + std::to_string(run.steps.size()) + " steps, " + ref.mode +
+                                                    " " + std::to_string(ref.steps.size());
 }
 
 // fp64: the first step where loss or gradient norm differ from cp1's by more than kFp64Relative.
@@ -69,7 +69,7 @@ NoiseBand noise_band(DType dtype, const Trajectory& cp1, const Trajectory& reord
 }
 
 Comparison judge(DType dtype, Trajectory cp1, Trajectory reordered, Trajectory oracle, std::vector<Trajectory> modes) {
-  Comparison c{dtype, std::move(cp1), std::move(reordered), std::move(oracle), std::move(modes), {}, 0, {}, true};
+  Comparison c{dtype, std::move(cp1), std::move(reordered), std::move(oracle), std::move(modes), {}, 0, {}, true, {}};
   c.band = noise_band(dtype, c.cp1, c.reordered);
   c.cp1_oracle_dev = max_of(loss_gaps(c.cp1, c.oracle));
   const double oracle_limit = kOracleFactor * std::max(c.cp1_oracle_dev, c.band.floor);
@@ -95,7 +95,10 @@ Comparison judge(DType dtype, Trajectory cp1, Trajectory reordered, Trajectory o
     c.pass = c.pass && v.pass;
     c.verdicts.push_back(v);
   }
-  if (const std::string m = token_mismatch(c.cp1, c.oracle); !c.oracle.steps.empty() && !m.empty()) c.pass = false;
+  if (const std::string m = token_mismatch(c.cp1, c.oracle); !c.oracle.steps.empty() && !m.empty()) {
+    c.pass = false;
+    c.why = "cp1's effective tokens differ from the oracle's at " + m;
+  }
   return c;
 }
 

@@ -42,6 +42,7 @@ struct Comparison {
   double cp1_oracle_dev = 0;
   std::vector<ModeVerdict> verdicts;  // one per mode run
   bool pass = true;
+  std::string why;  // a failure of the comparison itself (cp1 against the oracle's data); empty otherwise
 };
 
 // K, the multiple of the noise band a CP run's max per-step |dloss| vs cp1 may reach (bf16 and fp32). A
