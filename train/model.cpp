@@ -26,24 +26,28 @@ Named init_model(const ModelConfig& config, std::uint64_t seed) {
 }
 
 ref::LayerParams layer_params(const Named& params, int layer) {
-  const std::string prefix = "layers." + std::to_string(layer) + ".";
+  const std::string prefix = layer_param_name(layer, "");
   ref::LayerParams out;
   for (const auto& [name, t] : params)
     if (name.rfind(prefix, 0) == 0) out[name.substr(prefix.size())] = t;
   return out;
 }
 
+namespace {
+
+// a + b rounded as `arith` adds (fp32 for F32, else fp64).
+double add_in(DType arith, double a, double b) {
+  return arith == DType::F32 ? static_cast<double>(static_cast<float>(a) + static_cast<float>(b)) : a + b;
+}
+
+}  // namespace
+
 void add_into(Named& acc, const Named& x, DType arith) {
   for (const auto& [name, t] : x) {
     auto [it, fresh] = acc.try_emplace(name, t);
     if (fresh) continue;
     Tensor& a = it->second;
-    for (std::int64_t i = 0; i < t.numel(); ++i) {
-      const double s = arith == DType::F32
-                           ? static_cast<double>(static_cast<float>(a.get(i)) + static_cast<float>(t.get(i)))
-                           : a.get(i) + t.get(i);
-      a.set(i, s);
-    }
+    for (std::int64_t i = 0; i < t.numel(); ++i) a.set(i, add_in(arith, a.get(i), t.get(i)));
   }
 }
 
@@ -205,9 +209,7 @@ void RankModel::backward(Forward& f, const std::vector<Tensor>& dlogits, Recompu
     for (std::int64_t i = 0; i < N; ++i)
       for (std::int64_t j = 0; j < hidden; ++j) {
         const std::int64_t at = f.tokens[static_cast<std::size_t>(i)] * hidden + j;
-        const double x = d_embed.get(i * hidden + j);
-        g.set(at, sd == DType::F32 ? static_cast<double>(static_cast<float>(g.get(at)) + static_cast<float>(x))
-                                   : g.get(at) + x);
+        g.set(at, add_in(sd, g.get(at), d_embed.get(i * hidden + j)));
       }
     add_into(local, {{kEmbedding, std::move(g)}}, sd);
   }
