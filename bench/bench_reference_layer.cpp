@@ -17,7 +17,6 @@
 #endif
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 namespace gdnv::ref {
 namespace {
@@ -63,10 +62,8 @@ double fp64_peak_gflops(int threads) {
 #endif
 }
 
-int cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-
 void report_flops(benchmark::State& state, double flops) {
-  static const double peak = fp64_peak_gflops(cores());
+  static const double peak = fp64_peak_gflops(hardware_threads());
   const double n = static_cast<double>(state.iterations());
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9 * n, benchmark::Counter::kIsRate);
   if (peak > 0)
