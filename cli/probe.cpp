@@ -89,8 +89,10 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
         "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun, "
         "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
   cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
+  if (!world.mpi) spec.run = probes::new_run_id();  // one process: every rank's thread shares it
   const auto body = [&](Communicator& comm) {
     if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
+      spec.run = probes::shared_run_id(comm);   // over MPI, before the device world exists
       gpu::NcclRank rank = gpu::cuda_plugin().api->make_nccl_rank(comm, spec.dtype);
       probes::dump_rank(spec, dir, "nccl", *rank.comm, std::move(rank.backend));
     } else {
@@ -140,7 +142,7 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   const probes::CrossMode r =
       probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
   probes::write_rows(r.vs_cp1, out);
-  if (r.ratios.empty()) out << "deviation ratio: skipped (no headwise dump to measure against)\n";
+  if (r.ratios.empty()) out << "deviation ratio: skipped (" << r.skipped << ")\n";
   int outside = 0;
   for (const auto& d : r.ratios) {
     char line[256];

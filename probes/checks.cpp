@@ -24,10 +24,10 @@ void require_image(const std::string& dir, const char* role) {
                   "'gdn-verify probe dump'");
 }
 
-std::vector<std::string> rank_files(const std::string& dir, const std::string& mode) {
+// Rank files 0..W-1 of a mode, by name.
+std::vector<std::string> rank_files(const std::string& mode, int W) {
   std::vector<std::string> files;
-  for (int r = 0; fs::exists(fs::path(dir) / (mode + ".rank" + std::to_string(r) + ".safetensors")); ++r)
-    files.push_back(mode + ".rank" + std::to_string(r) + ".safetensors");
+  for (int r = 0; r < W; ++r) files.push_back(mode + ".rank" + std::to_string(r) + ".safetensors");
   return files;
 }
 
@@ -37,6 +37,13 @@ TensorResult structural(const std::string& file, const std::string& what) {
   t.name = "*";
   t.structure = what;
   return t;
+}
+
+// What keeps an image from being whole, each a structural mismatch naming its file (`role`: "REF" or
+// "CAND" where two images are read).
+void add_problems(const ImageIndex& idx, const std::string& role, Comparison& into) {
+  for (const ImageProblem& p : idx.problems)
+    into.tensors.push_back(structural(p.file, (role.empty() ? "" : role + ": ") + p.what));
 }
 
 // Whether an element is outside `rule` elementwise: a NaN/Inf on one side only, or |x - r| > atol +
@@ -187,6 +194,55 @@ TensorFile comparable_with_cp1(const cp::Answer& a, const TensorFile& cp1) {
   return f;
 }
 
+// Every rank's copy of the CP-summed parameter gradients against rank 0's, bitwise (docs/DESIGN.md §8,
+// replicated tensors), as "<mode>.rank<r> vs rank0"; the first copy that differs is the divergence
+// when none was found before, naming its rank.
+void judge_replicas(const std::string& dir, const std::string& mode, int W, Comparison& into) {
+  if (W < 2) return;
+  const auto grads_of = [&](int r) {
+    TensorFile f = read_safetensors(rank_file(dir, mode, r));
+    std::erase_if(f.tensors, [](const auto& t) { return !t.first.starts_with("grad::"); });
+    return f;
+  };
+  Rule exact;
+  exact.exact = true;
+  exact.atol = exact.rtol = 0.0;
+  const Policy bitwise{"replica", exact, {}};
+  const TensorFile rank0 = grads_of(0);
+  std::vector<std::string> names;
+  for (const auto& [name, t] : rank0.tensors) names.push_back(name);
+  for (int r = 1; r < W; ++r) {
+    const std::string file = mode + ".rank" + std::to_string(r) + " vs rank0";
+    const TensorFile copy = grads_of(r);
+    compare_files(rank0, copy, bitwise, file, into);
+    const TensorResult* t = first_failing(into, file, names);
+    if (into.divergence || !t) continue;
+    const Tensor& a = rank0.tensors.at(t->name);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(a.dim(0)));
+    for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
+    const std::vector<std::int64_t> hot = rows_outside(a, copy.tensors.at(t->name), exact, rows, {});
+    cp::Divergence d{t->name, true, r, W, hot.empty() ? 0 : hot.front(), hot.empty() ? a.dim(0) - 1 : hot.back(),
+                     "",      0,    0};
+    failed_criterion(*t, d);
+    into.divergence = std::move(d);
+    into.divergence_in = mode;
+  }
+}
+
+// The layer config and case of two images' inputs (their metadata, the image label aside): a change is
+// a different case even where the tensors are bitwise equal.
+void compare_case_metadata(const TensorFile& ref, const TensorFile& cand, Comparison& into) {
+  std::map<std::string, std::pair<std::string, std::string>> keys;
+  for (const auto& [k, v] : ref.metadata) keys[k].first = "'" + v + "'";
+  for (const auto& [k, v] : cand.metadata) keys[k].second = "'" + v + "'";
+  for (const auto& [key, values] : keys)
+    if (key != "image" && values.first != values.second)
+      into.tensors.push_back(structural(
+          "inputs.safetensors", "metadata '" + key + "' is " + (values.first.empty() ? "unset" : values.first) +
+                                    " in REF, " + (values.second.empty() ? "unset" : values.second) +
+                                    " in CAND: the images are of different cases; dump both with the same --case"));
+}
+
 }  // namespace
 
 Comparison compare_images(const std::string& ref, const std::string& cand, const std::string& mode,
@@ -196,19 +252,29 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
   Comparison out;
   out.name = dir_name(cand) + (mode.empty() ? "" : " " + mode);
   out.policy = policy.name;
+  const ImageIndex a = index_image(ref), b = index_image(cand);
+  add_problems(a, "REF", out);
+  add_problems(b, "CAND", out);
+  const TensorFile ref_inputs = read_safetensors((fs::path(ref) / "inputs.safetensors").string());
+  const TensorFile cand_inputs = read_safetensors((fs::path(cand) / "inputs.safetensors").string());
   Comparison inputs;
-  compare_files(read_safetensors((fs::path(ref) / "inputs.safetensors").string()),
-                read_safetensors((fs::path(cand) / "inputs.safetensors").string()), load_policy("bitwise"),
-                "inputs.safetensors", inputs);
+  compare_files(ref_inputs, cand_inputs, load_policy("bitwise"), "inputs.safetensors", inputs);
   if (inputs.exit_code() != 0)
     out.tensors.push_back(structural("inputs.safetensors",
                                      "the images' inputs differ: dump both with the same "
                                      "--case, --dtype and --seed"));
-  const std::vector<std::string> modes = mode.empty() ? modes_in(ref) : std::vector<std::string>{mode};
-  if (modes.empty()) throw ConfigError("REF '" + ref + "' holds no mode dumps: run 'gdn-verify probe dump' first");
+  compare_case_metadata(ref_inputs, cand_inputs, out);
+  const std::vector<std::string> modes = mode.empty() ? a.modes : std::vector<std::string>{mode};
+  if (modes.empty() && a.problems.empty())
+    throw ConfigError("REF '" + ref + "' holds no mode dumps: run 'gdn-verify probe dump' first");
   for (const auto& m : modes) {
-    const auto ref_files = rank_files(ref, m), cand_files = rank_files(cand, m);
-    if (ref_files.empty()) throw ConfigError("REF '" + ref + "' has no " + m + " dump: choose a --mode it holds");
+    if (!a.world.count(m)) {
+      if (a.problems.empty()) throw ConfigError("REF '" + ref + "' has no " + m + " dump: choose a --mode it holds");
+      continue;  // not whole: its problems are reported
+    }
+    if (!b.world.count(m) && !b.problems.empty()) continue;
+    const auto ref_files = rank_files(m, a.world.at(m)),
+               cand_files = rank_files(m, b.world.count(m) ? b.world.at(m) : 0);
     for (std::size_t r = 0; r < std::max(ref_files.size(), cand_files.size()); ++r) {
       if (r >= cand_files.size()) out.tensors.push_back(structural(ref_files[r], "file missing in CAND"));
       else if (r >= ref_files.size()) out.tensors.push_back(structural(cand_files[r], "file only in CAND"));
@@ -235,18 +301,23 @@ int CrossMode::exit_code() const {
 
 CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   require_image(dir, "DIR");
-  const cp::Case k = read_inputs(dir);
-  const std::vector<std::string> modes = modes_in(dir);
-  if (modes.empty() || modes.front() != "cp1")
-    throw ConfigError(dir + " holds no cp1 dump: run 'gdn-verify probe dump --mode cp1' into it first");
-  if (modes.size() < 2) throw ConfigError(dir + " holds only the cp1 dump: dump at least one CP mode into it");
+  const ImageIndex idx = index_image(dir);
   CrossMode out;
   out.vs_cp1.name = "cross-mode " + dir_name(dir);
   out.vs_cp1.policy = policy.name;
-  TensorFile cp1 = assemble(dir, "cp1", k);
+  add_problems(idx, "", out.vs_cp1);
+  const std::vector<std::string>& modes = idx.modes;
+  out.skipped = "the image is not whole";
+  if (!idx.problems.empty() && (modes.empty() || modes.front() != "cp1" || modes.size() < 2)) return out;
+  if (modes.empty() || modes.front() != "cp1")
+    throw ConfigError(dir + " holds no cp1 dump: run 'gdn-verify probe dump --mode cp1' into it first");
+  if (modes.size() < 2) throw ConfigError(dir + " holds only the cp1 dump: dump at least one CP mode into it");
+  const cp::Case k = read_inputs(dir);
+  TensorFile cp1 = assemble(dir, "cp1", idx.world.at("cp1"), k);
   std::map<std::string, TensorFile> by_mode;
   for (std::size_t i = 1; i < modes.size(); ++i) {
-    const cp::MicroBatchRun run = assemble_run(dir, modes[i], k);
+    const int W = idx.world.at(modes[i]);
+    const cp::MicroBatchRun run = assemble_run(dir, modes[i], W, k);
     by_mode[modes[i]] = comparable_with_cp1(run.answer, cp1);
     TensorFile reference = cp1;  // cp1's stages only where this mode dumped them too
     for (auto it = reference.tensors.begin(); it != reference.tensors.end();)
@@ -259,7 +330,10 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
         out.vs_cp1.divergence = std::move(d);
         out.vs_cp1.divergence_in = modes[i];
       }
+    judge_replicas(dir, modes[i], W, out.vs_cp1);
   }
+  out.skipped = by_mode.count("headwise") ? "headwise is the only CP mode dumped: no other mode to measure"
+                                          : "no headwise dump to measure against";
   if (!by_mode.count("headwise")) return out;
   const TensorFile oracle = answer_file(cp::oracle_answer(k));  // the deviation bound is on the outputs
   const auto rel_to_oracle = [&](const TensorFile& f, const std::string& name) {
@@ -280,12 +354,12 @@ namespace {
 
 // The stages the oracle answers with for DIR's dumps: every stage when any mode dumped them, and the
 // chunkwise boundary state at the chunkwise dump's world size.
-cp::StageRequest stage_request_of(const std::string& dir, const std::vector<std::string>& modes) {
+cp::StageRequest stage_request_of(const std::string& dir, const ImageIndex& idx) {
   cp::StageRequest request;
-  for (const auto& mode : modes) {
+  for (const auto& mode : idx.modes) {
     if (!has_stages(dir, mode)) continue;
     request.on = true;
-    if (mode == "chunkwise") request.chunkwise_cp = world_of(dir, mode);
+    if (mode == "chunkwise") request.chunkwise_cp = idx.world.at(mode);
   }
   return request;
 }
@@ -307,31 +381,36 @@ TensorFile oracle_file_for(const cp::Answer& oracle, const std::string& mode, bo
 
 Comparison judge_with_oracle(const std::string& dir) {
   require_image(dir, "DIR");
-  const cp::Case k = read_inputs(dir);
-  const std::vector<std::string> modes = modes_in(dir);
-  if (modes.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
-  const cp::Answer oracle = cp::oracle_answer(k, stage_request_of(dir, modes));
+  const ImageIndex idx = index_image(dir);
   Comparison out;
   out.name = "oracle " + dir_name(dir);
   out.policy = "per-tensor oracle gates (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2)";
-  std::map<DType, std::map<std::string, double>> gates;
-  for (const auto& mode : modes) {
-    const DType dtype = dumped_dtype(dir, mode);
-    if (!gates.count(dtype)) gates[dtype] = cp::oracle_gates(k, oracle, dtype);
-    Policy p{"oracle", {}, {}};
-    for (const auto& [name, gate] : gates[dtype]) {
-      Rule r;
-      r.max_rel_rms = gate;
-      p.tensors.emplace_back(name, r);
-    }
-    const cp::MicroBatchRun run = assemble_run(dir, mode, k);
+  add_problems(idx, "", out);
+  if (idx.modes.empty()) {
+    if (idx.problems.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
+    return out;
+  }
+  const cp::Case k = read_inputs(dir);
+  const cp::Answer oracle = cp::oracle_answer(k, stage_request_of(dir, idx));
+  // The gate's dtype is the image's (meta.json, which every file and tensor was checked to carry).
+  const std::map<std::string, double> gates = cp::oracle_gates(k, oracle, idx.dtype);
+  Policy p{"oracle", {}, {}};
+  for (const auto& [name, gate] : gates) {
+    Rule r;
+    r.max_rel_rms = gate;
+    p.tensors.emplace_back(name, r);
+  }
+  for (const auto& mode : idx.modes) {
+    const int W = idx.world.at(mode);
+    const cp::MicroBatchRun run = assemble_run(dir, mode, W, k);
     compare_files(oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size), answer_file(run.answer), p, mode,
                   out);
     if (!out.divergence)
-      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, gates[dtype]), oracle, run, k)) {
+      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, gates), oracle, run, k)) {
         out.divergence = std::move(d);
         out.divergence_in = mode;
       }
+    judge_replicas(dir, mode, W, out);
   }
   return out;
 }

@@ -1,7 +1,12 @@
 #include "probes/image.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <random>
+#include <regex>
 
 #include "core/error.hpp"
 #include "core/file.hpp"
@@ -24,10 +29,6 @@ cp::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int64_t> 
   s.lengths = std::move(lengths);
   s.gates = gates;
   return s;
-}
-
-std::string rank_file(const std::string& dir, const std::string& mode, int rank) {
-  return (fs::path(dir) / (mode + ".rank" + std::to_string(rank) + ".safetensors")).string();
 }
 
 std::string meta_path(const std::string& dir) { return (fs::path(dir) / "meta.json").string(); }
@@ -123,7 +124,7 @@ std::vector<cp::HostStage> read_stages(const TensorFile& f, const std::string& p
   return out;
 }
 
-TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType state) {
+TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType state, const std::string& run) {
   TensorFile f;
   f.tensors["out"] = o.out.to(spec.dtype);
   f.tensors["grad_hidden"] = o.grad_hidden.to(spec.dtype);
@@ -133,7 +134,8 @@ TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType sta
                 {"rank", std::to_string(o.cp_rank)},
                 {"world", std::to_string(o.cp_size)},
                 {"case", spec.case_name},
-                {"dtype", std::string(dtype_name(spec.dtype))}};
+                {"dtype", std::string(dtype_name(spec.dtype))},
+                {"run", run}};
   if (spec.stages) add_stages(o.stages, f);
   return f;
 }
@@ -146,6 +148,85 @@ TensorFile inputs_file(const cp::Case& k, const DumpSpec& spec) {
   f.metadata["dtype"] = std::string(dtype_name(spec.dtype));
   f.metadata["note"] = "inputs rounded to the dtype the implementation stored them in, written exactly as F64";
   return f;
+}
+
+// DIR's files named <mode>.rank<r>.safetensors for any mode: file, mode and rank (-1 when the rank is
+// not written as a dump writes it, e.g. rank01).
+struct RankFileName {
+  std::string file, mode;
+  int rank;
+};
+std::vector<RankFileName> rank_file_names(const std::string& dir) {
+  static const std::regex name(R"(([^.]+)\.rank([0-9]+)\.safetensors)");
+  std::vector<RankFileName> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string file = entry.path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(file, m, name)) continue;
+    const std::string digits = m[2];
+    const bool canonical = digits.size() < 10 && (digits == "0" || digits[0] != '0');
+    out.push_back({file, m[1], canonical ? std::stoi(digits) : -1});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> rank_files_in(const std::string& dir, const std::string& mode) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& f : rank_file_names(dir))
+    if (f.mode == mode) out.emplace_back(f.file, f.rank);
+  return out;
+}
+
+std::string meta_text(const std::map<std::string, std::string>& metadata, const std::string& key) {
+  const auto it = metadata.find(key);
+  return it == metadata.end() ? "(none)" : it->second;
+}
+
+// The dtype each tensor of a rank file is stored in: out and grad_hidden the image's, the parameter
+// gradients the state dtype (fp64 for fp64 storage, else fp32), stages F64, their rows and cols I64.
+std::optional<DType> expected_dtype(const std::string& name, DType dtype) {
+  if (name == "out" || name == "grad_hidden") return dtype;
+  if (name.starts_with("grad::")) return dtype == DType::F64 ? DType::F64 : DType::F32;
+  if (name.starts_with("stage::") || name.starts_with("stage_grad::")) return DType::F64;
+  if (name.starts_with(kRowsPrefix) || name.starts_with(kColsPrefix)) return DType::I64;
+  return std::nullopt;
+}
+
+// What keeps rank file `r` of a mode declared on W ranks by run `run` out of the image: "" when none.
+std::string rank_file_problem(const TensorFile& f, const json& meta, const std::string& mode, int r, int W,
+                              const std::string& run, DType dtype) {
+  const std::map<std::string, std::string> wanted = {{"run", run},
+                                                     {"mode", mode},
+                                                     {"rank", std::to_string(r)},
+                                                     {"world", std::to_string(W)},
+                                                     {"image", meta["image"].get<std::string>()},
+                                                     {"case", meta["case"].get<std::string>()},
+                                                     {"dtype", std::string(dtype_name(dtype))}};
+  for (const auto& [key, value] : wanted)
+    if (meta_text(f.metadata, key) != value)
+      return key == "run" ? "written by run " + meta_text(f.metadata, key) + ", meta.json's " + mode + " dump is run " +
+                                run + ": a file of another dump; dump --mode " + mode + " again"
+                          : "metadata " + key + " '" + meta_text(f.metadata, key) + "', meta.json says '" + value +
+                                "': a file of another image; dump --mode " + mode + " again";
+  for (const char* name : {"out", "grad_hidden"})
+    if (!f.has(name)) return std::string("no tensor '") + name + "'";
+  for (const auto& [name, t] : f.tensors)
+    if (const auto want = expected_dtype(name, dtype); want && t.dtype() != *want)
+      return "tensor '" + name + "' is " + std::string(dtype_name(t.dtype())) + ", the image's " +
+             std::string(dtype_name(dtype)) + " storage (meta.json, inputs.safetensors) stores it as " +
+             std::string(dtype_name(*want));
+  return "";
+}
+
+// meta.json's entry for a mode: its world (a positive integer) and run id; FormatError otherwise.
+std::pair<int, std::string> declared(const json& entry, const std::string& mode, const std::string& path) {
+  if (!entry.is_object() || !entry.contains("world") || !entry["world"].is_number_integer() ||
+      entry["world"].get<std::int64_t>() < 1 || entry["world"].get<std::int64_t>() > 1 << 20)
+    throw FormatError(path + ": modes." + mode + ".world is not a positive integer: dump the mode again");
+  return {entry["world"].get<int>(),
+          entry.contains("run") && entry["run"].is_string() ? entry["run"].get<std::string>() : ""};
 }
 
 }  // namespace
@@ -197,34 +278,136 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
   const cp::RunSpec rs = dump_run_spec(spec, world.size());
   check_same_image(read_meta(dir), spec, dir);
   const cp::Case k = cp::make_case(rs);
+  const std::string run = spec.run.empty() ? shared_run_id(world) : spec.run;
   const cp::RankOutput o = cp::run_rank(rs, k, std::move(backend), world).front();
   world.barrier();  // every rank has computed: nothing is written for a run that failed
-  fs::create_directories(dir);
-  const DType state = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
-  write_safetensors(rank_file(dir, spec.mode, world.rank()), rank_tensors(o, spec, state));
-  if (world.rank() != 0) return;
-  write_safetensors((fs::path(dir) / "inputs.safetensors").string(), inputs_file(k, spec));
-  json meta = read_meta(dir);
-  if (meta.empty()) {
-    meta = identity(spec);
-    meta["versions"] = build_info();
-    meta["backend"] = spec.backend;
-    meta["geometry"] = geometry(rs);
-    meta["modes"] = json::object();
+  json meta;
+  if (world.rank() == 0) {  // the mode undeclared while its rank files are replaced
+    fs::create_directories(dir);
+    write_safetensors((fs::path(dir) / "inputs.safetensors").string(), inputs_file(k, spec));
+    meta = read_meta(dir);
+    if (meta.empty()) {
+      meta = identity(spec);
+      meta["versions"] = build_info();
+      meta["geometry"] = geometry(rs);
+      meta["modes"] = json::object();
+    }
+    meta["modes"].erase(spec.mode);
+    write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
   }
+  world.barrier();
+  const DType state = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  write_safetensors(rank_file(dir, spec.mode, world.rank()), rank_tensors(o, spec, state, run));
+  world.barrier();  // every rank file is written: only now is the mode declared
+  if (world.rank() != 0) return;
+  for (const auto& [file, rank] : rank_files_in(dir, spec.mode))
+    if (rank >= world.size()) fs::remove(fs::path(dir) / file);  // an earlier dump's on more ranks
   meta["modes"][spec.mode] = {
       {"world", world.size()},
+      {"run", run},
       {"transport", transport},
       {"stages", spec.stages},
       {"accounting", {{"forward", counters_json(o.forward)}, {"backward", counters_json(o.backward)}}}};
   write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
 }
 
-std::vector<std::string> modes_in(const std::string& dir) {
-  std::vector<std::string> modes;
-  for (const char* m : kModes)
-    if (fs::exists(rank_file(dir, m, 0))) modes.emplace_back(m);
-  return modes;
+std::string new_run_id() {
+  std::random_device device;
+  const auto now = static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  const std::uint64_t id = ((std::uint64_t{device()} << 32) | device()) ^ now;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
+  return hex;
+}
+
+std::string shared_run_id(Communicator& world) {
+  if (world.memory() != Memory::Host)
+    throw Error("shared_run_id: the world moves device memory; draw the run id with new_run_id on a host world");
+  std::vector<char> id(16, '\0');
+  if (world.rank() == 0) {
+    const std::string drawn = new_run_id();
+    std::copy(drawn.begin(), drawn.end(), id.begin());
+  }
+  std::vector<std::int64_t> words(2);
+  std::memcpy(words.data(), id.data(), id.size());
+  world.broadcast(MutBuf(words), 0);
+  std::memcpy(id.data(), words.data(), id.size());
+  return {id.begin(), id.end()};
+}
+
+std::string rank_file(const std::string& dir, const std::string& mode, int rank) {
+  return (fs::path(dir) / (mode + ".rank" + std::to_string(rank) + ".safetensors")).string();
+}
+
+ImageIndex index_image(const std::string& dir) {
+  ImageIndex idx;
+  const std::string path = meta_path(dir);
+  if (!fs::exists(path)) {
+    idx.problems.push_back({"meta.json",
+                            "missing: the image declares no dump (a first dump that did not finish?); "
+                            "dump into a fresh --out directory"});
+    return idx;
+  }
+  const json meta = read_meta(dir);
+  for (const char* key : {"image", "case", "dtype"})
+    if (!meta.is_object() || !meta.contains(key) || !meta[key].is_string())
+      throw FormatError(path + ": no string '" + key + "': not a meta.json written by a dump; dump again");
+  if (!meta.contains("modes") || !meta["modes"].is_object())
+    throw FormatError(path + ": 'modes' is missing or not an object: not a meta.json written by a dump; dump again");
+  idx.dtype = parse_dtype(meta["dtype"].get<std::string>(), path + " dtype");
+  const std::string inputs = (fs::path(dir) / "inputs.safetensors").string();
+  const TensorFile in = read_safetensors(inputs);
+  for (const char* key : {"image", "case", "dtype"})
+    if (meta_text(in.metadata, key) != meta[key].get<std::string>())
+      idx.problems.push_back({"inputs.safetensors", std::string("metadata ") + key + " '" +
+                                                        meta_text(in.metadata, key) + "', meta.json says " +
+                                                        meta[key].dump() + ": dump into a fresh --out directory"});
+  const bool inputs_agree = idx.problems.empty();
+  std::map<std::string, std::vector<RankFileName>> files;
+  for (const auto& f : rank_file_names(dir)) {
+    if (std::find(std::begin(kModes), std::end(kModes), f.mode) == std::end(kModes))
+      idx.problems.push_back({f.file, "not a mode of a probe image (cp1, headwise, chunkwise, all_gather): remove it"});
+    else files[f.mode].push_back(f);
+  }
+  for (const char* mode : kModes) {
+    if (!meta["modes"].contains(mode)) {
+      std::string names;
+      for (const auto& f : files[mode]) names += (names.empty() ? "" : ", ") + f.file;
+      if (!names.empty())
+        idx.problems.push_back({files[mode].front().file, names + " without a " + mode +
+                                                              " entry in meta.json (a dump that did not finish?): "
+                                                              "dump --mode " +
+                                                              mode + " again"});
+      continue;
+    }
+    const auto [W, run] = declared(meta["modes"][mode], mode, path);
+    const std::size_t before = idx.problems.size();
+    if (run.empty())
+      idx.problems.push_back(
+          {"meta.json", std::string("modes.") + mode + " has no run id: dump --mode " + mode + " again"});
+    for (const auto& f : files[mode])
+      if (f.rank < 0 || f.rank >= W)
+        idx.problems.push_back({f.file, "orphan: meta.json declares " + std::string(mode) + " on " + std::to_string(W) +
+                                            " rank(s), " + mode + ".rank0.." + std::to_string(W - 1) +
+                                            "; remove it or dump --mode " + mode + " again"});
+    for (int r = 0; r < W && !run.empty(); ++r) {
+      const std::string file = fs::path(rank_file(dir, mode, r)).filename().string();
+      if (!fs::exists(rank_file(dir, mode, r))) {
+        idx.problems.push_back({file, "missing: meta.json declares " + std::string(mode) + " on " + std::to_string(W) +
+                                          " rank(s); dump --mode " + mode + " again"});
+        continue;
+      }
+      const std::string why =
+          rank_file_problem(read_safetensors(rank_file(dir, mode, r)), meta, mode, r, W, run, idx.dtype);
+      if (!why.empty()) idx.problems.push_back({file, why});
+    }
+    if (idx.problems.size() == before) {
+      idx.modes.emplace_back(mode);
+      idx.world[mode] = W;
+    }
+  }
+  if (!inputs_agree) idx.modes.clear(), idx.world.clear();  // no mode is of this image's case
+  return idx;
 }
 
 cp::Case read_inputs(const std::string& dir) {
@@ -234,12 +417,6 @@ cp::Case read_inputs(const std::string& dir) {
   return {c.config, c.params, c.hidden_states, *c.grad_output, c.cu_seqlens};
 }
 
-int world_of(const std::string& dir, const std::string& mode) {
-  int W = 0;
-  while (fs::exists(rank_file(dir, mode, W))) ++W;
-  return W;
-}
-
 bool has_stages(const std::string& dir, const std::string& mode) {
   const std::string path = rank_file(dir, mode, 0);
   for (const auto& [name, t] : read_safetensors(path).tensors)
@@ -247,9 +424,7 @@ bool has_stages(const std::string& dir, const std::string& mode) {
   return false;
 }
 
-cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, const cp::Case& k) {
-  const int W = world_of(dir, mode);
-  if (W == 0) throw FormatError(dir + ": no " + mode + ".rank0.safetensors: dump that mode first");
+cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int W, const cp::Case& k) {
   cp::MicroBatchRun run;
   run.cp_size = W;
   run.answer.out = Tensor(DType::F64, k.hidden.shape());
@@ -292,13 +467,8 @@ TensorFile answer_file(const cp::Answer& a) {
   return f;
 }
 
-TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& k) {
-  return answer_file(assemble_run(dir, mode, k).answer);
-}
-
-DType dumped_dtype(const std::string& dir, const std::string& mode) {
-  const std::string path = rank_file(dir, mode, 0);
-  return read_safetensors(path).at("out", path).dtype();
+TensorFile assemble(const std::string& dir, const std::string& mode, int W, const cp::Case& k) {
+  return answer_file(assemble_run(dir, mode, W, k).answer);
 }
 
 }  // namespace gdnv::probes

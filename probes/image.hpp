@@ -5,15 +5,19 @@
 //                               grad_output, the layer config in metadata (`gdn-verify reference
 //                               --in DIR/inputs.safetensors` recomputes the oracle)
 //   <mode>.rank<r>.safetensors  rank r's zigzag shard of out and grad_hidden, and the CP-summed
-//                               grad::<param>; mode is cp1, headwise, chunkwise or all_gather. With
+//                               grad::<param> (every rank's copy); mode is cp1, headwise, chunkwise or
+//                               all_gather; metadata names the run that wrote it. With
 //                               --stages also every named stage as rank r computed it (F64 [rows,
 //                               cols]) with its rows::<stage> and cols::<stage> (I64) placing it
 //                               in the stage's natural-order tensor (docs/DESIGN.md §8)
 //   meta.json                   image label, versions (gdn-verify, git commit, compiler, Eigen, MPI,
 //                               CUDA, NCCL), backend, dtype, case, geometry, seed, and per mode its
-//                               world and rank 0's accounting
-// One DIR holds one image of one case: each mode's dump adds its files and its entry in meta.json.
+//                               world, run id and rank 0's accounting
+// One DIR holds one image of one case: each mode's dump adds its files and its entry in meta.json, which
+// declares the mode only once its last rank file is written. Readers judge a mode only when the image is
+// whole (docs/DESIGN.md §8): index_image names every missing, orphan, foreign-run or mislabelled file.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,7 +44,14 @@ struct DumpSpec {
   std::uint64_t seed = 0;
   std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json
   bool stages = false;          // also dump each rank's part of every named stage (docs/DESIGN.md §1.3)
+  std::string run;              // the run id every rank file carries; empty: dump_rank draws it (shared_run_id)
 };
+
+// A fresh run id: 16 hex digits from the system's entropy and clock, one per dump of a mode.
+std::string new_run_id();
+// new_run_id drawn by rank 0 and broadcast over `world` (collective; host memory): what every rank of one
+// dump carries. A device-memory world (emu, NCCL) gets it from the host world that launched it instead.
+std::string shared_run_id(Communicator& world);
 
 // The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
 // than one rank, or an illegal combination (docs/DESIGN.md §3.1, the messages of `gdn-verify run`).
@@ -49,30 +60,47 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size);
 // This rank's part of the dump (collective over `world`, whose Memory is the backend's): runs the layer
 // fwd+bwd on `backend` and writes DIR/<mode>.rank<r>.safetensors; rank 0 also writes inputs.safetensors
 // and meta.json. `transport` ("inproc" | "mpi") is recorded in meta.json. Files are written only after
-// every rank has computed.
+// every rank has computed, in docs/DESIGN.md §8's order: meta.json without the mode, every rank file
+// (carrying spec.run, or the id shared_run_id draws over `world`), then meta.json declaring the mode.
 void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
                std::unique_ptr<cp::Backend> backend);
 
-// The modes dumped in DIR (those with a rank-0 file), in cp1, headwise, chunkwise, all_gather order.
-std::vector<std::string> modes_in(const std::string& dir);
+// A file of DIR that keeps the image from being whole, and why.
+struct ImageProblem {
+  std::string file, what;
+};
+
+// DIR as its meta.json declares it (docs/DESIGN.md §8): the image's storage dtype (meta.json's, which
+// inputs.safetensors, every rank file and every out / grad_hidden must carry; grad:: in the state
+// dtype), the modes whose rank files 0..world-1 are all there, all of the declared run and of this
+// image, in cp1, headwise, chunkwise, all_gather order; and every problem found. A problem of
+// meta.json or inputs.safetensors leaves no mode whole. FormatError for a meta.json that is not the
+// JSON object a dump writes.
+struct ImageIndex {
+  DType dtype = DType::F32;
+  std::vector<std::string> modes;
+  std::map<std::string, int> world;  // of each whole mode
+  std::vector<ImageProblem> problems;
+};
+ImageIndex index_image(const std::string& dir);
 
 // DIR/inputs.safetensors as the oracle harness's case.
 cp::Case read_inputs(const std::string& dir);
 
-// A mode's dump in natural order, as the harness assembles a run: out and grad_hidden reassembled from
-// every rank's zigzag shard, the gradients from rank 0, the stages (when dumped) from every rank's
-// pieces with who computed what (stage_pieces), all F64; FormatError naming the file when a rank is
-// missing or a shard does not fit the partition.
-cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, const cp::Case& inputs);
+// DIR/<mode>.rank<r>.safetensors.
+std::string rank_file(const std::string& dir, const std::string& mode, int rank);
+
+// A whole mode's dump (index_image) on `world` ranks in natural order, as the harness assembles a run:
+// out and grad_hidden reassembled from every rank's zigzag shard, the gradients from rank 0 (every
+// other rank's copy is judged against it: the readers' replica check), the stages (when dumped) from
+// every rank's pieces with who computed what (stage_pieces), all F64; FormatError naming the file when
+// a shard does not fit the partition.
+cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int world, const cp::Case& inputs);
 // assemble_run's tensors by name: out, grad_hidden, grad::<param>, stage::<s>, stage_grad::<s>.
-TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& inputs);
+TensorFile assemble(const std::string& dir, const std::string& mode, int world, const cp::Case& inputs);
 TensorFile answer_file(const cp::Answer& answer);
 
-// Whether the mode's dump holds stages, and its world size (the number of rank files).
+// Whether the mode's dump holds stages.
 bool has_stages(const std::string& dir, const std::string& mode);
-int world_of(const std::string& dir, const std::string& mode);
-
-// The dtype the mode's out was stored in.
-DType dumped_dtype(const std::string& dir, const std::string& mode);
 
 }  // namespace gdnv::probes

@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
+#include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "tests/mpirun_env.hpp"
 
@@ -33,6 +35,27 @@ void dump(const fs::path& dir, const std::string& image, const std::vector<std::
 
 const std::vector<std::string> kAllModes = {"cp1", "headwise", "chunkwise", "all_gather"};
 
+// Rewrites DIR/file through `edit`: what a hostile or broken writer leaves.
+void tamper(const fs::path& dir, const std::string& file, const std::function<void(TensorFile&)>& edit) {
+  TensorFile f = read_safetensors((dir / file).string());
+  edit(f);
+  write_safetensors((dir / file).string(), f);
+}
+void tamper_meta(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  edit(meta);
+  write_file_atomic((dir / "meta.json").string(), meta.dump(2));
+}
+
+// The readers' exit codes and outputs on DIR (compare: against REF).
+struct Readings {
+  testing::CliResult oracle, cross, compare;
+};
+Readings read_all(const fs::path& dir, const fs::path& ref) {
+  return {run_cli("probe oracle --dir " + dir.string()), run_cli("probe cross-mode --dir " + dir.string()),
+          run_cli("probe compare --ref " + ref.string() + " --cand " + dir.string())};
+}
+
 TEST(ProbeCli, DumpWritesInputsRankShardsAndMeta) {
   const auto dir = testing::temp_dir("probe");
   dump(dir, "new", {"cp1", "chunkwise"}, "--dtype bf16 --case thd-short", 4);
@@ -49,6 +72,15 @@ TEST(ProbeCli, DumpWritesInputsRankShardsAndMeta) {
   EXPECT_EQ(meta["modes"]["chunkwise"]["world"], 4);
   EXPECT_EQ(meta["modes"]["chunkwise"]["accounting"]["forward"]["all_to_all_v"]["calls"], 2);
   EXPECT_FALSE(meta["versions"]["git_commit"].get<std::string>().empty());
+  // One run id, drawn by rank 0 and shared by every rank file of the dump; another dump draws another.
+  const std::string run = meta["modes"]["chunkwise"]["run"];
+  EXPECT_EQ(run.size(), 16u) << run;
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(
+        read_safetensors((dir / ("chunkwise.rank" + std::to_string(r) + ".safetensors")).string()).metadata.at("run"),
+        run)
+        << r;
+  EXPECT_NE(meta["modes"]["cp1"]["run"], run);
   // The inputs are a layer-level file the oracle command reads.
   const auto ref =
       run_cli("reference --in " + (dir / "inputs.safetensors").string() + " --out " + (dir / "oracle.out").string());
@@ -62,13 +94,16 @@ TEST(ProbeCli, CrossModeAndOracleJudgeEveryMode) {
   const auto cross = run_cli("probe cross-mode --dir " + dir.string());
   EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
   EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1:out: pass")) << cross.out;
-  EXPECT_TRUE(contains(cross.out, "27 tensors compared")) << cross.out;
+  EXPECT_TRUE(contains(cross.out, "48 tensors compared")) << "3 modes x 9, and 3 x 7 rank-1 gradient copies\n"
+                                                          << cross.out;
   EXPECT_TRUE(contains(cross.out, "deviation ratio (<= 4x headwise's, floor 1e-6): 18 checked, 0 outside"))
       << cross.out;
   const auto oracle = run_cli("probe oracle --dir " + dir.string());
   EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
-  EXPECT_TRUE(contains(oracle.out, "36 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n"))
+  EXPECT_TRUE(contains(oracle.out, "57 tensors compared, 21 bitwise identical, 0 outside tolerance\nPASS\n"))
+      << "4 modes x 9, and 3 x 7 rank-1 gradient copies equal to rank 0's bit for bit\n"
       << oracle.out;
+  EXPECT_TRUE(contains(oracle.out, "chunkwise.rank1 vs rank0:grad::A_log: pass, bitwise yes")) << oracle.out;
   fs::remove_all(dir);
 }
 
@@ -96,19 +131,22 @@ TEST(ProbeCli, StageDumpsHoldEachRanksPiecesAndPassCrossModeAndOracle) {
   const auto cross = run_cli("probe cross-mode --dir " + dir.string());
   EXPECT_EQ(cross.code, 0) << cross.out << cross.err;
   EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1:stage::conv: pass")) << cross.out;
-  EXPECT_TRUE(contains(cross.out, "87 tensors compared")) << "3 modes x (9 outputs + 20 stages)\n" << cross.out;
+  EXPECT_TRUE(contains(cross.out, "108 tensors compared"))
+      << "3 modes x (9 outputs + 20 stages + 7 rank-1 gradient copies)\n"
+      << cross.out;
   const auto oracle = run_cli("probe oracle --dir " + dir.string() + " --json " + (dir / "o.json").string());
   EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
   EXPECT_TRUE(contains(oracle.out, "chunkwise:stage::boundary_state: pass")) << oracle.out;
   EXPECT_TRUE(contains(oracle.out, "chunkwise:stage_grad::boundary_state: pass")) << oracle.out;
-  EXPECT_TRUE(contains(oracle.out, "118 tensors compared, 0 bitwise identical, 0 outside tolerance\nPASS\n"))
-      << "4 x 29, and chunkwise's two boundary states\n"
+  EXPECT_TRUE(contains(oracle.out, "139 tensors compared, 21 bitwise identical, 0 outside tolerance\nPASS\n"))
+      << "4 x 29, chunkwise's two boundary states and 3 x 7 rank-1 gradient copies\n"
       << oracle.out;
   EXPECT_TRUE(contains(oracle.out, "    min atol ")) << oracle.out;
   EXPECT_FALSE(contains(oracle.out, "first divergence")) << oracle.out;
   const auto json = nlohmann::json::parse(read_file_text((dir / "o.json").string()));
   EXPECT_TRUE(json["first_divergence"].is_null());
   for (const auto& t : json["tensors"]) {
+    if (t["file"].get<std::string>().ends_with(" vs rank0")) continue;  // replicas: bitwise equal
     EXPECT_GT(t["min_atol"].get<double>(), 0.0) << t["name"];
     EXPECT_FALSE(t["histogram"].get<std::string>().empty()) << t["name"];
   }
@@ -180,6 +218,157 @@ TEST(ProbeCli, ImageCompareCatchesAPlantedFault) {
   const auto cross = run_cli("probe cross-mode --dir " + (root / "bad").string());
   EXPECT_EQ(cross.code, 1) << cross.out << cross.err;
   fs::remove_all(root);
+}
+
+// A CP-summed parameter gradient is in every rank file: a rank whose copy differs (a reduce to the
+// root where an all-reduce was needed) fails, named by the divergence line.
+TEST(ProbeCli, EveryRanksCopyOfAParameterGradientIsJudged) {
+  const auto root = testing::temp_dir("probe_replica");
+  dump(root / "clean", "x", {"cp1", "chunkwise"});
+  dump(root / "bad", "x", {"cp1", "chunkwise"});
+  tamper(root / "bad", "chunkwise.rank1.safetensors", [](TensorFile& f) {
+    Tensor& g = f.tensors.at("grad::A_log");
+    for (std::int64_t i = 0; i < g.numel(); ++i) g.set(i, 2 * g.get(i));
+  });
+  const Readings r = read_all(root / "bad", root / "clean");
+  const std::string where = "first divergence: grad::A_log (backward, rank 1 of 2, rows 0..7): ";
+  EXPECT_EQ(r.oracle.code, 1) << r.oracle.out << r.oracle.err;
+  EXPECT_TRUE(contains(r.oracle.out, "chunkwise.rank1 vs rank0:grad::A_log: FAIL")) << r.oracle.out;
+  EXPECT_TRUE(contains(r.oracle.out, "FAIL\n" + where + "bitwise mismatches 8.000e+00 > gate 0.000e+00\n"))
+      << r.oracle.out;
+  EXPECT_EQ(r.cross.code, 1) << r.cross.out << r.cross.err;
+  EXPECT_TRUE(contains(r.cross.out, "FAIL\n" + where + "bitwise mismatches ")) << r.cross.out;
+  EXPECT_EQ(r.compare.code, 1) << r.compare.out << r.compare.err;
+  EXPECT_TRUE(contains(r.compare.out, "chunkwise.rank1.safetensors:grad::A_log: FAIL")) << r.compare.out;
+  fs::remove_all(root);
+}
+
+// An image is whole per meta.json: a missing rank file (rank 0 too), an orphan one and files of a mode
+// meta.json does not declare are structural mismatches naming the file, never a skipped mode.
+TEST(ProbeCli, AMissingOrOrphanRankFileIsAStructuralMismatchNamingIt) {
+  const auto root = testing::temp_dir("probe_whole");
+  dump(root / "clean", "x", {"cp1", "headwise", "chunkwise"}, "--case thd-short", 4);
+  const auto broken = [&](const std::string& name, const std::function<void(const fs::path&)>& edit,
+                          const std::string& file, const std::string& what) {
+    const fs::path dir = root / name;
+    fs::copy(root / "clean", dir);
+    edit(dir);
+    const Readings r = read_all(dir, root / "clean");
+    for (const testing::CliResult* c : {&r.oracle, &r.cross, &r.compare}) {
+      EXPECT_EQ(c->code, 2) << name << "\n" << c->out << c->err;
+      // compare says whose image it is: "CAND: missing ..."
+      const std::string prefix = file + ":*: STRUCTURAL MISMATCH: " + (c == &r.compare ? "CAND: " : "");
+      EXPECT_TRUE(contains(c->out, prefix + what)) << name << "\n" << c->out;
+      EXPECT_TRUE(contains(c->out, "\nFAIL\n")) << name << "\n" << c->out;
+    }
+    EXPECT_FALSE(contains(r.oracle.err + r.oracle.out, "divisible")) << "names the file, not a layout\n"
+                                                                     << r.oracle.err;
+  };
+  broken(
+      "rank3", [](const fs::path& d) { fs::remove(d / "chunkwise.rank3.safetensors"); }, "chunkwise.rank3.safetensors",
+      "missing: meta.json declares chunkwise on 4 rank(s)");
+  broken(
+      "rank0", [](const fs::path& d) { fs::remove(d / "chunkwise.rank0.safetensors"); }, "chunkwise.rank0.safetensors",
+      "missing: meta.json declares chunkwise on 4 rank(s)");
+  broken(
+      "orphan",
+      [](const fs::path& d) { fs::copy_file(d / "chunkwise.rank1.safetensors", d / "chunkwise.rank4.safetensors"); },
+      "chunkwise.rank4.safetensors", "orphan: meta.json declares chunkwise on 4 rank(s)");
+  broken(
+      "undeclared", [](const fs::path& d) { tamper_meta(d, [](auto& m) { m["modes"].erase("chunkwise"); }); },
+      "chunkwise.rank0.safetensors",
+      "chunkwise.rank0.safetensors, chunkwise.rank1.safetensors, "
+      "chunkwise.rank2.safetensors, chunkwise.rank3.safetensors without a chunkwise entry in meta.json");
+  fs::remove_all(root);
+}
+
+// A rank file of another dump (a stale one beside a killed re-dump's, or one copied in) is refused
+// even where its bits are the same: every rank file carries its dump's run id.
+TEST(ProbeCli, ARankFileOfAnotherRunIsRefused) {
+  const auto root = testing::temp_dir("probe_mixed");
+  dump(root / "a", "x", {"cp1", "chunkwise"});
+  dump(root / "b", "x", {"cp1", "chunkwise"});
+  fs::copy_file(root / "b" / "chunkwise.rank1.safetensors", root / "a" / "chunkwise.rank1.safetensors",
+                fs::copy_options::overwrite_existing);
+  const Readings r = read_all(root / "a", root / "b");
+  for (const testing::CliResult* c : {&r.oracle, &r.cross, &r.compare}) {
+    EXPECT_EQ(c->code, 2) << c->out << c->err;
+    EXPECT_TRUE(contains(c->out, "chunkwise.rank1.safetensors:*: STRUCTURAL MISMATCH: ")) << c->out;
+    EXPECT_TRUE(contains(c->out, "a file of another dump; dump --mode chunkwise again")) << c->out;
+  }
+  fs::remove_all(root);
+}
+
+// The gate's dtype is the image's (meta.json, inputs.safetensors): one tensor relabelled bf16 in an fp32
+// image, or an image relabelled as a whole, is refused rather than judged at bf16 gates.
+TEST(ProbeCli, ARelabelledDtypeIsRefused) {
+  const auto root = testing::temp_dir("probe_dtype");
+  dump(root / "clean", "x", {"cp1", "chunkwise"});
+  fs::copy(root / "clean", root / "tensor");
+  tamper(root / "tensor", "chunkwise.rank0.safetensors",
+         [](TensorFile& f) { f.tensors.at("out") = f.tensors.at("out").to(DType::BF16); });
+  const Readings r = read_all(root / "tensor", root / "clean");
+  for (const testing::CliResult* c : {&r.oracle, &r.cross, &r.compare}) {
+    EXPECT_EQ(c->code, 2) << c->out << c->err;
+    EXPECT_TRUE(contains(c->out, "chunkwise.rank0.safetensors:*: STRUCTURAL MISMATCH: ")) << c->out;
+    EXPECT_TRUE(contains(c->out,
+                         "tensor 'out' is BF16, the image's F32 storage (meta.json, inputs.safetensors) "
+                         "stores it as F32"))
+        << c->out;
+  }
+  fs::copy(root / "clean", root / "meta");
+  tamper_meta(root / "meta", [](auto& m) { m["dtype"] = "BF16"; });
+  const auto oracle = run_cli("probe oracle --dir " + (root / "meta").string());
+  EXPECT_EQ(oracle.code, 2) << oracle.out << oracle.err;
+  EXPECT_TRUE(contains(oracle.out,
+                       "inputs.safetensors:*: STRUCTURAL MISMATCH: metadata dtype 'F32', meta.json says "
+                       "\"BF16\""))
+      << oracle.out;
+  fs::remove_all(root);
+}
+
+// Two images whose inputs are bitwise equal but whose layer config differs are of different cases.
+TEST(ProbeCli, CompareJudgesTheInputsConfig) {
+  const auto root = testing::temp_dir("probe_config");
+  dump(root / "a", "a", {"headwise"});
+  dump(root / "b", "b", {"headwise"});
+  tamper(root / "b", "inputs.safetensors", [](TensorFile& f) { f.metadata["layernorm_epsilon"] = "0.5"; });
+  const auto r = run_cli("probe compare --ref " + (root / "a").string() + " --cand " + (root / "b").string());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "inputs.safetensors:*: STRUCTURAL MISMATCH: metadata 'layernorm_epsilon' is '1e-06' "
+                       "in REF, '0.5' in CAND"))
+      << r.out;
+  fs::remove_all(root);
+}
+
+// A mode re-dumped on fewer ranks replaces the wider dump's files; the image stays whole.
+TEST(ProbeCli, ARedumpOnFewerRanksLeavesNoOrphans) {
+  const auto dir = testing::temp_dir("probe_redump");
+  dump(dir, "x", {"cp1", "chunkwise"}, "--case thd-short", 4);
+  dump(dir, "x", {"chunkwise"}, "--case thd-short", 2);
+  EXPECT_FALSE(fs::exists(dir / "chunkwise.rank2.safetensors"));
+  EXPECT_FALSE(fs::exists(dir / "chunkwise.rank3.safetensors"));
+  const auto oracle = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(oracle.code, 0) << oracle.out << oracle.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file_text((dir / "meta.json").string()))["modes"]["chunkwise"]["world"], 2);
+  fs::remove_all(dir);
+}
+
+// The deviation ratio needs headwise and another CP mode: the skip line says which is missing.
+TEST(ProbeCli, CrossModeSaysWhyTheDeviationRatioIsSkipped) {
+  const auto dir = testing::temp_dir("probe_skip");
+  dump(dir, "x", {"cp1", "headwise"});
+  const auto r = run_cli("probe cross-mode --dir " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(
+      contains(r.out, "deviation ratio: skipped (headwise is the only CP mode dumped: no other mode to measure)"))
+      << r.out;
+  fs::remove_all(dir);
+  dump(dir, "x", {"cp1", "chunkwise"});
+  const auto c = run_cli("probe cross-mode --dir " + dir.string());
+  EXPECT_TRUE(contains(c.out, "deviation ratio: skipped (no headwise dump to measure against)")) << c.out;
+  fs::remove_all(dir);
 }
 
 TEST(ProbeCli, ImagesOfDifferentInputsAreStructuralMismatches) {
@@ -279,6 +468,10 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
     EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
     EXPECT_EQ(meta["modes"]["chunkwise"]["world"], np);
+    for (int r = 0; r < np; ++r)  // rank 0's run id, broadcast to every process
+      EXPECT_EQ(read_safetensors((root / "mpi" / ("chunkwise.rank" + std::to_string(r) + ".safetensors")).string())
+                    .metadata.at("run"),
+                meta["modes"]["chunkwise"]["run"].get<std::string>());
     fs::remove_all(root);
   }
 }

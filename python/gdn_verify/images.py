@@ -3,10 +3,15 @@
 DIR/inputs.safetensors          the case: natural-order hidden_states, cu_seqlens (THD), every parameter
                                 under Megatron's name, grad_output, all F64; the config in metadata
 DIR/<mode>.rank<r>.safetensors  rank r's zigzag shard of out and grad_hidden (storage dtype), the CP-summed
-                                grad::<param> (state dtype), optionally every named stage as F64
-                                [rows, cols] with rows::<stage> and cols::<stage> (I64)
+                                grad::<param> (state dtype, every rank's copy), optionally every named
+                                stage as F64 [rows, cols] with rows::<stage> and cols::<stage> (I64);
+                                metadata names the run that wrote it
 DIR/meta.json                   image, case, dtype, seed, backend (the image's identity), versions,
-                                geometry, modes.<mode>
+                                geometry, modes.<mode> (world, run id)
+
+A mode's dump is written in docs/DESIGN.md §8's order: meta.json without the mode, every rank file, then
+meta.json declaring the mode with its world and run id, so a reader never takes a dump cut short, or a
+rank file of another run, for a whole one.
 
 The safetensors writer reproduces the C++ writer byte for byte (tensors sorted by name, compact JSON
 header with sorted keys, space padding to 8 bytes, atomic rename), so `gdn-verify probe compare`,
@@ -20,6 +25,7 @@ import ctypes
 import json
 import os
 import re
+import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,13 +172,19 @@ def state_dtype(case: Case) -> torch.dtype:
     return torch.float64 if case.torch_dtype == torch.float64 else torch.float32
 
 
-def rank_tensors(dump: RankDump, case: Case, image: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def new_run_id() -> str:
+    """A fresh run id (probes/image.cpp `new_run_id`): 16 hex digits, shared by one dump's files."""
+    return secrets.token_hex(8)
+
+
+def rank_tensors(dump: RankDump, case: Case, image: str,
+                 run_id: str = "") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """A rank file's tensors and metadata (probes/image.cpp `rank_tensors`)."""
     tensors = {"out": dump.out.detach().to(case.torch_dtype), "grad_hidden": dump.grad_hidden.detach().to(case.torch_dtype)}
     for name, g in dump.grads.items():
         tensors["grad::" + name] = g.detach().to(state_dtype(case))
     metadata = {"image": image, "mode": dump.mode, "rank": str(dump.rank), "world": str(dump.world),
-                "case": case.spec.name, "dtype": dtype_label(case)}
+                "case": case.spec.name, "dtype": dtype_label(case), "run": run_id}
     if dump.stages is not None:
         for s in dump.stages:
             if s.name in tensors:
@@ -222,12 +234,16 @@ def check_same_image(meta: dict, wanted: dict, directory: Path) -> None:
 
 
 def write_image(directory: Path, case: Case, image: str, backend: str, dumps: Sequence[RankDump],
-                transport: str = "inproc", extra_meta: Mapping | None = None) -> None:
+                transport: str = "inproc", extra_meta: Mapping | None = None, run_id: str | None = None) -> None:
     """Writes one mode's dump of `case` into DIR: every rank file, inputs.safetensors and meta.json.
 
-    Everything is encoded before the first byte is written, and each file is replaced atomically, so a
-    failure leaves DIR as it was. `extra_meta` adds top-level meta.json keys (the adapter, the path it
-    ran, library versions); `backend` is part of the image's identity."""
+    Everything is encoded before the first byte is written, so bad input leaves DIR as it was; each file
+    is replaced atomically, meta.json first without the mode and last declaring it (with its world and
+    `run_id`, which every rank file carries; default a fresh one), so a write cut short leaves the mode
+    undeclared, which the readers refuse. Rank files of an earlier dump of the mode on more ranks are
+    removed. `extra_meta` adds top-level meta.json keys (the adapter, the path it ran, library
+    versions); `backend` is part of the image's identity. A multi-process dump gathers every rank's
+    RankDump to one process and calls this once."""
     directory = Path(directory)
     modes = {d.mode for d in dumps}
     if len(modes) != 1 or next(iter(modes)) not in MODES:
@@ -236,25 +252,39 @@ def write_image(directory: Path, case: Case, image: str, backend: str, dumps: Se
     if sorted(d.rank for d in dumps) != list(range(world)) or any(d.world != world for d in dumps):
         raise ImageError(f"{mode}: rank files 0..{world - 1} of one world are needed, got ranks "
                          f"{sorted(d.rank for d in dumps)}")
+    run_id = run_id or new_run_id()
     wanted = identity(case, image, backend)
     meta = read_meta(directory)
     check_same_image(meta, wanted, directory)
-    files = {rank_path(directory, mode, d.rank): safetensors_bytes(*rank_tensors(d, case, image)) for d in dumps}
-    files[directory / INPUTS] = safetensors_bytes(inputs_tensors(case), inputs_metadata(case, image))
+    ranks = {rank_path(directory, mode, d.rank): safetensors_bytes(*rank_tensors(d, case, image, run_id))
+             for d in dumps}
+    inputs = safetensors_bytes(inputs_tensors(case), inputs_metadata(case, image))
     if not meta:
         meta = dict(wanted)
         meta["geometry"] = geometry_json(case)
         meta["modes"] = {}
     meta.update(extra_meta or {})
-    meta["modes"][mode] = {"world": world, "transport": transport, "stages": dumps[0].stages is not None}
-    files[directory / META] = (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
-    for path, data in files.items():
+    meta["modes"].pop(mode, None)
+    write_atomic(directory / INPUTS, inputs)
+    write_atomic(directory / META, meta_bytes(meta))
+    for path, data in ranks.items():
         write_atomic(path, data)
+    for stale in directory.glob(f"{mode}.rank*.safetensors"):
+        if stale not in ranks:
+            stale.unlink()
+    meta["modes"][mode] = {"world": world, "run": run_id, "transport": transport,
+                           "stages": dumps[0].stages is not None}
+    write_atomic(directory / META, meta_bytes(meta))
+
+
+def meta_bytes(meta: dict) -> bytes:
+    return (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
 
 
 def modes_in(directory: Path) -> list[str]:
-    """The modes dumped in DIR (those with a rank-0 file), in docs/DESIGN.md §8's order."""
-    return [m for m in MODES if rank_path(directory, m, 0).exists()]
+    """The modes meta.json declares in DIR, in docs/DESIGN.md §8's order."""
+    declared = read_meta(directory).get("modes", {})
+    return [m for m in MODES if m in declared]
 
 
 def read_image(directory: Path) -> Image:
@@ -266,9 +296,17 @@ def read_image(directory: Path) -> Image:
     inputs, metadata = read_safetensors(directory / INPUTS)
     image = Image(inputs, metadata, meta=read_meta(directory))
     for mode in modes_in(directory):
+        entry = image.meta["modes"][mode]
         files = []
-        while rank_path(directory, mode, len(files)).exists():
-            files.append(read_safetensors(rank_path(directory, mode, len(files))))
+        for rank in range(entry["world"]):
+            path = rank_path(directory, mode, rank)
+            if not path.exists():
+                raise ImageError(f"{path.name} missing: meta.json declares {mode} on {entry['world']} rank(s); "
+                                 f"dump --mode {mode} again")
+            files.append(read_safetensors(path))
+            if files[-1][1].get("run") != entry.get("run"):
+                raise ImageError(f"{path.name}: written by run {files[-1][1].get('run')}, meta.json's {mode} dump is "
+                                 f"run {entry.get('run')}: a file of another dump; dump --mode {mode} again")
         image.ranks[mode] = files
     return image
 

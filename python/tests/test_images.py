@@ -10,20 +10,22 @@ import torch
 from gdn_verify import cases, images
 
 
-def rewrite(cpp_dir, out_dir, case):
-    """The C++ image's cp1 dump read back and written again by the Python writer."""
+def rewrite(cpp_dir, out_dir, case, run_id=None):
+    """The C++ image's cp1 dump read back and written again by the Python writer (under `run_id`)."""
     image = images.read_image(cpp_dir)
     tensors, meta = image.ranks["cp1"][0]
     stages = images.stages_of(tensors, meta) if "summed_stages" in meta else None
     grads = {n[len("grad::"):]: t for n, t in tensors.items() if n.startswith("grad::")}
     dump = images.RankDump("cp1", 0, 1, tensors["out"], tensors["grad_hidden"], grads, stages)
-    images.write_image(out_dir, case, "cpp", "cpu", [dump])
+    images.write_image(out_dir, case, "cpp", "cpu", [dump], run_id=run_id)
 
 
 @pytest.mark.parametrize("extra", [(), ("--stages",)])
 def test_written_rank_file_is_byte_identical_to_probe_dumps(cpp_image, tmp_path, extra):
     cpp = cpp_image("thd-short", 0, "fp32", *extra)
-    rewrite(cpp, tmp_path, cases.make_case("thd-short", 0, "fp32"))
+    # The same run id: the rank file carries the run that wrote it, a fresh one by default.
+    run_id = json.loads((cpp / "meta.json").read_text())["modes"]["cp1"]["run"]
+    rewrite(cpp, tmp_path, cases.make_case("thd-short", 0, "fp32"), run_id)
     for name in ("inputs.safetensors", "cp1.rank0.safetensors"):
         assert (tmp_path / name).read_bytes() == (cpp / name).read_bytes(), name
 
@@ -74,3 +76,45 @@ def test_another_image_in_the_same_directory_is_refused_and_nothing_changes(tmp_
 def test_reading_a_directory_without_inputs_names_the_fix(tmp_path):
     with pytest.raises(images.ImageError, match="holds no inputs.safetensors: pass a directory written by"):
         images.read_image(tmp_path)
+
+
+def multi_rank_image(directory, world=2):
+    """A chunkwise dump of thd-short on `world` ranks as the bridge writes one (values not judged here)."""
+    case = cases.make_case("thd-short", 0, "fp32")
+    rows, hidden = case.hidden_states.shape[0] // world, case.geometry.hidden_size
+    grads = {n: torch.full(t.shape, 0.5, dtype=torch.float32) for n, t in case.params.items()}
+    dumps = [images.RankDump("chunkwise", r, world, torch.zeros(rows, 1, hidden), torch.zeros(rows, 1, hidden), grads)
+             for r in range(world)]
+    images.write_image(directory, case, "py", "test:cpu", dumps)
+    return case, dumps
+
+
+def test_every_rank_file_carries_the_run_id_meta_json_declares(tmp_path):
+    multi_rank_image(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    run = meta["modes"]["chunkwise"]["run"]
+    assert meta["modes"]["chunkwise"]["world"] == 2 and len(run) == 16
+    for r in range(2):
+        assert images.read_safetensors(images.rank_path(tmp_path, "chunkwise", r))[1]["run"] == run
+    assert len(images.read_image(tmp_path).ranks["chunkwise"]) == 2
+
+
+def test_a_redump_replaces_every_rank_file_and_its_run(tmp_path):
+    multi_rank_image(tmp_path, 4)
+    first = json.loads((tmp_path / "meta.json").read_text())["modes"]["chunkwise"]["run"]
+    multi_rank_image(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.glob("chunkwise.rank*")) == [
+        "chunkwise.rank0.safetensors", "chunkwise.rank1.safetensors"]
+    assert json.loads((tmp_path / "meta.json").read_text())["modes"]["chunkwise"]["run"] != first
+
+
+def test_the_cpp_readers_refuse_a_python_image_with_a_rank_file_of_another_run(gdnv, tmp_path):
+    multi_rank_image(tmp_path / "a")
+    multi_rank_image(tmp_path / "b")
+    (tmp_path / "a" / "chunkwise.rank1.safetensors").write_bytes(
+        (tmp_path / "b" / "chunkwise.rank1.safetensors").read_bytes())
+    with pytest.raises(images.ImageError, match="chunkwise.rank1.safetensors: written by run .* a file of another"):
+        images.read_image(tmp_path / "a")
+    oracle = gdnv("probe", "oracle", "--dir", tmp_path / "a")
+    assert oracle.returncode == 2, oracle.stdout + oracle.stderr
+    assert "chunkwise.rank1.safetensors:*: STRUCTURAL MISMATCH: written by run" in oracle.stdout
