@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <regex>
 
 #include <gtest/gtest.h>
@@ -31,20 +32,27 @@ std::string line_of(const std::string& text, const std::string& prefix) {
 
 std::string committed() { return fixtures::committed_fixtures_dir(); }
 
-// A copy of the committed catalog reduced to `cases`, with its own manifest: the manifest checks do
-// not need the slow layer cases.
-fs::path reduced_copy(const std::string& tag, const std::vector<std::string>& cases) {
+// A copy of the committed catalog, whose files and manifest a test may then break: the manifest must
+// list the whole catalog, so a copy is whole (its verify takes about a second).
+fs::path committed_copy(const std::string& tag) {
   const fs::path dir = temp_dir(tag);
-  fixtures::Manifest m = fixtures::parse_manifest(read_file_text(committed() + "/" + kManifestName), kManifestName);
-  std::vector<fixtures::ManifestEntry> kept;
-  for (const auto& e : m.cases)
-    if (std::find(cases.begin(), cases.end(), e.name) != cases.end()) {
-      fs::copy_file(committed() + "/" + e.file, dir / e.file);
-      kept.push_back(e);
-    }
-  m.cases = kept;
-  write_file_atomic((dir / kManifestName).string(), fixtures::manifest_json(m));
+  fs::copy(committed(), dir);
   return dir;
+}
+
+fixtures::Manifest manifest_of(const fs::path& dir) {
+  return fixtures::parse_manifest(read_file_text((dir / kManifestName).string()), kManifestName);
+}
+void write_manifest(const fs::path& dir, const fixtures::Manifest& m) {
+  write_file_atomic((dir / kManifestName).string(), fixtures::manifest_json(m));
+}
+
+// The manifest's sha256 of `file` set to the file's: what an edit that also updates the manifest leaves.
+void update_sha(const fs::path& dir, const std::string& file) {
+  fixtures::Manifest m = manifest_of(dir);
+  for (auto& e : m.cases)
+    if (e.file == file) e.sha256 = sha256_hex(read_file_bytes((dir / file).string()));
+  write_manifest(dir, m);
 }
 
 // Rewrites one value of a stored tensor and the manifest's sha256 to match: what a fixture looks like
@@ -54,13 +62,8 @@ void move_value(const fs::path& dir, const std::string& file, const std::string&
   Tensor& t = f.tensors.at(tensor);
   t.set(0, t.get(0) * factor + 1e-3);
   write_safetensors((dir / file).string(), f);
-  fixtures::Manifest m = fixtures::parse_manifest(read_file_text((dir / kManifestName).string()), kManifestName);
-  for (auto& e : m.cases)
-    if (e.file == file) e.sha256 = sha256_hex(read_file_bytes((dir / file).string()));
-  write_file_atomic((dir / kManifestName).string(), fixtures::manifest_json(m));
+  update_sha(dir, file);
 }
-
-const std::vector<std::string> kKernelCases = {"kernel-thd-varlen-gva", "kernel-strong"};
 
 TEST(FixturesCli, CommittedCatalogVerifies) {
   const CliResult r = run_cli("fixtures verify --dir " + committed());
@@ -135,20 +138,20 @@ TEST(FixturesCli, GenerateTwiceIsByteIdentical) {
 }
 
 TEST(FixturesCli, CorruptedFileIsNamed) {
-  const fs::path dir = reduced_copy("fixtures_corrupt", kKernelCases);
+  const fs::path dir = committed_copy("fixtures_corrupt");
   std::vector<std::uint8_t> bytes = read_file_bytes((dir / "kernel-strong.safetensors").string());
   bytes[bytes.size() - 3] ^= 0x40;
   write_file_atomic((dir / "kernel-strong.safetensors").string(), bytes);
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "PROBLEM kernel-strong.safetensors: corrupted: sha256 ")) << r.out;
-  EXPECT_TRUE(contains(line_of(r.out, "[1/2] kernel-thd-varlen-gva"), " pass ")) << r.out;
-  EXPECT_TRUE(contains(line_of(r.out, "[2/2] kernel-strong"), " FAIL ")) << r.out;
+  EXPECT_TRUE(contains(line_of(r.out, "[ 1/11] kernel-thd-varlen-gva"), " pass ")) << r.out;
+  EXPECT_TRUE(contains(line_of(r.out, "[ 3/11] kernel-strong"), " FAIL ")) << r.out;
   fs::remove_all(dir);
 }
 
 TEST(FixturesCli, MissingFileIsNamed) {
-  const fs::path dir = reduced_copy("fixtures_missing", kKernelCases);
+  const fs::path dir = committed_copy("fixtures_missing");
   fs::remove(dir / "kernel-strong.safetensors");
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 2) << r.out;
@@ -157,7 +160,7 @@ TEST(FixturesCli, MissingFileIsNamed) {
 }
 
 TEST(FixturesCli, ExtraFileIsNamed) {
-  const fs::path dir = reduced_copy("fixtures_extra", kKernelCases);
+  const fs::path dir = committed_copy("fixtures_extra");
   fs::copy_file(dir / "kernel-strong.safetensors", dir / "stray.safetensors");
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 2) << r.out;
@@ -174,21 +177,21 @@ TEST(FixturesCli, MissingManifestIsStructural) {
 }
 
 TEST(FixturesCli, MovedKernelValueNamesCaseAndTensor) {
-  const fs::path dir = reduced_copy("fixtures_moved", kKernelCases);
+  const fs::path dir = committed_copy("fixtures_moved");
   move_value(dir, "kernel-strong.safetensors", "dk", 1.001);
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL kernel-strong: oracle tensor 'dk' moved: rel_rms ")) << r.out;
-  EXPECT_TRUE(contains(r.out, "2 cases (1 failed), 0 CP runs (0 failed), 1 tensor failures")) << r.out;
+  EXPECT_TRUE(contains(r.out, "11 cases (1 failed), 91 CP runs (0 failed), 1 tensor failures")) << r.out;
   fs::remove_all(dir);
 }
 
 // A moved layer output fails the oracle check and every CP run, which are judged against the stored
 // answer.
 TEST(FixturesCli, MovedLayerValueFailsOracleAndCpRuns) {
-  const fs::path dir = reduced_copy("fixtures_moved_layer", {"layer-sbhd-strong"});
+  const fs::path dir = committed_copy("fixtures_moved_layer");
   move_value(dir, "layer-sbhd-strong.safetensors", "grad::A_log", 1.5);
-  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string() + " --case layer-sbhd-strong");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: oracle tensor 'grad::A_log' moved")) << r.out;
   EXPECT_TRUE(contains(r.out, "FAIL layer-sbhd-strong: chunkwise tp=1 cp=4: tensor 'grad::A_log' rel_rms")) << r.out;
@@ -200,7 +203,7 @@ TEST(FixturesCli, MovedLayerValueFailsOracleAndCpRuns) {
 }
 
 TEST(FixturesCli, UpdateRewritesThenVerifyPasses) {
-  const fs::path dir = reduced_copy("fixtures_update", kKernelCases);
+  const fs::path dir = committed_copy("fixtures_update");
   move_value(dir, "kernel-strong.safetensors", "dk", 1.001);
   fs::remove(dir / "kernel-thd-varlen-gva.safetensors");
   const CliResult up = run_cli("fixtures verify --update --dir " + dir.string());
@@ -219,13 +222,60 @@ TEST(FixturesCli, UpdateRewritesThenVerifyPasses) {
 }
 
 TEST(FixturesCli, ManifestPointingOutsideTheDirectoryIsRejected) {
-  const fs::path dir = reduced_copy("fixtures_escape", {"kernel-strong"});
+  const fs::path dir = committed_copy("fixtures_escape");
   std::string text = read_file_text((dir / kManifestName).string());
   text.replace(text.find("\"kernel-strong.safetensors\""), 27, "\"../kernel-strong.safetensors\"");
   write_file_atomic((dir / kManifestName).string(), text);
   const CliResult r = run_cli("fixtures verify --dir " + dir.string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "names file '../kernel-strong.safetensors'; it must be a plain file name")) << r.out;
+  fs::remove_all(dir);
+}
+
+// The catalog in the source pins what a fixture directory holds: a manifest that lists no case, a case
+// twice, a case the catalog lacks or not every case of it is a structural problem, never a PASS.
+TEST(FixturesCli, TheManifestMustListItsWholeCatalogOnce) {
+  const fs::path dir = committed_copy("fixtures_catalog");
+  const fixtures::Manifest whole = manifest_of(dir);
+  const auto verify = [&](const std::function<void(fixtures::Manifest&)>& edit, const std::string& problem) {
+    fixtures::Manifest m = whole;
+    edit(m);
+    write_manifest(dir, m);
+    const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+    EXPECT_EQ(r.code, 2) << problem << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "PROBLEM MANIFEST.json: " + problem)) << r.out;
+    EXPECT_TRUE(contains(r.out, "\nFAIL\n")) << r.out;
+    return r;
+  };
+  for (const auto& e : whole.cases) fs::remove(dir / e.file);
+  verify([](auto& m) { m.cases.clear(); }, "lists no cases; regenerate the directory with");
+  fs::remove_all(dir);
+  fs::copy(committed(), dir);
+  const CliResult twice =
+      verify([](auto& m) { m.cases.push_back(m.cases[2]); }, "case 'kernel-strong' is listed twice");
+  EXPECT_TRUE(contains(twice.out, "11 cases (0 failed)")) << "verified once\n" << twice.out;
+  verify([](auto& m) { m.cases.erase(m.cases.begin() + 1); },
+         "catalog default's case 'kernel-batch-weak' is not listed");
+  verify([](auto& m) { m.catalog = "full"; }, "catalog full's case ");
+  fs::remove_all(dir);
+}
+
+// A fixture relabelled to a looser dtype, with its sha256 updated to match, is not its catalog case:
+// every CP run of it would otherwise be judged at bf16 gates.
+TEST(FixturesCli, AFixtureRelabelledToAnotherDtypeFails) {
+  const fs::path dir = committed_copy("fixtures_relabel");
+  const std::string file = "layer-thd-extreme-fp32.safetensors";
+  TensorFile f = read_safetensors((dir / file).string());
+  f.metadata["dtype"] = "bf16";
+  write_safetensors((dir / file).string(), f);
+  update_sha(dir, file);
+  const CliResult r = run_cli("fixtures verify --dir " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "PROBLEM " + file + ": metadata 'dtype' is 'bf16', catalog default says 'fp32'"))
+      << r.out;
+  const CliResult up = run_cli("fixtures verify --update --dir " + dir.string());
+  EXPECT_EQ(up.code, 0) << up.out;
+  EXPECT_EQ(read_file_bytes((dir / file).string()), read_file_bytes(committed() + "/" + file)) << "the catalog's again";
   fs::remove_all(dir);
 }
 
