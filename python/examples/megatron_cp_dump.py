@@ -5,9 +5,10 @@
 
 Every process takes the case's inputs (gdn_verify.cases.make_case, bit for bit the C++ case), keeps its
 zigzag shard of hidden_states and grad_output (docs/DESIGN.md §2: chunks r and 2W-1-r of every
-sequence), runs the module's forward and backward under CP, and writes `<mode>.rank<r>.safetensors`:
-its shard of out and grad_hidden, and the parameter gradients summed over the CP group. Rank 0 writes
-inputs.safetensors and meta.json once every rank has written (docs/DESIGN.md §8).
+sequence), runs the module's forward and backward under CP, and dumps its shard of out and grad_hidden
+and the parameter gradients summed over the CP group. Every rank's dump is gathered to rank 0, which
+writes the whole image with gdn_verify.images.write_image: `<mode>.rank<r>.safetensors` under one run
+id, inputs.safetensors, and meta.json declaring the mode last (docs/DESIGN.md §8).
 
 It needs GPUs: Megatron-Core's GatedDeltaNet is built on CUDA with Transformer Engine's fused
 norm + column-parallel in_proj, and its CP (headwise, chunkwise, all_gather) is the module's own. The
@@ -18,7 +19,6 @@ norm + column-parallel in_proj, and its CP (headwise, chunkwise, all_gather) is 
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,7 +55,7 @@ def zigzag_rows(case: Case, world: int, rank: int) -> list[int]:
 
 def dump_rank(directory: Path, case: Case, mode: str, module: torch.nn.Module, forward: CpModule,
               image: str = "megatron") -> None:
-    """This process's rank file; rank 0 then adds inputs.safetensors and meta.json (after a barrier)."""
+    """This process's dump, gathered to rank 0, which writes the image (collective over the default group)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     rows = torch.tensor(zigzag_rows(case, world, rank))
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
@@ -65,23 +65,13 @@ def dump_rank(directory: Path, case: Case, mode: str, module: torch.nn.Module, f
     grads = {n: p.grad.detach().clone() for n, p in module.named_parameters()}
     for g in grads.values():
         dist.all_reduce(g)  # parameter gradients are CP-summed in the image (docs/DESIGN.md §8)
-    dump = images.RankDump(mode, rank, world, out.detach().squeeze(1), hidden.grad.squeeze(1), grads)
-    tensors, metadata = images.rank_tensors(dump, case, image)
-    images.write_safetensors(images.rank_path(directory, mode, rank), tensors, metadata)
-    dist.barrier()
+    dump = images.RankDump(mode, rank, world, out.detach().squeeze(1).cpu(), hidden.grad.squeeze(1).cpu(),
+                           {n: g.cpu() for n, g in grads.items()})
+    gathered = [None] * world if rank == 0 else None
+    dist.gather_object(dump, gathered, dst=0)
     if rank == 0:
-        write_inputs_and_meta(directory, case, mode, world, image)
+        images.write_image(directory, case, image, "cuda", gathered, transport="nccl")
     dist.barrier()
-
-
-def write_inputs_and_meta(directory: Path, case: Case, mode: str, world: int, image: str) -> None:
-    """inputs.safetensors and meta.json as images.write_image writes them, for a world written rank by rank."""
-    images.write_safetensors(directory / images.INPUTS, images.inputs_tensors(case),
-                             images.inputs_metadata(case, image))
-    meta = images.read_meta(directory) or dict(images.identity(case, image, "cuda"),
-                                               geometry=images.geometry_json(case), modes={})
-    meta["modes"][mode] = {"world": world, "transport": "nccl", "stages": False}
-    (directory / images.META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def megatron_forward(module: torch.nn.Module, case: Case, hidden: torch.Tensor) -> torch.Tensor:

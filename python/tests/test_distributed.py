@@ -2,8 +2,9 @@
 
 Megatron-Core's CP needs GPUs, so the module here is the one allowed stand-in: a token-local layer
 (out = hidden * in_proj.layer_norm_weight, every other parameter multiplied by 0), whose right answer on
-any rank's rows is known. Each process writes its rank file; every rank's rows must be the ones
-`gdn-verify layout` lists for the zigzag layout, and the parameter gradients summed over the ranks.
+any rank's rows is known. Every rank's dump is gathered to rank 0, which writes the image; every rank's
+rows must be the ones `gdn-verify layout` lists for the zigzag layout, the parameter gradients summed
+over the ranks, and every rank file of the run id meta.json declares.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from gdn_verify import names
@@ -103,6 +105,9 @@ def test_each_rank_writes_the_zigzag_rows_layout_lists_and_cp_summed_grads(gdnv,
             torch.testing.assert_close(f["grad::" + names.IN_PROJ_NORM], summed, rtol=1e-5, atol=1e-5)
         meta = json.loads((out / case_name / "meta.json").read_text())
         assert meta["modes"][mode]["world"] == world and meta["case"] == case_name
+        for rank in range(world):
+            with safe_open(str(out / case_name / f"{mode}.rank{rank}.safetensors"), framework="pt") as f:
+                assert f.metadata()["run"] == meta["modes"][mode]["run"], (case_name, rank)
         assert (out / case_name / "inputs.safetensors").exists()
 
 
