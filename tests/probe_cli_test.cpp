@@ -342,6 +342,25 @@ TEST(ProbeCli, CompareJudgesTheInputsConfig) {
   fs::remove_all(root);
 }
 
+// meta.json declares a mode only once every rank file of the dump is written: a re-dump that fails on
+// one rank leaves the mode undeclared (the readers refuse it), never declared over a mixture.
+TEST(ProbeCli, ADumpThatFailsOnOneRankLeavesItsModeUndeclared) {
+  const auto dir = testing::temp_dir("probe_cut");
+  dump(dir, "x", {"cp1", "chunkwise"});
+  fs::remove(dir / "chunkwise.rank1.safetensors");
+  fs::create_directories(dir / "chunkwise.rank1.safetensors" / "in-the-way");  // rank 1 cannot write its file
+  const auto failed = run_cli("probe dump --mode chunkwise --image x --world inproc:2 --out " + dir.string());
+  EXPECT_NE(failed.code, 0) << failed.out << failed.err;
+  const auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  EXPECT_FALSE(meta["modes"].contains("chunkwise")) << meta.dump(2);
+  EXPECT_TRUE(meta["modes"].contains("cp1")) << meta.dump(2);
+  const auto oracle = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(oracle.code, 2) << oracle.out << oracle.err;
+  EXPECT_TRUE(contains(oracle.out, "without a chunkwise entry in meta.json (a dump that did not finish?)"))
+      << oracle.out;
+  fs::remove_all(dir);
+}
+
 // A mode re-dumped on fewer ranks replaces the wider dump's files; the image stays whole.
 TEST(ProbeCli, ARedumpOnFewerRanksLeavesNoOrphans) {
   const auto dir = testing::temp_dir("probe_redump");

@@ -118,3 +118,21 @@ def test_the_cpp_readers_refuse_a_python_image_with_a_rank_file_of_another_run(g
     oracle = gdnv("probe", "oracle", "--dir", tmp_path / "a")
     assert oracle.returncode == 2, oracle.stdout + oracle.stderr
     assert "chunkwise.rank1.safetensors:*: STRUCTURAL MISMATCH: written by run" in oracle.stdout
+
+
+def test_a_write_cut_short_leaves_its_mode_undeclared(gdnv, tmp_path, monkeypatch):
+    multi_rank_image(tmp_path)
+    real = images.write_atomic
+
+    def fail_on_rank1(path, data):
+        if path.name == "chunkwise.rank1.safetensors":
+            raise OSError("disk full")
+        real(path, data)
+
+    monkeypatch.setattr(images, "write_atomic", fail_on_rank1)
+    with pytest.raises(OSError, match="disk full"):
+        multi_rank_image(tmp_path)
+    assert "chunkwise" not in json.loads((tmp_path / "meta.json").read_text())["modes"]
+    oracle = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert oracle.returncode == 2, oracle.stdout + oracle.stderr
+    assert "without a chunkwise entry in meta.json" in oracle.stdout
