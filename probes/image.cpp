@@ -33,14 +33,25 @@ cp::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int64_t> 
 
 std::string meta_path(const std::string& dir) { return (fs::path(dir) / "meta.json").string(); }
 
+// DIR/meta.json (an empty object when there is none); FormatError unless it is the object a dump writes:
+// string image, case and dtype, and an object of modes.
 json read_meta(const std::string& dir) {
   const std::string path = meta_path(dir);
   if (!fs::exists(path)) return json::object();
+  json meta;
   try {
-    return json::parse(read_file_text(path));
+    meta = json::parse(read_file_text(path));
   } catch (const json::parse_error& e) {
     throw FormatError(path + ": not valid JSON (" + std::string(e.what()) + "): remove the directory and dump again");
   }
+  const auto fail = [&](const std::string& what) {
+    return FormatError(path + ": " + what + ": not a meta.json written by a dump; remove the directory and dump again");
+  };
+  if (!meta.is_object()) throw fail("not a JSON object");
+  for (const char* key : {"image", "case", "dtype"})
+    if (!meta.contains(key) || !meta[key].is_string()) throw fail(std::string("no string '") + key + "'");
+  if (!meta.contains("modes") || !meta["modes"].is_object()) throw fail("'modes' is missing or not an object");
+  return meta;
 }
 
 // What makes two dumps the same image of the same case: a DIR holds only one.
@@ -349,11 +360,6 @@ ImageIndex index_image(const std::string& dir) {
     return idx;
   }
   const json meta = read_meta(dir);
-  for (const char* key : {"image", "case", "dtype"})
-    if (!meta.is_object() || !meta.contains(key) || !meta[key].is_string())
-      throw FormatError(path + ": no string '" + key + "': not a meta.json written by a dump; dump again");
-  if (!meta.contains("modes") || !meta["modes"].is_object())
-    throw FormatError(path + ": 'modes' is missing or not an object: not a meta.json written by a dump; dump again");
   idx.dtype = parse_dtype(meta["dtype"].get<std::string>(), path + " dtype");
   const std::string inputs = (fs::path(dir) / "inputs.safetensors").string();
   const TensorFile in = read_safetensors(inputs);

@@ -361,6 +361,25 @@ TEST(ProbeCli, ADumpThatFailsOnOneRankLeavesItsModeUndeclared) {
   fs::remove_all(dir);
 }
 
+// A meta.json that is not the object a dump writes is bad input for the dump and every reader: one
+// line naming it, exit 3, never an abort.
+TEST(ProbeCli, AMalformedMetaJsonIsOneLineAndExitThree) {
+  const auto dir = testing::temp_dir("probe_meta");
+  dump(dir, "x", {"cp1"});
+  tamper_meta(dir, [](auto& m) { m["modes"] = nlohmann::json::array(); });
+  for (const std::string args :
+       {"probe dump --mode cp1 --image x --world inproc:1 --out " + dir.string(), "probe oracle --dir " + dir.string(),
+        "probe cross-mode --dir " + dir.string(), "probe compare --ref " + dir.string() + " --cand " + dir.string()}) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "meta.json: 'modes' is missing or not an object: not a meta.json written by a dump"))
+        << args << "\n"
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  fs::remove_all(dir);
+}
+
 // A mode re-dumped on fewer ranks replaces the wider dump's files; the image stays whole.
 TEST(ProbeCli, ARedumpOnFewerRanksLeavesNoOrphans) {
   const auto dir = testing::temp_dir("probe_redump");
