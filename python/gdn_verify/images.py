@@ -288,7 +288,8 @@ def modes_in(directory: Path) -> list[str]:
 
 
 def read_image(directory: Path) -> Image:
-    """An image back from DIR; ImageError naming what is missing."""
+    """An image back from DIR as meta.json declares it; ImageError naming a missing rank file, one of
+    another run, or one meta.json does not declare (docs/DESIGN.md §8)."""
     directory = Path(directory)
     if not (directory / INPUTS).exists():
         raise ImageError(f"'{directory}' holds no {INPUTS}: pass a directory written by 'gdn-verify probe dump' "
@@ -308,6 +309,12 @@ def read_image(directory: Path) -> Image:
                 raise ImageError(f"{path.name}: written by run {files[-1][1].get('run')}, meta.json's {mode} dump is "
                                  f"run {entry.get('run')}: a file of another dump; dump --mode {mode} again")
         image.ranks[mode] = files
+    for path in sorted(directory.glob("*.rank*.safetensors")):
+        mode, _, rank = path.name[:-len(".safetensors")].partition(".rank")
+        declared = mode in image.ranks and rank.isdigit() and str(int(rank)) == rank
+        if not declared or int(rank) >= len(image.ranks[mode]):
+            raise ImageError(f"{path.name}: not a rank file meta.json declares (an orphan, or a dump that did not "
+                             "finish): remove it or dump that mode again")
     return image
 
 

@@ -136,3 +136,15 @@ def test_a_write_cut_short_leaves_its_mode_undeclared(gdnv, tmp_path, monkeypatc
     oracle = gdnv("probe", "oracle", "--dir", tmp_path)
     assert oracle.returncode == 2, oracle.stdout + oracle.stderr
     assert "without a chunkwise entry in meta.json" in oracle.stdout
+
+
+def test_reading_an_image_refuses_a_rank_file_meta_json_does_not_declare(tmp_path):
+    multi_rank_image(tmp_path)
+    orphan = tmp_path / "chunkwise.rank2.safetensors"
+    orphan.write_bytes((tmp_path / "chunkwise.rank1.safetensors").read_bytes())
+    with pytest.raises(images.ImageError, match="chunkwise.rank2.safetensors: not a rank file meta.json declares"):
+        images.read_image(tmp_path)
+    orphan.unlink()
+    (tmp_path / "chunkwise.rank1.safetensors").unlink()
+    with pytest.raises(images.ImageError, match="chunkwise.rank1.safetensors missing: meta.json declares chunkwise"):
+        images.read_image(tmp_path)
