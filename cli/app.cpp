@@ -1,5 +1,9 @@
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <new>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
@@ -73,13 +77,33 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const auto& c : commands()) {
     if (c.name != name) continue;
+    // Every exception is bad input or an I/O failure of this command: one line, exit 3. Messages quote
+    // names and metadata from untrusted files: never raw bytes on the terminal.
+    const auto fail = [&](const std::string& message) {
+      err << "error: " << printable(message) << "\n";
+      return kBadInput;
+    };
+    const std::string cmd = "gdn-verify " + name + ": ";
     try {
       if (c.runs_layers) keep_freed_memory();
       return c.run(args, out);
     } catch (const Error& e) {
-      // Messages quote names and metadata from untrusted files: never raw bytes on the terminal.
-      err << "error: " << printable(e.what()) << "\n";
-      return kBadInput;
+      return fail(e.what());
+    } catch (const std::filesystem::filesystem_error& e) {
+      return fail(cmd + e.code().message() + ": '" + e.path1().string() + "'" +
+                  (e.path2().empty() ? "" : " -> '" + e.path2().string() + "'") + ": check the path");
+    } catch (const std::ios_base::failure& e) {
+      return fail(cmd + "reading or writing a file failed (" + e.what() + "): check the paths given");
+    } catch (const nlohmann::json::exception& e) {
+      return fail(cmd + "a JSON input does not have the expected shape (" + e.what() + "): check the JSON files given");
+    } catch (const std::bad_alloc&) {
+      return fail(cmd + "out of memory: the sizes the options ask for do not fit; give smaller ones");
+    } catch (const std::length_error& e) {
+      return fail(cmd + "a size is too large (" + e.what() + "): give smaller sizes");
+    } catch (const std::exception& e) {
+      return fail(cmd + e.what());
+    } catch (...) {
+      return fail(cmd + "failed with an unknown exception");
     }
   }
   err << "error: unknown command '" << printable(name) << "'; run 'gdn-verify --help' for the list of commands\n";
