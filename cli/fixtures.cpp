@@ -5,6 +5,7 @@
 #include "cli/command.hpp"
 #include "cli/gate_steps.hpp"
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "fixtures/fixtures.hpp"
 
 namespace gdnv::cli {
@@ -54,6 +55,7 @@ int precision_baseline_main(const std::vector<std::string>& args, std::ostream& 
     throw ConfigError("fixtures precision-baseline --write '" + file.string() +
                       "' is not a file in an existing directory: give a FILE path such as " +
                       committed_precision_baseline());
+  check_outputs({{"--write", file.string()}});
   write_precision_baseline(file.string(), out);
   return kPass;
 }

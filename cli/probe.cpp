@@ -62,7 +62,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
       ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
+      ("seed", po::value<Seed>()->default_value(Seed{}, "0"), "seed of the inputs and parameters")
       ("backend", po::value<std::string>()->default_value("cpu"),
        "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)")
       ("stages", po::bool_switch(),
@@ -76,7 +76,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.image = (*vm)["image"].as<std::string>();
   spec.case_name = (*vm)["case"].as<std::string>();
   spec.dtype = parse_dtype_option((*vm)["dtype"].as<std::string>());
-  spec.seed = (*vm)["seed"].as<std::uint64_t>();
+  spec.seed = (*vm)["seed"].as<Seed>().value;
   const std::string dir = (*vm)["out"].as<std::string>();
   spec.backend = (*vm)["backend"].as<std::string>();
   spec.stages = (*vm)["stages"].as<bool>();
@@ -122,6 +122,7 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
   add_report_options(o);
   const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
+  check_outputs(report_outputs(*vm), {(*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>()});
   const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
   return report(probes::compare_images((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(),
                                        (*vm)["mode"].as<std::string>(), policy),
@@ -164,6 +165,7 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   add_report_options(o);
   const auto vm = parse_options("probe oracle", "--dir DIR", o, {}, args, out);
   if (!vm) return kPass;
+  check_outputs(report_outputs(*vm), {(*vm)["dir"].as<std::string>()});
   return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out);
 }
 
@@ -186,9 +188,13 @@ void add_report_options(po::options_description& o) {
       "markdown", po::value<std::string>(), "also write the report as a markdown table to FILE");
 }
 
+std::vector<OutputPath> report_outputs(const po::variables_map& vm) { return output_options(vm, {"json", "markdown"}); }
+
 int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out) {
-  if (vm.count("json")) write_file_atomic(vm["json"].as<std::string>(), probes::to_json(c));
-  if (vm.count("markdown")) write_file_atomic(vm["markdown"].as<std::string>(), probes::to_markdown(c));
+  std::vector<std::pair<std::string, std::string>> files;
+  if (vm.count("json")) files.emplace_back(vm["json"].as<std::string>(), probes::to_json(c));
+  if (vm.count("markdown")) files.emplace_back(vm["markdown"].as<std::string>(), probes::to_markdown(c));
+  write_files_atomic(files);
   probes::write_text(c, out);
   return c.exit_code();
 }
