@@ -123,9 +123,15 @@ std::string file_kind(const fs::file_status& s) {
 
 }  // namespace
 
-std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+void require_regular_input(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a file");
+  const fs::file_status status = fs::status(path, ec);
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    throw IoError(path + ": is " + file_kind(status) + ", expected a file");
+}
+
+std::vector<std::uint8_t> read_file_bytes(const std::string& path) {
+  require_regular_input(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading (" + std::strerror(errno) + ")");
   std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -8,6 +8,9 @@
 
 namespace gdnv {
 
+// IoError naming the path when it exists and is not a regular file (a directory; a FIFO or a device,
+// whose read would block or never end). Called before an input is opened.
+void require_regular_input(const std::string& path);
 // Whole-file read; IoError naming the path when it cannot be opened or read.
 std::vector<std::uint8_t> read_file_bytes(const std::string& path);
 std::string read_file_text(const std::string& path);

@@ -2,16 +2,19 @@
 // every exception is one `error:` line and exit 3; outputs are checked before any work (an input, a
 // directory, a device, a loop, an unwritable path is refused with nothing done); several outputs are
 // written all or none; a terminating signal leaves no temp file behind.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -82,6 +85,20 @@ TEST_F(CliErrors, FilesystemErrorsAreOneLine) {
   expect_error({"compare", at("loop1"), at("a.safetensors")}, "loop1");
   expect_error({"inspect", at("regular") + "/x"}, "regular/x");
   expect_error({"probe", "oracle", "--dir", at("loop1")}, "loop1");
+}
+
+// A FIFO given as an input: refused, not read (the read blocked until a writer came). The writer
+// below unblocks a reader that waits, so a regression fails instead of hanging.
+TEST_F(CliErrors, AFifoInputIsRefusedNotRead) {
+  ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const int fd = ::open(at("fifo").c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  expect_error({"inspect", at("fifo")}, at("fifo") + ": is a FIFO, expected a file");
+  expect_error({"compare", at("fifo"), at("a.safetensors")}, "is a FIFO, expected a file");
+  writer.join();
 }
 
 // std::bad_alloc from a size an option asks for.
