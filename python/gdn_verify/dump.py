@@ -12,7 +12,9 @@ Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothin
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -55,18 +57,42 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         raise BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
     if args.dtype not in cases.DTYPES:
         raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
-    if not args.seed.isdigit() or int(args.seed) >= 2**64:
+    if not (args.seed.isascii() and args.seed.isdigit()) or int(args.seed) >= 2**64:
         raise BadInput(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
     if args.adapter not in adapters.ADAPTERS:
         raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out '{out}' is a file: give a directory")
+    check_out(Path(args.out))
     try:
-        torch.device(args.device)
+        device = torch.device(args.device)
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
+    if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
+        raise BadInput(f"--device {args.device}: torch sees {torch.cuda.device_count()} CUDA device(s): "
+                       "use --device cpu, or run where the GPU is visible")
     return cases.CASES[args.case], int(args.seed)
+
+
+def check_out(out: Path) -> None:
+    """--out: a directory, or a new one under a writable directory (probed by creating and removing a
+    file there), so a bad path fails before the module runs; BadInput naming the path."""
+    try:
+        if os.path.lexists(out) and not out.is_dir():
+            kind = "a file" if out.is_file() or not out.is_symlink() else "a symlink that is not a directory (a loop?)"
+            raise BadInput(f"--out '{out}' is {kind}: give a directory")
+        parent = out  # the nearest existing ancestor; a name too long, a loop or a file on the way raises
+        while True:
+            try:
+                os.lstat(parent)
+                break
+            except FileNotFoundError:
+                parent = parent.parent
+        if not parent.is_dir():
+            raise BadInput(f"--out '{out}': '{parent}' is not a directory: give a path of directories")
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".gdnv-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
 def run_options(adapter, core: str | None) -> dict:
@@ -89,14 +115,17 @@ def dump(args: argparse.Namespace) -> str:
     case = cases.make_case(spec.name, seed, args.dtype)
     image = args.image or args.adapter
     backend = f"{args.adapter}:{torch.device(args.device).type}"
-    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
+    # The core-op form is part of the image: a re-dump with another one is refused, not replaced.
+    core = options.get("core", next(iter(getattr(adapter, "CORES", {})), None))
+    wanted = images.identity(case, image, backend) | ({"core": core} if core else {})
+    images.check_same_image(images.read_meta(Path(args.out)), wanted, Path(args.out))
     module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
     adapter.load_megatron_params(module, case.params)
     result = adapter.run(module, case, not args.no_stages, **options)
     dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
                              {n: g.cpu() for n, g in result.grads.items()}, result.stages)
     extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
-             "versions": versions(args.adapter)}
+             "versions": versions(args.adapter)} | ({"core": core} if core else {})
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
     return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
             f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
@@ -117,8 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         print(dump(args))
         return 0
     except (BadInput, adapters.AdapterError, images.ImageError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return error(str(e))
+    except OSError as e:  # writing the image: a full disk, a directory removed under us
+        where = f" {e.filename}" if e.filename else ""
+        return error(f"writing the image failed:{where}: {e.strerror or e}: check --out, then dump into a fresh "
+                     "directory")
+    except MemoryError:
+        return error("out of memory building the case: use a smaller --case")
+
+
+def error(message: str) -> int:
+    """One line on stderr, control characters escaped (messages quote paths and metadata), exit 3."""
+    print("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message), file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":
