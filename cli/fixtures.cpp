@@ -21,6 +21,7 @@ int generate_main(const std::vector<std::string>& args, std::ostream& out) {
   // clang-format on
   const auto vm = parse_options("fixtures generate", "--dir DIR [--catalog default|full]", o, {}, args, out);
   if (!vm) return kPass;
+  check_output_directory("--dir", (*vm)["dir"].as<std::string>());
   fixtures::generate_fixtures((*vm)["dir"].as<std::string>(), (*vm)["catalog"].as<std::string>(), out);
   return kPass;
 }

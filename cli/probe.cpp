@@ -81,6 +81,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.backend = (*vm)["backend"].as<std::string>();
   spec.stages = (*vm)["stages"].as<bool>();
   const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);
+  check_output_directory("--out", dir);
   // Bad input fails here, before any rank starts.
   (void)probes::dump_run_spec(spec, world.size);
   const cp::BackendFactory factory = parse_backend_option(spec.backend);

@@ -190,6 +190,42 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
     }
 }
 
+namespace {
+
+// Creates and removes `file`; ConfigError naming `named` when that fails.
+void probe_writable(const std::string& named, const std::string& file) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0)
+    throw ConfigError(named + ": cannot be written (" + std::strerror(errno) +
+                      "): give a path in an existing, writable directory");
+  ::close(fd);
+  ::unlink(file.c_str());
+}
+
+}  // namespace
+
+void check_output_directory(const std::string& option, const std::string& dir) {
+  const std::string named = option + " " + dir;
+  std::error_code ec;
+  fs::path existing = dir.empty() ? fs::path(".") : fs::path(dir);
+  // The nearest existing ancestor: a loop, a name too long or a file on the way fails here.
+  for (;;) {
+    (void)fs::symlink_status(existing, ec);
+    if (!ec) break;
+    if (ec != std::errc::no_such_file_or_directory || !existing.has_relative_path() ||
+        existing == existing.parent_path())
+      throw ConfigError(named + ": " + ec.message() + ": give a directory path");
+    existing = existing.has_parent_path() ? existing.parent_path() : fs::path(".");
+  }
+  const fs::file_status status = fs::status(existing, ec);
+  if (ec) throw ConfigError(named + ": " + existing.string() + " cannot be resolved (" + ec.message() + ")");
+  if (!fs::is_directory(status))
+    throw ConfigError(named + ": " + existing.string() + " is " +
+                      (fs::is_regular_file(status) ? std::string("a file") : file_kind(status)) +
+                      ": give a directory path");
+  probe_writable(named, (existing / (".gdnv-probe." + std::to_string(::getpid()))).string());
+}
+
 void check_outputs(const std::vector<OutputPath>& outputs, const std::vector<std::string>& inputs) {
   std::vector<fs::path> seen;
   for (const auto& [option, path] : outputs) {
@@ -219,13 +255,7 @@ void check_outputs(const std::vector<OutputPath>& outputs, const std::vector<std
     seen.push_back(absolute);
     // The very temp file the write will use: created and removed, so a missing or read-only directory,
     // a full name too long or a path under a regular file fails now.
-    const std::string tmp = temp_path(write_target(path));
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-      throw ConfigError(named + ": cannot be written (" + std::strerror(errno) +
-                        "): give a path in an existing, writable directory");
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    probe_writable(named, temp_path(write_target(path)));
   }
 }
 

@@ -36,4 +36,9 @@ struct OutputPath {
 // Absent options (empty paths) are skipped.
 void check_outputs(const std::vector<OutputPath>& outputs, const std::vector<std::string>& inputs = {});
 
+// A directory a command will write into (created if missing), checked the same way before the work:
+// ConfigError naming `option` when it is not a directory, or it (or, when missing, its nearest existing
+// ancestor) cannot be written.
+void check_output_directory(const std::string& option, const std::string& dir);
+
 }  // namespace gdnv

@@ -178,6 +178,20 @@ TEST_F(CliErrors, EveryCommandChecksItsOutputsFirst) {
   EXPECT_FALSE(fs::exists(at("p.csv")));
 }
 
+// Directory outputs: probe dump's --out and fixtures generate's --dir, checked before the layer runs.
+TEST_F(CliErrors, OutputDirectoriesAreCheckedBeforeAnyWork) {
+  for (const std::string& out : {at("regular"), at("regular") + "/img", at("loop1"), at("loop1") + "/img",
+                                 at(std::string(300, 'd')), std::string("/proc/gdnv-img")}) {
+    const InProcess r = run_in_process({"probe", "dump", "--mode", "cp1", "--image", "x", "--out", out});
+    EXPECT_EQ(r.code, 3) << out << "\n" << r.out << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_TRUE(testing::contains(r.err, "error: --out " + out + ": ")) << r.err;
+    EXPECT_EQ(r.out, "") << "the dump ran before its --out was checked";
+  }
+  expect_error({"fixtures", "generate", "--dir", at("regular") + "/fx"}, "--dir " + at("regular") + "/fx: ");
+  EXPECT_EQ(listing(), (std::vector<std::string>{"a.safetensors", "b.safetensors", "loop1", "loop2", "regular"}));
+}
+
 // A symlink output is written through (docs: core/file.hpp): the link stays, its target is replaced.
 TEST_F(CliErrors, ASymlinkOutputIsWrittenThrough) {
   std::ofstream(at("target.json")) << "old";
