@@ -1,3 +1,5 @@
+#include <charconv>
+#include <cstdint>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -38,6 +40,25 @@ const std::vector<Command>& commands() {
   return table;
 }
 
+namespace {
+
+// --seed, of every command that takes one: ASCII digits within std::uint64_t. (Boost reads "-1" as
+// 2^64 - 1, and a full-width "１２" must not pass as 12.)
+void check_seeds(const po::parsed_options& parsed) {
+  for (const auto& option : parsed.options) {
+    if (option.string_key != "seed") continue;
+    for (const std::string& text : option.value) {
+      std::uint64_t seed = 0;
+      const auto res = std::from_chars(text.data(), text.data() + text.size(), seed);
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || res.ec != std::errc())
+        throw ConfigError("--seed '" + text + "' is not a seed: give a non-negative integer of ASCII digits, at most " +
+                          std::to_string(~std::uint64_t{0}));
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<po::variables_map> parse_options(const std::string& command, const std::string& usage,
                                                po::options_description options,
                                                const po::positional_options_description& positional,
@@ -45,7 +66,9 @@ std::optional<po::variables_map> parse_options(const std::string& command, const
   options.add_options()("help,h", "show this help");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(options).positional(positional).run();
+    check_seeds(parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       out << "usage: gdn-verify " << command << " " << usage << "\n\n" << options << "\n";
       return std::nullopt;

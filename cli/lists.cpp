@@ -36,16 +36,6 @@ std::vector<OutputPath> output_options(const boost::program_options::variables_m
   return outputs;
 }
 
-void validate(boost::any& v, const std::vector<std::string>& values, Seed*, int) {
-  const std::string& text = boost::program_options::validators::get_single_string(values);
-  Seed seed;
-  const auto res = std::from_chars(text.data(), text.data() + text.size(), seed.value);
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || res.ec != std::errc())
-    throw ConfigError("--seed '" + text + "' is not a seed: give a non-negative integer of ASCII digits, at most " +
-                      std::to_string(~std::uint64_t{0}));
-  v = seed;
-}
-
 cp::BackendFactory parse_backend_option(const std::string& name) {
   if (name == "cpu") return cpu::make_backend;
   if (name == "emu") return gpu::make_emulated_backend;

@@ -18,13 +18,6 @@ namespace gdnv::cli {
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option,
                                          const std::string& example);
 
-// --seed: a non-negative integer in ASCII digits. (As std::uint64_t, Boost takes "-1" as 2^64 - 1.)
-struct Seed {
-  std::uint64_t value = 0;
-};
-// Boost.Program_options' parser of a Seed (found by argument-dependent lookup); ConfigError naming --seed.
-void validate(boost::any& v, const std::vector<std::string>& values, Seed*, int);
-
 // The output options among `names` ("json" -> --json FILE) that were given, for check_outputs.
 std::vector<OutputPath> output_options(const boost::program_options::variables_map& vm,
                                        std::initializer_list<const char*> names);

@@ -62,7 +62,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
       ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd")
-      ("seed", po::value<Seed>()->default_value(Seed{}, "0"), "seed of the inputs and parameters")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
       ("backend", po::value<std::string>()->default_value("cpu"),
        "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)")
       ("stages", po::bool_switch(),
@@ -76,7 +76,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.image = (*vm)["image"].as<std::string>();
   spec.case_name = (*vm)["case"].as<std::string>();
   spec.dtype = parse_dtype_option((*vm)["dtype"].as<std::string>());
-  spec.seed = (*vm)["seed"].as<Seed>().value;
+  spec.seed = (*vm)["seed"].as<std::uint64_t>();
   const std::string dir = (*vm)["out"].as<std::string>();
   spec.backend = (*vm)["backend"].as<std::string>();
   spec.stages = (*vm)["stages"].as<bool>();

@@ -46,7 +46,7 @@ po::options_description run_options() {
       ("key-head-dim", po::value<std::int64_t>()->default_value(16), "linear_key_head_dim (dk)")
       ("value-head-dim", po::value<std::int64_t>()->default_value(16), "linear_value_head_dim (dv)")
       ("conv-width", po::value<std::int64_t>()->default_value(4), "linear_conv_kernel_dim (W)")
-      ("seed", po::value<Seed>()->default_value(Seed{}, "0"), "seed of parameters and inputs")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of parameters and inputs")
       ("gates", po::value<std::string>()->default_value("default"),
        "decay regime of the gates: default (A in [1,16]) | weak (g ~ 0) | strong (A in [8,32]) | extreme (every "
        "op at the edge of its range: a + dt_bias +-1e3, A 1e3, beta logits +-50, zero and 1e-30 q/k rows, hidden "
@@ -92,7 +92,7 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
       else s.micro_batch_lengths.push_back(std::move(lengths));
     }
   }
-  s.seed = vm["seed"].as<Seed>().value;
+  s.seed = vm["seed"].as<std::uint64_t>();
   s.gates = cp::parse_gate_regime(vm["gates"].as<std::string>());
   return s;
 }

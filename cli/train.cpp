@@ -45,7 +45,7 @@ po::options_description train_options() {
       ("max-doc-length", po::value<std::int64_t>()->default_value(128), "longest document (at most the budget)")
       ("lr", po::value<double>()->default_value(3e-3), "AdamW learning rate")
       ("dtype", po::value<std::string>()->default_value("bf16"), "compute dtype: fp64 | fp32 | bf16")
-      ("seed", po::value<Seed>()->default_value(Seed{}, "0"), "seed of the model and the data")
+      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the model and the data")
       ("seeds", po::value<int>()->default_value(1), "run the whole comparison for seeds SEED .. SEED+N-1 and print "
        "per-run means")
       ("recompute", po::value<std::string>()->default_value("full"),
@@ -123,7 +123,7 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   const std::string world = (*vm)["world"].as<std::string>();
   if (world != "inproc" && world != "mpi") throw ConfigError("--world '" + world + "' is not inproc or mpi");
   const int seeds = (*vm)["seeds"].as<int>();
-  const std::uint64_t seed0 = (*vm)["seed"].as<Seed>().value;
+  const std::uint64_t seed0 = (*vm)["seed"].as<std::uint64_t>();
   const bool mpi = world == "mpi";
   if (mpi) {
     const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
