@@ -61,15 +61,22 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         raise BadInput(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
     if args.adapter not in adapters.ADAPTERS:
         raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
-    check_out(Path(args.out))
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out '{out}' is a file: give a directory")
     try:
-        device = torch.device(args.device)
+        torch.device(args.device)
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
-    if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
-        raise BadInput(f"--device {args.device}: torch sees {torch.cuda.device_count()} CUDA device(s): "
-                       "use --device cpu, or run where the GPU is visible")
     return cases.CASES[args.case], int(args.seed)
+
+
+def check_device(name: str) -> None:
+    """A CUDA --device torch can use, before the module is built on it."""
+    device = torch.device(name)
+    if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
+        raise BadInput(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s): "
+                       "use --device cpu, or run where the GPU is visible")
 
 
 def check_out(out: Path) -> None:
@@ -107,25 +114,34 @@ def run_options(adapter, core: str | None) -> dict:
     return {"core": core}
 
 
+def check_same_core(meta: dict, options: dict, adapter, out: Path) -> None:
+    """The core-op form is part of the image (meta.json notes.core): a re-dump with another one is
+    refused, not replaced."""
+    core = options.get("core", next(iter(getattr(adapter, "CORES", {})), None))
+    have = meta.get("notes", {}).get("core") if isinstance(meta.get("notes"), dict) else None
+    if core and have and have != core:
+        raise BadInput(f'{out} holds an image with core "{have}", not "{core}": dump into a fresh --out directory')
+
+
 def dump(args: argparse.Namespace) -> str:
     """Builds, loads, runs and writes; returns the summary line."""
     spec, seed = checked(args)
+    check_out(Path(args.out))
+    check_device(args.device)
     adapter = adapters.load(args.adapter)
     options = run_options(adapter, args.core)
     case = cases.make_case(spec.name, seed, args.dtype)
     image = args.image or args.adapter
     backend = f"{args.adapter}:{torch.device(args.device).type}"
-    # The core-op form is part of the image: a re-dump with another one is refused, not replaced.
-    core = options.get("core", next(iter(getattr(adapter, "CORES", {})), None))
-    wanted = images.identity(case, image, backend) | ({"core": core} if core else {})
-    images.check_same_image(images.read_meta(Path(args.out)), wanted, Path(args.out))
+    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
+    check_same_core(images.read_meta(Path(args.out)), options, adapter, Path(args.out))
     module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
     adapter.load_megatron_params(module, case.params)
     result = adapter.run(module, case, not args.no_stages, **options)
     dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
                              {n: g.cpu() for n, g in result.grads.items()}, result.stages)
     extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
-             "versions": versions(args.adapter)} | ({"core": core} if core else {})
+             "versions": versions(args.adapter)}
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
     return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
             f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
