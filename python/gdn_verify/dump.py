@@ -125,8 +125,8 @@ def check_same_core(meta: dict, options: dict, adapter, out: Path) -> None:
 
 def dump(args: argparse.Namespace) -> str:
     """Builds, loads, runs and writes; returns the summary line."""
-    spec, seed = checked(args)
     check_out(Path(args.out))
+    spec, seed = checked(args)
     check_device(args.device)
     adapter = adapters.load(args.adapter)
     options = run_options(adapter, args.core)
