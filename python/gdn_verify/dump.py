@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -156,7 +157,21 @@ def versions(adapter: str) -> dict[str, str]:
     return out
 
 
+def terminated(signum, frame):
+    """SIGTERM as an exception, so the temp file being written is removed on the way out
+    (images.write_atomic); exit 128 + 15, as the signal would."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return run_main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_main(argv: list[str] | None) -> int:
     try:
         args = parser().parse_args(argv)
         print(dump(args))

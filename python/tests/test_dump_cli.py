@@ -5,6 +5,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,24 @@ def test_a_redump_with_another_core_is_refused_not_replaced(capsys, tmp_path):
     capsys.readouterr()
     expect_one_error_line(capsys, common + ["--core", "chunk"], 'holds an image with core "recurrent", not "chunk"')
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+SIGTERM_MID_WRITE = """
+import os, signal, sys
+from gdn_verify import dump, images
+real = images.os.replace
+def replace(src, dst):
+    os.kill(os.getpid(), signal.SIGTERM)  # terminated while the temp file exists
+    real(src, dst)
+images.os.replace = replace
+sys.exit(dump.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_during_the_write_leaves_no_temp_file(tmp_path):
+    out = tmp_path / "img"
+    env = dict(os.environ, PYTHONPATH=str(Path(dump.__file__).resolve().parents[1]))
+    r = subprocess.run([sys.executable, "-c", SIGTERM_MID_WRITE, "--adapter", "hf-qwen3-next", "--case", "thd-short",
+                        "--no-stages", "--out", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-2000:]
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
