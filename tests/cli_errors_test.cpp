@@ -101,6 +101,14 @@ TEST_F(CliErrors, AFifoInputIsRefusedNotRead) {
   writer.join();
 }
 
+// nlohmann::json's type_error: a meta.json whose modes is not an object (the dump aborted).
+TEST_F(CliErrors, AMetaJsonOfTheWrongShapeIsOneLine) {
+  const std::string img = at("img");
+  ASSERT_EQ(run_in_process({"probe", "dump", "--mode", "cp1", "--image", "x", "--out", img}).code, 0);
+  std::ofstream(img + "/meta.json") << R"({"image": "x", "case": "thd-gva", "dtype": "F32", "modes": [1]})";
+  expect_error({"probe", "dump", "--mode", "cp1", "--image", "x", "--out", img}, "");
+}
+
 // std::bad_alloc from a size an option asks for.
 TEST_F(CliErrors, OutOfMemoryIsOneLine) {
   expect_error({"train", "--vocab", "100000000000", "--steps", "1", "--modes", "cp1"}, "train");
