@@ -1,5 +1,11 @@
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <new>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
 #include "core/error.hpp"
@@ -34,6 +40,25 @@ const std::vector<Command>& commands() {
   return table;
 }
 
+namespace {
+
+// --seed, of every command that takes one: ASCII digits within std::uint64_t. (Boost reads "-1" as
+// 2^64 - 1, and a full-width "１２" must not pass as 12.)
+void check_seeds(const po::parsed_options& parsed) {
+  for (const auto& option : parsed.options) {
+    if (option.string_key != "seed") continue;
+    for (const std::string& text : option.value) {
+      std::uint64_t seed = 0;
+      const auto res = std::from_chars(text.data(), text.data() + text.size(), seed);
+      if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || res.ec != std::errc())
+        throw ConfigError("--seed '" + text + "' is not a seed: give a non-negative integer of ASCII digits, at most " +
+                          std::to_string(~std::uint64_t{0}));
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<po::variables_map> parse_options(const std::string& command, const std::string& usage,
                                                po::options_description options,
                                                const po::positional_options_description& positional,
@@ -41,7 +66,9 @@ std::optional<po::variables_map> parse_options(const std::string& command, const
   options.add_options()("help,h", "show this help");
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(options).positional(positional).run();
+    check_seeds(parsed);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       out << "usage: gdn-verify " << command << " " << usage << "\n\n" << options << "\n";
       return std::nullopt;
@@ -73,13 +100,33 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
   const std::vector<std::string> args(argv + 2, argv + argc);
   for (const auto& c : commands()) {
     if (c.name != name) continue;
+    // Every exception is bad input or an I/O failure of this command: one line, exit 3. Messages quote
+    // names and metadata from untrusted files: never raw bytes on the terminal.
+    const auto fail = [&](const std::string& message) {
+      err << "error: " << printable(message) << "\n";
+      return kBadInput;
+    };
+    const std::string cmd = "gdn-verify " + name + ": ";
     try {
       if (c.runs_layers) keep_freed_memory();
       return c.run(args, out);
     } catch (const Error& e) {
-      // Messages quote names and metadata from untrusted files: never raw bytes on the terminal.
-      err << "error: " << printable(e.what()) << "\n";
-      return kBadInput;
+      return fail(e.what());
+    } catch (const std::filesystem::filesystem_error& e) {
+      return fail(cmd + e.code().message() + ": '" + e.path1().string() + "'" +
+                  (e.path2().empty() ? "" : " -> '" + e.path2().string() + "'") + ": check the path");
+    } catch (const std::ios_base::failure& e) {
+      return fail(cmd + "reading or writing a file failed (" + e.what() + "): check the paths given");
+    } catch (const nlohmann::json::exception& e) {
+      return fail(cmd + "a JSON input does not have the expected shape (" + e.what() + "): check the JSON files given");
+    } catch (const std::bad_alloc&) {
+      return fail(cmd + "out of memory: the sizes the options ask for do not fit; give smaller ones");
+    } catch (const std::length_error& e) {
+      return fail(cmd + "a size is too large (" + e.what() + "): give smaller sizes");
+    } catch (const std::exception& e) {
+      return fail(cmd + e.what());
+    } catch (...) {
+      return fail(cmd + "failed with an unknown exception");
     }
   }
   err << "error: unknown command '" << printable(name) << "'; run 'gdn-verify --help' for the list of commands\n";

@@ -5,6 +5,7 @@
 #include "cli/command.hpp"
 #include "cli/gate_steps.hpp"
 #include "core/error.hpp"
+#include "core/file.hpp"
 #include "fixtures/fixtures.hpp"
 
 namespace gdnv::cli {
@@ -20,6 +21,7 @@ int generate_main(const std::vector<std::string>& args, std::ostream& out) {
   // clang-format on
   const auto vm = parse_options("fixtures generate", "--dir DIR [--catalog default|full]", o, {}, args, out);
   if (!vm) return kPass;
+  check_output_directory("--dir", (*vm)["dir"].as<std::string>());
   fixtures::generate_fixtures((*vm)["dir"].as<std::string>(), (*vm)["catalog"].as<std::string>(), out);
   return kPass;
 }
@@ -54,6 +56,7 @@ int precision_baseline_main(const std::vector<std::string>& args, std::ostream& 
     throw ConfigError("fixtures precision-baseline --write '" + file.string() +
                       "' is not a file in an existing directory: give a FILE path such as " +
                       committed_precision_baseline());
+  check_outputs({{"--write", file.string()}});
   write_precision_baseline(file.string(), out);
   return kPass;
 }

@@ -141,6 +141,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   if (const std::string backend = (*vm)["backend"].as<std::string>(); backend == "cuda")
     (void)parse_backend_option(backend);  // no device: the one line naming the fix, exit 3
   else if (backend != "cpu") throw ConfigError("gate --backend '" + backend + "' is not supported: use cpu or cuda");
+  check_outputs(output_options(*vm, {"junit"}));
   if ((*vm)["list-faults"].as<bool>()) {
     list_faults(out);
     return kPass;

@@ -28,6 +28,14 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
   return values;
 }
 
+std::vector<OutputPath> output_options(const boost::program_options::variables_map& vm,
+                                       std::initializer_list<const char*> names) {
+  std::vector<OutputPath> outputs;
+  for (const char* name : names)
+    if (vm.count(name)) outputs.push_back({std::string("--") + name, vm[name].as<std::string>()});
+  return outputs;
+}
+
 cp::BackendFactory parse_backend_option(const std::string& name) {
   if (name == "cpu") return cpu::make_backend;
   if (name == "emu") return gpu::make_emulated_backend;

@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/dtype.hpp"
+#include "core/file.hpp"
 #include "cp/cp_config.hpp"
 #include "harness/harness.hpp"
 #include "reference/layer_config.hpp"
@@ -16,6 +17,10 @@ namespace gdnv::cli {
 // "0,16,40" -> {0, 16, 40}; ConfigError naming `option` and showing `example` on anything else.
 std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& option,
                                          const std::string& example);
+
+// The output options among `names` ("json" -> --json FILE) that were given, for check_outputs.
+std::vector<OutputPath> output_options(const boost::program_options::variables_map& vm,
+                                       std::initializer_list<const char*> names);
 
 // --backend: "cpu" | "emu" (gpu/'s kernels on host streams) | "cuda" (loads the CUDA plugin,
 // gpu/cuda_plugin.hpp). `cuda` without the plugin or a usable device is a ConfigError naming the fix,

@@ -366,6 +366,10 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
                                 "--length-dist FILE | --sweep seq=...) [options]",
                                 plan_options(), {}, args, out);
   if (!vm) return kPass;
+  std::vector<std::string> inputs;
+  for (const char* file : {"hw", "length-dist"})
+    if (vm->count(file)) inputs.push_back((*vm)[file].as<std::string>());
+  check_outputs(output_options(*vm, {"csv", "svg"}), inputs);
   const Grid grid = parse_grid(*vm);
   const cp::RunSpec base = base_spec(*vm, !grid.seqs.empty());
   const cost::HardwareProfile hw = cost::load_hardware((*vm)["hw"].as<std::string>());
@@ -421,8 +425,10 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
   if (!any_legal)
     throw ConfigError("no linear_cp_mode is legal for this geometry: change it as the messages above say");
   const std::string svg = vm->count("svg") ? render_svg(rows, (*vm)["svg"].as<std::string>()) : "";
-  if (vm->count("csv")) write_file_atomic((*vm)["csv"].as<std::string>(), csv(rows, base.cp.tp));
-  if (vm->count("svg")) write_file_atomic((*vm)["svg"].as<std::string>(), svg);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), csv(rows, base.cp.tp));
+  if (vm->count("svg")) files.emplace_back((*vm)["svg"].as<std::string>(), svg);
+  write_files_atomic(files);
   for (const char* file : {"csv", "svg"})
     if (vm->count(file)) out << "wrote " << (*vm)[file].as<std::string>() << "\n";
   return kPass;

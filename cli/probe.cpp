@@ -81,6 +81,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.backend = (*vm)["backend"].as<std::string>();
   spec.stages = (*vm)["stages"].as<bool>();
   const World world = parse_world((*vm)["world"].as<std::string>(), spec.mode);
+  check_output_directory("--out", dir);
   // Bad input fails here, before any rank starts.
   (void)probes::dump_run_spec(spec, world.size);
   const cp::BackendFactory factory = parse_backend_option(spec.backend);
@@ -124,6 +125,7 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
   add_report_options(o);
   const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
+  check_outputs(report_outputs(*vm), {(*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>()});
   const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
   return report(probes::compare_images((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(),
                                        (*vm)["mode"].as<std::string>(), policy),
@@ -166,6 +168,7 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   add_report_options(o);
   const auto vm = parse_options("probe oracle", "--dir DIR", o, {}, args, out);
   if (!vm) return kPass;
+  check_outputs(report_outputs(*vm), {(*vm)["dir"].as<std::string>()});
   return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out);
 }
 
@@ -188,9 +191,13 @@ void add_report_options(po::options_description& o) {
       "markdown", po::value<std::string>(), "also write the report as a markdown table to FILE");
 }
 
+std::vector<OutputPath> report_outputs(const po::variables_map& vm) { return output_options(vm, {"json", "markdown"}); }
+
 int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out) {
-  if (vm.count("json")) write_file_atomic(vm["json"].as<std::string>(), probes::to_json(c));
-  if (vm.count("markdown")) write_file_atomic(vm["markdown"].as<std::string>(), probes::to_markdown(c));
+  std::vector<std::pair<std::string, std::string>> files;
+  if (vm.count("json")) files.emplace_back(vm["json"].as<std::string>(), probes::to_json(c));
+  if (vm.count("markdown")) files.emplace_back(vm["markdown"].as<std::string>(), probes::to_markdown(c));
+  write_files_atomic(files);
   probes::write_text(c, out);
   return c.exit_code();
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cli/command.hpp"
+#include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference/layer_io.hpp"
@@ -46,6 +47,7 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
                     options, {}, args, out);
   if (!vm) return kPass;
   const std::string in_path = (*vm)["in"].as<std::string>(), out_path = (*vm)["out"].as<std::string>();
+  check_outputs({{"--out", out_path}}, {in_path});
   const ref::GdrForm form = parse_form((*vm)["form"].as<std::string>());
   const bool stages = (*vm)["stages"].as<bool>();
   ref::GdrCase c;

@@ -175,6 +175,7 @@ std::string indented(const std::string& lines) {
 int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("run", "[--mode MODE] [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
+  check_outputs(output_options(*vm, {"json"}));
   cp::RunSpec spec = spec_from(*vm);
   spec.stages = (*vm)["stages"].as<bool>();
   cp::validate_run(spec);

@@ -1,6 +1,8 @@
 // gdn-verify train: a small GDN language model trained for a few steps under every CP mode, static and
 // dynamic, against cp1 in the same dtype, the noise band a legal reordering of cp1 gives, and the fp64
 // oracle trajectory (docs/DESIGN.md §13).
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ostream>
 
@@ -96,7 +98,12 @@ train::ComparisonPlan plan_from(const po::variables_map& vm) {
   if (vm.count("dynamic"))
     for (auto c : parse_int_list(vm["dynamic"].as<std::string>(), "--dynamic", "1,2,4"))
       p.dynamic.push_back(static_cast<int>(c));
-  if (!(s.adam.lr > 0)) throw ConfigError("--lr must be positive, e.g. --lr 3e-3");
+  if (!(std::isfinite(s.adam.lr) && s.adam.lr > 0)) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", s.adam.lr);
+    throw ConfigError(std::string("--lr ") + given +
+                      " is not a learning rate: give a finite positive number, e.g. --lr 3e-3");
+  }
   if (vm["every"].as<int>() < 1) throw ConfigError("--every must be at least 1: print every k-th step");
   if (vm["seeds"].as<int>() < 1) throw ConfigError("--seeds must be at least 1: the number of seeds to run");
   // Every run the plan makes, checked before any runs.
@@ -111,6 +118,7 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm =
       parse_options("train", "[--modes M,...] [--cp W] [--dynamic 1,2,4] [options]", train_options(), {}, args, out);
   if (!vm) return kPass;
+  check_outputs(output_options(*vm, {"csv", "json", "svg"}));
   train::ComparisonPlan plan = plan_from(*vm);
   const std::string world = (*vm)["world"].as<std::string>();
   if (world != "inproc" && world != "mpi") throw ConfigError("--world '" + world + "' is not inproc or mpi");
@@ -180,9 +188,11 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   }
   if (seeds > 1) train::print_seed_means(results, out);
   const std::string svg = vm->count("svg") ? train::render_svg(results[0], (*vm)["svg"].as<std::string>()) : "";
-  if (vm->count("csv")) write_file_atomic((*vm)["csv"].as<std::string>(), train::csv(results));
-  if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), train::json(results, seed_values));
-  if (vm->count("svg")) write_file_atomic((*vm)["svg"].as<std::string>(), svg);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), train::csv(results));
+  if (vm->count("json")) files.emplace_back((*vm)["json"].as<std::string>(), train::json(results, seed_values));
+  if (vm->count("svg")) files.emplace_back((*vm)["svg"].as<std::string>(), svg);
+  write_files_atomic(files);
   for (const char* file : {"csv", "json", "svg"})
     if (vm->count(file)) out << "wrote " << (*vm)[file].as<std::string>() << "\n";
   out << (pass ? "PASS" : "FAIL") << "\n";

@@ -1,6 +1,7 @@
 #include "comm/mpi.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -101,13 +102,53 @@ int rank_in(MPI_Comm comm) {
   return r;
 }
 
+// Every rank of MPI_COMM_WORLD has reached run_mpi: a message to and from every peer, polled until the
+// timeout. The blocking communicator duplications that follow cannot then wait on a rank that never
+// came. On a timeout this rank prints the ranks it has not heard from and aborts the job (exit 3).
+void await_every_rank(std::chrono::milliseconds timeout) {
+  int me = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  constexpr int kTagHello = 100;
+  std::vector<MPI_Request> recvs(static_cast<std::size_t>(n), MPI_REQUEST_NULL), sends = recvs;
+  std::vector<int> hello(static_cast<std::size_t>(n), 1);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    MPI_Irecv(&hello[static_cast<std::size_t>(r)], 1, MPI_INT, r, kTagHello, MPI_COMM_WORLD, &recvs[r]);
+    MPI_Isend(&hello[static_cast<std::size_t>(me)], 1, MPI_INT, r, kTagHello, MPI_COMM_WORLD, &sends[r]);
+  }
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r) {
+      int done = 1;
+      if (recvs[r] != MPI_REQUEST_NULL) MPI_Test(&recvs[r], &done, MPI_STATUS_IGNORE);
+      if (!done) missing.push_back(r);
+    }
+    if (missing.empty()) break;
+    if (Clock::now() > deadline) {
+      std::string names;
+      for (const int r : missing) names += (names.empty() ? "" : ", ") + std::to_string(r);
+      const std::string line = "error: rank " + std::to_string(me) + ": run_mpi: timed out after " +
+                               format_seconds(timeout) + " waiting for every rank to start: rank(s) " + names +
+                               " did not arrive (stopped or hung before run_mpi)\n";
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    std::this_thread::sleep_for(kPollSleep);
+  }
+  MPI_Waitall(n, sends.data(), MPI_STATUSES_IGNORE);
+}
+
 }  // namespace
 
 // The process's side of the control channel (a duplicate of MPI_COMM_WORLD): failure notices,
 // acknowledgements, and "where are you" queries with their answers.
 class MpiProcess {
  public:
-  explicit MpiProcess(std::chrono::milliseconds timeout) : timeout_(timeout) {
+  MpiProcess(std::chrono::milliseconds timeout, bool thread_multiple)
+      : timeout_(timeout), thread_multiple_(thread_multiple) {
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
     MPI_Comm_dup(MPI_COMM_WORLD, &control_);
@@ -124,6 +165,8 @@ class MpiProcess {
   MpiProcess& operator=(const MpiProcess&) = delete;
 
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // MPI_THREAD_MULTIPLE: a blocking MPI call can run on a helper thread while this one polls.
+  bool thread_multiple() const { return thread_multiple_; }
   std::uint64_t enter(std::uint64_t group_id) { return ++entered_[group_id]; }
   bool peer_failed() const { return failed_rank_ >= 0; }
   int failed_rank() const { return failed_rank_; }
@@ -216,21 +259,18 @@ class MpiProcess {
     } else {
       send(failed_rank_, kTagAck, std::vector<char>{});
     }
-    // The first failing rank tears the job down once every peer has reported (or the timeout has
-    // passed); the others wait for that, and abort themselves only if it never comes.
-    const auto deadline = Clock::now() + timeout_;
+    // The first failing rank tears the job down once every peer has reported, or after a short grace:
+    // a stopped or hung peer never reports, and the job must not wait a second timeout for it. The
+    // others wait for that, and abort themselves only if it never comes.
+    const auto deadline =
+        Clock::now() + (origin ? std::min<std::chrono::milliseconds>(timeout_, kQueryGrace) : timeout_);
     while (Clock::now() < deadline && (!origin || static_cast<int>(reported_.size()) < world_size_ - 1)) {
       serve();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    int code = 1;
-    try {
-      std::rethrow_exception(error);
-    } catch (const Error&) {
-      code = 3;
-    } catch (...) {
-    }
-    MPI_Abort(MPI_COMM_WORLD, code);
+    // Any exception is this run's bad input or I/O failure (exit 3), as run_cli maps it; a numeric
+    // failure is a verdict the world function returns, never an exception.
+    MPI_Abort(MPI_COMM_WORLD, 3);
     std::abort();  // MPI_Abort does not return
   }
 
@@ -280,6 +320,7 @@ class MpiProcess {
   }
 
   std::chrono::milliseconds timeout_;
+  bool thread_multiple_ = false;
   int world_rank_ = 0, world_size_ = 1;
   MPI_Comm control_ = MPI_COMM_NULL;
   std::map<std::uint64_t, std::uint64_t> entered_;  // group id -> collectives entered on it
@@ -427,8 +468,28 @@ void MpiCommunicator::execute(const Call& call) {
 std::unique_ptr<Communicator> MpiCommunicator::execute_split(const Call& call, int color, int key) {
   const std::string at = where(call);
   handshake(call, at);
-  MPI_Comm child;
-  check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), at);
+  // MPI has no non-blocking split: a member that stops after the handshake would hold the others in
+  // MPI_Comm_split forever. Under MPI_THREAD_MULTIPLE it runs on a helper thread while this one polls
+  // under the timeout (and names the member that does not answer); the helper is left behind when the
+  // job aborts. Without that thread level the split blocks (README: MPI timeouts).
+  struct Split {
+    std::atomic<bool> done{false};
+    int rc = MPI_SUCCESS;
+    MPI_Comm child = MPI_COMM_NULL;
+  };
+  const auto split = std::make_shared<Split>();
+  const auto run = [split, parent = comm_, c = color < 0 ? MPI_UNDEFINED : color, key] {
+    split->rc = MPI_Comm_split(parent, c, key, &split->child);
+    split->done = true;
+  };
+  if (process_->thread_multiple()) {
+    std::thread(run).detach();
+    wait([&] { return split->done.load(); }, at);
+  } else {
+    run();
+  }
+  check(split->rc, at);
+  const MPI_Comm child = split->child;
   if (child == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(
       process_, child, hash64(group_id_, entered_, static_cast<std::uint64_t>(color)), shared_accounting());
@@ -442,7 +503,9 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::detached_copy() {
   const std::string at = "detached copy of " + describe();
   handshake(call, at);
   MPI_Comm copy;
-  check(MPI_Comm_dup(comm_, &copy), at);
+  MPI_Request request;
+  check(MPI_Comm_idup(comm_, &copy, &request), at);
+  wait_request(request, at);
   return std::make_unique<MpiCommunicator>(process_, copy, hash64(group_id_, entered_, kDuplicateMark),
                                            std::make_shared<Accounting>());
 }
@@ -451,14 +514,13 @@ void run_mpi(const std::function<void(Communicator&)>& fn, const WorldOptions& o
   if (options.timeout.count() <= 0)
     throw ConfigError("run_mpi: the collective timeout must be positive, got " +
                       std::to_string(options.timeout.count()) + " ms");
-  int initialized = 0;
+  int initialized = 0, provided = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) {
-    int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  }
+  if (!initialized) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  else MPI_Query_thread(&provided);
+  await_every_rank(options.timeout);
   {
-    const auto process = std::make_shared<MpiProcess>(options.timeout);
+    const auto process = std::make_shared<MpiProcess>(options.timeout, provided >= MPI_THREAD_MULTIPLE);
     try {
       MPI_Comm comm;
       MPI_Comm_dup(MPI_COMM_WORLD, &comm);

@@ -20,9 +20,9 @@ namespace gdnv {
 // Runs fn on this process's rank of MPI_COMM_WORLD, initialising MPI when it is not yet (and then
 // finalising it), and waits for every rank to return from fn. On a failure anywhere the job ends:
 // each rank that fails, or learns of a peer's failure in a collective, prints "error: rank R:
-// <message>" to stderr; the first failing rank waits (at most the timeout) until every peer has
-// reported, then aborts the job with exit code 3 for a gdnv::Error and 1 for any other exception.
-// Never returns after a failure.
+// <message>" to stderr; the first failing rank waits (at most a second: a stopped peer never reports)
+// until every peer has reported, then aborts the job with exit code 3 (bad input or an I/O failure,
+// whatever the exception). Never returns after a failure.
 void run_mpi(const std::function<void(Communicator&)>& fn, const WorldOptions& options = {});
 
 class MpiProcess;  // the process's control channel (comm/mpi.cpp)

@@ -187,8 +187,8 @@ TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const s
 
 // Reads the header, then each tensor straight into its own buffer: peak memory is the tensors alone.
 TensorFile read_safetensors(const std::string& path) {
+  require_regular_input(path);
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": cannot open for reading (" + std::strerror(errno) + ")");
   const std::uint64_t size = std::filesystem::file_size(path, ec);

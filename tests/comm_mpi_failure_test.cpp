@@ -76,6 +76,32 @@ TEST(CommMpiFailure, SkippedCollectiveTimesOutNamingTheRankThatReturned) {
       << run.output;
 }
 
+TEST(CommMpiFailure, SplitObeysTheTimeoutNamingTheStoppedRank) {
+  const MpiRun run = mpirun("split-stop", 2000);
+  EXPECT_EQ(run.code, 3) << run.output;
+  EXPECT_LT(run.seconds, 15.0) << "rank 3 hangs for 30 s after the handshake: the split must time out at 2 s";
+  EXPECT_TRUE(has(run.output,
+                  "split on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 2 s: rank 3 did not "
+                  "arrive (rank 3 did not answer: busy outside any collective)"))
+      << run.output;
+}
+
+TEST(CommMpiFailure, JobEndsPromptlyAfterTheFirstTimeout) {
+  // Rank 3 hangs 30 s; the others time out at 6 s. Aborting must not wait a second full timeout (12 s).
+  const MpiRun run = mpirun("hang", 6000);
+  EXPECT_EQ(run.code, 3) << run.output;
+  EXPECT_LT(run.seconds, 11.0) << run.output;
+  EXPECT_TRUE(has(run.output, "timed out after 6 s: rank 3 did not arrive")) << run.output;
+}
+
+TEST(CommMpiFailure, IoErrorOnARankExitsThree) {
+  const MpiRun run = mpirun("io-error", 20000);
+  EXPECT_EQ(run.code, 3) << "an I/O error is bad input, not a numeric failure:\n" << run.output;
+  EXPECT_TRUE(
+      has(run.output, "error: rank 2: filesystem error: cannot open: No such file or directory [/no/such/dir/x]"))
+      << run.output;
+}
+
 TEST(CommMpiFailure, CountMismatchIsReportedBeforeAnyTransfer) {
   const MpiRun run = mpirun("mismatch", 20000);
   EXPECT_EQ(run.code, 3) << run.output;

@@ -1,12 +1,14 @@
 // Failure scenarios for the MPI transport, launched by comm_mpi_failure_test under
-// `mpirun -np 4`: comm_mpi_scenario <ok|throw|skip|skip-return|mismatch> <timeout ms>.
+// `mpirun -np 4`: comm_mpi_scenario <ok|throw|skip|skip-return|split-stop|hang|io-error|mismatch> <timeout ms>.
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
 
 #include "comm/mpi.hpp"
+#include "comm/transport.hpp"
 
 namespace gdnv {
 namespace {
@@ -39,6 +41,26 @@ void scenario(const std::string& name, Communicator& comm) {
     gather_one(comm);
   } else if (name == "skip-return") {
     if (r != 3) gather_one(comm);
+  } else if (name == "split-stop") {
+    // Rank 3 passes the split's handshake, then hangs before MPI_Comm_split (a peer stopped there).
+    if (r == 3) {
+      Call call;
+      call.kind = Collective::Split;
+      call.to.assign(static_cast<std::size_t>(comm.size()), 0);
+      call.from = call.to;
+      static_cast<MpiCommunicator&>(comm).handshake(call, "split-stop");
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+      return;
+    }
+    (void)comm.split(r / 2, r);
+  } else if (name == "hang") {
+    if (r == 3) std::this_thread::sleep_for(std::chrono::seconds(30));  // a hung peer, outside any collective
+    gather_one(comm);
+  } else if (name == "io-error") {
+    if (r == 2)
+      throw std::filesystem::filesystem_error("cannot open", "/no/such/dir/x",
+                                              std::make_error_code(std::errc::no_such_file_or_directory));
+    gather_one(comm);
   } else if (name == "mismatch") {
     // Rank 0 sends 3 elements to rank 1, which expects 4; every other pair exchanges 1.
     std::vector<std::int64_t> send_counts(4, 1), recv_counts(4, 1);

@@ -12,7 +12,10 @@ Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothin
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -55,7 +58,7 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         raise BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
     if args.dtype not in cases.DTYPES:
         raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
-    if not args.seed.isdigit() or int(args.seed) >= 2**64:
+    if not (args.seed.isascii() and args.seed.isdigit()) or int(args.seed) >= 2**64:
         raise BadInput(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
     if args.adapter not in adapters.ADAPTERS:
         raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
@@ -67,6 +70,37 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
     return cases.CASES[args.case], int(args.seed)
+
+
+def check_device(name: str) -> None:
+    """A CUDA --device torch can use, before the module is built on it."""
+    device = torch.device(name)
+    if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
+        raise BadInput(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s): "
+                       "use --device cpu, or run where the GPU is visible")
+
+
+def check_out(out: Path) -> None:
+    """--out: a directory, or a new one under a writable directory (probed by creating and removing a
+    file there), so a bad path fails before the module runs; BadInput naming the path."""
+    try:
+        if os.path.lexists(out) and not out.is_dir():
+            kind = "a file" if out.is_file() or not out.is_symlink() else "a symlink that is not a directory (a loop?)"
+            raise BadInput(f"--out '{out}' is {kind}: give a directory")
+        parent = out  # the nearest existing ancestor; a name too long, a loop or a file on the way raises
+        while True:
+            try:
+                os.lstat(parent)
+                break
+            except FileNotFoundError:
+                parent = parent.parent
+        if not parent.is_dir():
+            raise BadInput(f"--out '{out}': '{parent}' is not a directory: give a path of directories")
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".gdnv-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
 def run_options(adapter, core: str | None) -> dict:
@@ -81,15 +115,27 @@ def run_options(adapter, core: str | None) -> dict:
     return {"core": core}
 
 
+def check_same_core(meta: dict, options: dict, adapter, out: Path) -> None:
+    """The core-op form is part of the image (meta.json notes.core): a re-dump with another one is
+    refused, not replaced."""
+    core = options.get("core", next(iter(getattr(adapter, "CORES", {})), None))
+    have = meta.get("notes", {}).get("core") if isinstance(meta.get("notes"), dict) else None
+    if core and have and have != core:
+        raise BadInput(f'{out} holds an image with core "{have}", not "{core}": dump into a fresh --out directory')
+
+
 def dump(args: argparse.Namespace) -> str:
     """Builds, loads, runs and writes; returns the summary line."""
+    check_out(Path(args.out))
     spec, seed = checked(args)
+    check_device(args.device)
     adapter = adapters.load(args.adapter)
     options = run_options(adapter, args.core)
     case = cases.make_case(spec.name, seed, args.dtype)
     image = args.image or args.adapter
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
+    check_same_core(images.read_meta(Path(args.out)), options, adapter, Path(args.out))
     module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
     adapter.load_megatron_params(module, case.params)
     result = adapter.run(module, case, not args.no_stages, **options)
@@ -111,14 +157,39 @@ def versions(adapter: str) -> dict[str, str]:
     return out
 
 
+def terminated(signum, frame):
+    """SIGTERM as an exception, so the temp file being written is removed on the way out
+    (images.write_atomic); exit 128 + 15, as the signal would."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return run_main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_main(argv: list[str] | None) -> int:
     try:
         args = parser().parse_args(argv)
         print(dump(args))
         return 0
     except (BadInput, adapters.AdapterError, images.ImageError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return error(str(e))
+    except OSError as e:  # writing the image: a full disk, a directory removed under us
+        where = f" {e.filename}" if e.filename else ""
+        return error(f"writing the image failed:{where}: {e.strerror or e}: check --out, then dump into a fresh "
+                     "directory")
+    except MemoryError:
+        return error("out of memory building the case: use a smaller --case")
+
+
+def error(message: str) -> int:
+    """One line on stderr, control characters escaped (messages quote paths and metadata), exit 3."""
+    print("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message), file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -219,9 +219,12 @@ def read_meta(directory: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ImageError(f"{path}: not valid JSON ({e}): remove the directory and dump again") from e
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ImageError(f"{path}: not valid UTF-8 JSON ({e}): remove the directory and dump again") from e
+    if not isinstance(meta, dict) or not isinstance(meta.get("modes", {}), dict):
+        raise ImageError(f"{path}: not the object of modes meta.json holds: remove the directory and dump again")
+    return meta
 
 
 def check_same_image(meta: dict, wanted: dict, directory: Path) -> None:
