@@ -118,7 +118,7 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
       ("cand", po::value<std::string>()->required(), "the candidate image's directory")
       ("mode", po::value<std::string>()->default_value(""), "compare only this mode's dumps (default: every mode of REF)")
       ("policy", po::value<std::string>()->default_value("cp1-vs-old"),
-       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | a JSON file");
+       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | upstream-probe | a JSON file");
   // clang-format on
   add_report_options(o);
   const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
@@ -135,7 +135,8 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   // clang-format off
   o.add_options()
       ("dir", po::value<std::string>()->required(), "an image directory holding a cp1 dump and CP modes' dumps")
-      ("policy", po::value<std::string>()->default_value("cp-vs-cp1"), "tolerance policy of each mode vs cp1");
+      ("policy", po::value<std::string>()->default_value("cp-vs-cp1"),
+       "tolerance policy of each mode vs cp1: cp-vs-cp1 | cp1-vs-old | bitwise | upstream-probe | a JSON file");
   // clang-format on
   add_listing_options(o);
   const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P]", o, {}, args, out);

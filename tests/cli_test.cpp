@@ -147,6 +147,23 @@ TEST(Cli, GateWritesJunitXml) {
 
 // Under a planted fault, the JUnit report has one testcase per failing case, named by its label, with the
 // command that reproduces it alone: a CI page names the case, not only the step.
+// Every --help ends with the exit codes, lists no path of the machine it was built on, and prints
+// defaults as written (no 0.0030000000000000001).
+TEST(Cli, EveryHelpStatesTheExitCodesAndNoBuildPath) {
+  const std::string codes = "exit codes: 0 pass, 1 numeric failure, 2 structural mismatch, 3 bad input\n";
+  for (const char* command :
+       {"", "inspect", "gate", "run", "reference", "plan", "layout", "compare", "train", "probe dump", "probe compare",
+        "probe cross-mode", "probe oracle", "fixtures generate", "fixtures verify", "fixtures precision-baseline"}) {
+    const auto r = run_cli(std::string(command) + " --help");
+    EXPECT_EQ(r.code, 0) << command << r.err;
+    EXPECT_TRUE(r.out.ends_with(codes)) << command << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, GDNV_SOURCE_DIR)) << command << "\n" << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"(\(=[0-9.]*0000000)"))) << command << "\n" << r.out;
+  }
+  for (const char* command : {"probe compare", "probe cross-mode", "compare"})
+    EXPECT_TRUE(contains(run_cli(std::string(command) + " --help").out, "upstream-probe")) << command;
+}
+
 TEST(Cli, GateJunitHasATestcasePerFailingCase) {
   const auto dir = testing::temp_dir("junit_cases");
   const std::string xml = (dir / "gate.xml").string();
