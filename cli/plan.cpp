@@ -47,7 +47,7 @@ po::options_description plan_options() {
       ("seq-len", po::value<std::int64_t>(), "SBHD sequence length S")
       ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
       ("dynamic-cp", po::value<std::string>(), "one micro-batch per listed CP size, e.g. 1,2,4 (divisors of --cp)")
-      ("mode", po::value<std::string>(), "only this linear_cp_mode (an illegal one is an error, as in run)")
+      ("mode", po::value<std::string>(), "only this linear_cp_mode: headwise | chunkwise | all_gather (an illegal one is an error, as in run)")
       ("layers", po::value<int>()->default_value(1), "GDN layers per model (scales time and activations)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "storage dtype: bf16 | fp32 | fp64")
       ("hw", po::value<std::string>()->default_value("h200"), "hardware profile: h200, or a JSON file of overrides")
