@@ -19,7 +19,9 @@ void add_listing_options(po::options_description& options);
 // time is from `start`.
 probes::TextOptions listing(const probes::Comparison& c, const po::variables_map& vm, Clock::time_point start);
 void add_report_options(po::options_description& options);  // --json FILE, --markdown FILE, and the listing
-// Writes the requested files, then the text report; returns the comparison's exit code.
-int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out, Clock::time_point start);
+// Writes the requested files, then the text report (its counts line timed from `start`: when the command
+// began its work); returns the comparison's exit code.
+int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out,
+           Clock::time_point start = Clock::now());
 
 }  // namespace gdnv::cli
