@@ -70,7 +70,8 @@ std::optional<po::variables_map> parse_options(const std::string& command, const
     check_seeds(parsed);
     po::store(parsed, vm);
     if (vm.count("help")) {
-      out << "usage: gdn-verify " << command << " " << usage << "\n\n" << options << "\n";
+      out << "usage: gdn-verify " << command << " " << usage << "\n\n"
+          << options << "\nexit codes: 0 pass, 1 numeric failure, 2 structural mismatch, 3 bad input\n";
       return std::nullopt;
     }
     po::notify(vm);
@@ -84,6 +85,7 @@ namespace {
 void print_usage(std::ostream& out) {
   out << "usage: gdn-verify <command> [options]   ('gdn-verify <command> --help' for its options)\n\ncommands:\n";
   for (const auto& c : commands()) out << "  " << std::left << std::setw(10) << c.name << c.summary << "\n";
+  out << "\nexit codes: 0 pass, 1 numeric failure, 2 structural mismatch, 3 bad input\n";
 }
 }  // namespace
 

@@ -22,9 +22,10 @@ int compare_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("compare", "REF CAND [--policy P] [--json FILE] [--markdown FILE]", o, pos, args, out);
   if (!vm) return kPass;
   check_outputs(report_outputs(*vm), {(*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>()});
+  const auto start = Clock::now();
   const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
   return report(probes::compare_paths((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(), policy), *vm,
-                out);
+                out, start);
 }
 
 }  // namespace gdnv::cli

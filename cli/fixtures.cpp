@@ -45,8 +45,8 @@ int verify_main(const std::vector<std::string>& args, std::ostream& out) {
 // The gate's precision baseline (cli/gate_steps_precision.cpp): rerun its catalog, write the deviations.
 int precision_baseline_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("fixtures precision-baseline options");
-  const std::string help = "the file to write (the gate reads " + committed_precision_baseline() + ")";
-  o.add_options()("write", po::value<std::string>()->required(), help.c_str());
+  o.add_options()("write", po::value<std::string>()->required(),
+                  "the file to write (the gate reads the source tree's fixtures/precision_baseline.json)");
   const auto vm = parse_options("fixtures precision-baseline", "--write FILE", o, {}, args, out);
   if (!vm) return kPass;
   // Checked before the catalog runs, so a typo costs no wait.

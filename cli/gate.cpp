@@ -47,25 +47,43 @@ std::string xml_escaped(const std::string& s) {
   return out;
 }
 
-// One testsuite, one testcase per step: what GitLab, Jenkins and GitHub render.
+// One testsuite: per step, a testcase for the step (its skip, or its failure when no case names it) and one
+// testcase per failing case, named by the case's label with the command that reproduces it alone, so a
+// CI page names the case. What GitLab, Jenkins and GitHub render.
 std::string junit(const std::vector<Row>& rows, double total) {
-  int failures = 0, skipped = 0;
-  for (const auto& row : rows) failures += row.result.failed > 0, skipped += !row.result.skip_reason.empty();
+  int tests = 0, failures = 0, skipped = 0;
+  std::ostringstream cases;
+  cases << std::fixed << std::setprecision(3);
+  for (const auto& row : rows) {
+    const StepResult& r = row.result;
+    const bool by_case = !r.failures.empty();
+    ++tests;
+    cases << "    <testcase classname=\"gate\" name=\"" << xml_escaped(row.name) << "\" time=\"" << row.seconds
+          << "\">";
+    if (!r.skip_reason.empty()) {
+      ++skipped;
+      cases << "<skipped message=\"" << xml_escaped(r.skip_reason) << "\"/>";
+    } else if (r.failed && !by_case) {
+      ++failures;
+      cases << "<failure message=\"" << r.failed << " of " << r.cases << " cases failed\">"
+            << xml_escaped(r.detail + "\nreproduce: " + gate_case_command(row.name, r.label)) << "</failure>";
+    }
+    cases << "<system-out>" << r.cases << " cases, " << r.failed << " failed</system-out></testcase>\n";
+    for (const auto& f : r.failures) {
+      ++tests, ++failures;
+      const std::string command = f.reproduce.empty() ? gate_case_command(row.name, f.label) : f.reproduce;
+      cases << "    <testcase classname=\"gate." << xml_escaped(row.name) << "\" name=\"" << xml_escaped(f.label)
+            << "\" time=\"0\"><failure message=\"" << xml_escaped(f.why) << "\">"
+            << xml_escaped("reproduce: " + command) << "</failure></testcase>\n";
+    }
+  }
   std::ostringstream x;
   x << std::fixed << std::setprecision(3) << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuites name=\"gdn-verify gate\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" skipped=\""
+    << "<testsuites name=\"gdn-verify gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\""
     << skipped << "\" time=\"" << total << "\">\n"
-    << "  <testsuite name=\"gate\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" skipped=\""
-    << skipped << "\" time=\"" << total << "\">\n";
-  for (const auto& row : rows) {
-    x << "    <testcase classname=\"gate\" name=\"" << xml_escaped(row.name) << "\" time=\"" << row.seconds << "\">";
-    if (!row.result.skip_reason.empty()) x << "<skipped message=\"" << xml_escaped(row.result.skip_reason) << "\"/>";
-    else if (row.result.failed)
-      x << "<failure message=\"" << row.result.failed << " of " << row.result.cases << " cases failed\">"
-        << xml_escaped(row.result.detail) << "</failure>";
-    x << "<system-out>" << row.result.cases << " cases</system-out></testcase>\n";
-  }
-  x << "  </testsuite>\n</testsuites>\n";
+    << "  <testsuite name=\"gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\"" << skipped
+    << "\" time=\"" << total << "\">\n"
+    << cases.str() << "  </testsuite>\n</testsuites>\n";
   return x.str();
 }
 
@@ -126,7 +144,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
   // clang-format off
   options.add_options()
-      ("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE")
+      ("junit", po::value<std::string>(), "also write the result as JUnit XML to FILE (a testcase per step and per failing case)")
       ("quick", po::bool_switch(), "a smaller matrix (under 15 s)")
       ("list-faults", po::bool_switch(), "list the planted faults and exit")
       ("step", po::value<std::string>(), "run only the step of this name")

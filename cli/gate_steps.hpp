@@ -34,6 +34,10 @@ struct StepResult {
   std::string only;         // StepOptions::only
   int notes = 0;            // things worth a look that are no failure (a precision gain), and the first
   std::string first_note;
+  struct Failure {
+    std::string label, why, reproduce;
+  };
+  std::vector<Failure> failures;  // every failing case check() saw, in order (for a report per case)
 
   // Whether the case of this label runs (steps skip the work of unselected cases).
   bool selected(const std::string& case_label) const { return only.empty() || case_label == only; }
@@ -44,6 +48,7 @@ struct StepResult {
     ++cases;
     if (ok) return;
     ++failed;
+    failures.push_back({case_label, why, command});
     if (!detail.empty()) return;
     label = case_label;
     detail = case_label + (why.empty() ? "" : ": " + why);

@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <ostream>
 #include <sstream>
+#include <tuple>
 
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
@@ -46,7 +47,7 @@ po::options_description plan_options() {
       ("seq-len", po::value<std::int64_t>(), "SBHD sequence length S")
       ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
       ("dynamic-cp", po::value<std::string>(), "one micro-batch per listed CP size, e.g. 1,2,4 (divisors of --cp)")
-      ("mode", po::value<std::string>(), "only this linear_cp_mode (an illegal one is an error, as in run)")
+      ("mode", po::value<std::string>(), "only this linear_cp_mode: headwise | chunkwise | all_gather (an illegal one is an error, as in run)")
       ("layers", po::value<int>()->default_value(1), "GDN layers per model (scales time and activations)")
       ("dtype", po::value<std::string>()->default_value("bf16"), "storage dtype: bf16 | fp32 | fp64")
       ("hw", po::value<std::string>()->default_value("h200"), "hardware profile: h200, or a JSON file of overrides")
@@ -241,6 +242,44 @@ std::string traffic_cell(const Traffic& t) {
   return t.calls ? std::to_string(t.calls) + " x " + fixed(mib(static_cast<double>(t.bytes_sent)), 2) + " MiB" : "-";
 }
 
+// nccl-tests' columns for the busiest rank's collectives, per mode, direction, kind and group: calls, the
+// bytes the time model charges (the larger of sent and received, summed over the calls), the modeled
+// time, algbw = bytes / time and busbw = algbw x the kind's bus factor (cost/roofline.hpp).
+void print_collectives(const std::vector<Row>& rows, const cost::HardwareProfile& hw, int tp, std::ostream& out) {
+  out << "collectives of that rank (nccl-tests columns: algbw = bytes / time, busbw = algbw x 2(n-1)/n for "
+         "all_reduce, x (n-1)/n otherwise)\n"
+      << std::left << std::setw(12) << "mode" << std::setw(5) << "dir" << std::setw(16) << "collective" << std::setw(7)
+      << "group" << std::right << std::setw(6) << "ranks" << std::setw(7) << "calls" << std::setw(14) << "bytes"
+      << std::setw(11) << "time us" << std::setw(12) << "algbw GB/s" << std::setw(12) << "busbw GB/s"
+      << "\n";
+  for (const Row& r : rows) {
+    if (!r.illegal.empty()) continue;
+    for (int dir = 0; dir < 2; ++dir) {
+      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
+      std::vector<std::tuple<Collective, cost::Group, int>> keys;
+      for (const auto& c : p.calls)
+        if (std::find(keys.begin(), keys.end(), std::tuple{c.kind, c.group, c.size}) == keys.end())
+          keys.emplace_back(c.kind, c.group, c.size);
+      for (const auto& [kind, group, size] : keys) {
+        int calls = 0;
+        double bytes = 0, seconds = 0;
+        for (const auto& c : p.calls)
+          if (c.kind == kind && c.group == group && c.size == size) {
+            ++calls;
+            bytes += static_cast<double>(std::max(c.sent, c.recv));
+            seconds += cost::call_time(c, hw, tp, r.mb_cp);
+          }
+        const double algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
+        out << std::left << std::setw(12) << cp::mode_name(r.mode) << std::setw(5) << (dir ? "bwd" : "fwd")
+            << std::setw(16) << collective_name(kind) << std::setw(7) << (group == cost::Group::Tp ? "tp" : "cp")
+            << std::right << std::setw(6) << size << std::setw(7) << calls << std::setw(14)
+            << static_cast<std::int64_t>(bytes) << std::setw(11) << fixed(seconds * 1e6, 1) << std::setw(12)
+            << fixed(algbw, 2) << std::setw(12) << fixed(algbw * cost::bus_factor(kind, size), 2) << "\n";
+      }
+    }
+  }
+}
+
 void print_table(const std::vector<Row>& rows, int layers, std::ostream& out) {
   out << std::left << std::setw(12) << "mode" << std::setw(5) << "dir";
   for (Collective k : kKinds) out << std::setw(18) << collective_name(k);
@@ -419,6 +458,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
                   : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
           << ")\n";
       print_table(of_mb, layers, out);
+      print_collectives(of_mb, hw, base.cp.tp, out);
     }
   }
   const bool any_legal = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.illegal.empty(); });

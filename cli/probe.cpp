@@ -1,5 +1,6 @@
 // gdn-verify probe dump | compare | cross-mode | oracle: tensors dumped by a build ("image") on
 // deterministic inputs, compared across images, across CP modes, and with the fp64 oracle.
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
@@ -120,16 +121,17 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
       ("cand", po::value<std::string>()->required(), "the candidate image's directory")
       ("mode", po::value<std::string>()->default_value(""), "compare only this mode's dumps (default: every mode of REF)")
       ("policy", po::value<std::string>()->default_value("cp1-vs-old"),
-       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | a JSON file");
+       "tolerance policy: cp1-vs-old | cp-vs-cp1 | bitwise | upstream-probe | a JSON file");
   // clang-format on
   add_report_options(o);
   const auto vm = parse_options("probe compare", "--ref DIR --cand DIR [--mode M] [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
   check_outputs(report_outputs(*vm), {(*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>()});
+  const auto start = Clock::now();
   const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
   return report(probes::compare_images((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(),
                                        (*vm)["mode"].as<std::string>(), policy),
-                *vm, out);
+                *vm, out, start);
 }
 
 int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
@@ -137,13 +139,17 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   // clang-format off
   o.add_options()
       ("dir", po::value<std::string>()->required(), "an image directory holding a cp1 dump and CP modes' dumps")
-      ("policy", po::value<std::string>()->default_value("cp-vs-cp1"), "tolerance policy of each mode vs cp1");
+      ("policy", po::value<std::string>()->default_value("cp-vs-cp1"),
+       "tolerance policy of each mode vs cp1: cp-vs-cp1 | cp1-vs-old | bitwise | upstream-probe | a JSON file");
   // clang-format on
+  add_listing_options(o);
   const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P]", o, {}, args, out);
   if (!vm) return kPass;
+  const auto start = Clock::now();
   const probes::CrossMode r =
       probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
-  probes::write_rows(r.vs_cp1, out);
+  const probes::TextOptions options = listing(r.vs_cp1, *vm, start);
+  probes::write_rows(r.vs_cp1, out, options);
   if (r.ratios.empty()) out << "deviation ratio: skipped (" << r.skipped << ")\n";
   int outside = 0;
   for (const auto& d : r.ratios) {
@@ -158,6 +164,7 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
         << " outside\n";
   out << (r.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   probes::write_divergence(r.vs_cp1, out);
+  out << probes::counts_line(r.vs_cp1, options.seconds) << "\n";
   return r.exit_code();
 }
 
@@ -169,7 +176,8 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("probe oracle", "--dir DIR", o, {}, args, out);
   if (!vm) return kPass;
   check_outputs(report_outputs(*vm), {(*vm)["dir"].as<std::string>()});
-  return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out);
+  const auto start = Clock::now();
+  return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out, start);
 }
 
 }  // namespace
@@ -186,19 +194,35 @@ int probe_main(const std::vector<std::string>& args, std::ostream& out) {
   throw ConfigError("unknown probe subcommand '" + args[0] + "': use dump, compare, cross-mode or oracle");
 }
 
+void add_listing_options(po::options_description& o) {
+  o.add_options()("failures-only", po::bool_switch(),
+                  "list only the tensors that fail or mismatch in structure (the default on a terminal when any "
+                  "does)")("all", po::bool_switch(), "list every tensor (the default in a pipe or file)");
+}
+
+probes::TextOptions listing(const probes::Comparison& c, const po::variables_map& vm, Clock::time_point start) {
+  if (vm["failures-only"].as<bool>() && vm["all"].as<bool>())
+    throw ConfigError("--failures-only and --all contradict each other: pass one of them");
+  const bool terminal_default = ::isatty(STDOUT_FILENO) && c.exit_code() != 0 && !vm["all"].as<bool>();
+  return {vm["failures-only"].as<bool>() || terminal_default,
+          std::chrono::duration<double>(Clock::now() - start).count()};
+}
+
 void add_report_options(po::options_description& o) {
   o.add_options()("json", po::value<std::string>(), "also write the report as JSON to FILE")(
       "markdown", po::value<std::string>(), "also write the report as a markdown table to FILE");
+  add_listing_options(o);
 }
 
 std::vector<OutputPath> report_outputs(const po::variables_map& vm) { return output_options(vm, {"json", "markdown"}); }
 
-int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out) {
+int report(const probes::Comparison& c, const po::variables_map& vm, std::ostream& out, Clock::time_point start) {
+  const probes::TextOptions options = listing(c, vm, start);
   std::vector<std::pair<std::string, std::string>> files;
   if (vm.count("json")) files.emplace_back(vm["json"].as<std::string>(), probes::to_json(c));
   if (vm.count("markdown")) files.emplace_back(vm["markdown"].as<std::string>(), probes::to_markdown(c));
   write_files_atomic(files);
-  probes::write_text(c, out);
+  probes::write_text(c, out, options);
   return c.exit_code();
 }
 

@@ -29,7 +29,7 @@ po::options_description run_options() {
   // clang-format off
   o.add_options()
       ("mode", po::value<std::string>()->default_value("headwise"),
-       "linear_cp_mode: headwise (the upstream default) | chunkwise | all_gather")
+       "linear_cp_mode: headwise (this project's default, as the upstream PR's; upstream Megatron-Core's is chunkwise) | chunkwise | all_gather")
       ("cp", po::value<int>()->default_value(2), "static CP size (in-process ranks per TP rank)")
       ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")

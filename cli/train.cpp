@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 
 #include "cli/command.hpp"
@@ -24,11 +25,13 @@ po::options_description train_options() {
   po::options_description o("train options");
   // clang-format off
   o.add_options()
-      ("modes", po::value<std::string>()->default_value("cp1,headwise,chunkwise,all_gather"),
-       "CP modes to train, comma-separated: headwise, chunkwise, all_gather (cp1 and its reordered rerun always run)")
+      ("mode", po::value<std::string>(), "CP modes to train, comma-separated: cp1 | headwise | chunkwise | all_gather "
+       "(default cp1,headwise,chunkwise,all_gather; cp1 and its reordered rerun always run)")
+      ("modes", po::value<std::string>(), "deprecated spelling of --mode")
       ("cp", po::value<int>()->default_value(4), "static CP size: the world of every CP run")
-      ("dynamic", po::value<std::string>(), "also train each mode under dynamic CP over these sizes, e.g. 1,2,4 "
+      ("dynamic-cp", po::value<std::string>(), "also train each mode under dynamic CP over these sizes, e.g. 1,2,4 "
        "(divisors of --cp): each micro-batch at the smallest size whose per-rank share fits --rank-budget")
+      ("dynamic", po::value<std::string>(), "deprecated spelling of --dynamic-cp")
       ("rank-budget", po::value<std::int64_t>()->default_value(0),
        "dynamic CP's tokens per rank (0: 7 --micro-batch-tokens / (4 --cp): micro-batches over 7/8 full at --cp, over 7/16 at half of it)")
       ("layers", po::value<int>()->default_value(2), "GDN layers")
@@ -43,7 +46,7 @@ po::options_description train_options() {
       ("docs-per-batch", po::value<std::int64_t>()->default_value(12), "documents per global batch")
       ("micro-batch-tokens", po::value<std::int64_t>()->default_value(128), "token budget of a micro-batch")
       ("max-doc-length", po::value<std::int64_t>()->default_value(128), "longest document (at most the budget)")
-      ("lr", po::value<double>()->default_value(3e-3), "AdamW learning rate")
+      ("lr", po::value<double>()->default_value(3e-3, "0.003"), "AdamW learning rate")
       ("dtype", po::value<std::string>()->default_value("bf16"), "compute dtype: fp64 | fp32 | bf16")
       ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the model and the data")
       ("seeds", po::value<int>()->default_value(1), "run the whole comparison for seeds SEED .. SEED+N-1 and print "
@@ -65,6 +68,21 @@ train::Recompute parse_recompute(const std::string& name) {
   throw ConfigError("--recompute '" + name + "' is not supported: use full or none");
 }
 
+// The value of option `name` or of its deprecated spelling `old` (the one spelling every command shares:
+// run and plan's --mode and --dynamic-cp); a ConfigError when both are given.
+std::optional<std::string> spelled(const po::variables_map& vm, const std::string& name, const std::string& old) {
+  if (vm.count(name) && vm.count(old))
+    throw ConfigError("--" + name + " and --" + old + " are one option (--" + old + " is its old spelling): pass --" +
+                      name + " once");
+  if (vm.count(name)) return vm[name].as<std::string>();
+  if (vm.count(old)) return vm[old].as<std::string>();
+  return std::nullopt;
+}
+
+std::string modes_of(const po::variables_map& vm) {
+  return spelled(vm, "mode", "modes").value_or("cp1,headwise,chunkwise,all_gather");
+}
+
 std::vector<std::string> parse_modes(const std::string& text) {
   std::vector<std::string> modes;
   std::size_t begin = 0;
@@ -72,7 +90,7 @@ std::vector<std::string> parse_modes(const std::string& text) {
     const std::size_t comma = std::min(text.find(',', begin), text.size());
     const std::string m = text.substr(begin, comma - begin);
     if (m != "cp1" && m != "headwise" && m != "chunkwise" && m != "all_gather")
-      throw ConfigError("--modes: '" + m + "' is not a mode: list cp1, headwise, chunkwise or all_gather");
+      throw ConfigError("--mode: '" + m + "' is not a mode: list cp1, headwise, chunkwise or all_gather");
     modes.push_back(m);
     begin = comma + 1;
   }
@@ -94,10 +112,9 @@ train::ComparisonPlan plan_from(const po::variables_map& vm) {
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
   s.steps = vm["steps"].as<int>();
   s.recompute = parse_recompute(vm["recompute"].as<std::string>());
-  p.modes = parse_modes(vm["modes"].as<std::string>());
-  if (vm.count("dynamic"))
-    for (auto c : parse_int_list(vm["dynamic"].as<std::string>(), "--dynamic", "1,2,4"))
-      p.dynamic.push_back(static_cast<int>(c));
+  p.modes = parse_modes(modes_of(vm));
+  if (const auto dynamic = spelled(vm, "dynamic-cp", "dynamic"))
+    for (auto c : parse_int_list(*dynamic, "--dynamic-cp", "1,2,4")) p.dynamic.push_back(static_cast<int>(c));
   if (!(std::isfinite(s.adam.lr) && s.adam.lr > 0)) {
     char given[32];
     std::snprintf(given, sizeof given, "%g", s.adam.lr);
@@ -116,7 +133,7 @@ train::ComparisonPlan plan_from(const po::variables_map& vm) {
 
 int train_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm =
-      parse_options("train", "[--modes M,...] [--cp W] [--dynamic 1,2,4] [options]", train_options(), {}, args, out);
+      parse_options("train", "[--mode M,...] [--cp W] [--dynamic-cp 1,2,4] [options]", train_options(), {}, args, out);
   if (!vm) return kPass;
   check_outputs(output_options(*vm, {"csv", "json", "svg"}));
   train::ComparisonPlan plan = plan_from(*vm);
@@ -173,7 +190,7 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
 
   const train::TrainSpec& s = plan.base;
   const ref::LayerConfig L(s.model.layer);
-  out << "gdn-verify train: modes=" << (*vm)["modes"].as<std::string>() << " cp=" << s.cp
+  out << "gdn-verify train: modes=" << modes_of(*vm) << " cp=" << s.cp
       << (plan.dynamic.empty() ? "" : " dynamic=" + comma_list(plan.dynamic)) << " layers=" << s.model.layers
       << " hidden=" << L.hidden() << " heads=" << L.Hk() << "/" << L.Hv() << " dk=" << L.dk() << " dv=" << L.dv()
       << " vocab=" << s.model.vocab << " steps=" << s.steps << " dtype=" << (*vm)["dtype"].as<std::string>()

@@ -78,15 +78,22 @@ PhaseTime phase_time(const PhaseCost& phase, const HardwareProfile& hw, DType dt
   PhaseTime t;
   const double peak = peak_flops(hw, dtype), hbm = hw.hbm_gbps * 1e9;
   for (const OpCost& op : phase.ops) t.compute_s += std::max(op.flops / peak, op.bytes / hbm);
-  for (const CallCost& call : phase.calls) {
-    const int span = call.group == Group::Tp ? tp : tp * cp;
-    const bool across = span > hw.gpus_per_node;
-    const double gbps = across ? hw.inter_node_gbps : hw.intra_node_gbps;
-    const double latency_us = across ? hw.inter_node_latency_us : hw.intra_node_latency_us;
-    t.comm_s += steps(call.kind, call.size) * latency_us * 1e-6 +
-                static_cast<double>(std::max(call.sent, call.recv)) / (gbps * 1e9);
-  }
+  for (const CallCost& call : phase.calls) t.comm_s += call_time(call, hw, tp, cp);
   return t;
+}
+
+double call_time(const CallCost& call, const HardwareProfile& hw, int tp, int cp) {
+  const int span = call.group == Group::Tp ? tp : tp * cp;
+  const bool across = span > hw.gpus_per_node;
+  const double gbps = across ? hw.inter_node_gbps : hw.intra_node_gbps;
+  const double latency_us = across ? hw.inter_node_latency_us : hw.intra_node_latency_us;
+  return steps(call.kind, call.size) * latency_us * 1e-6 +
+         static_cast<double>(std::max(call.sent, call.recv)) / (gbps * 1e9);
+}
+
+double bus_factor(Collective kind, int size) {
+  const double n = size;
+  return kind == Collective::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
 }
 
 }  // namespace gdnv::cost

@@ -30,6 +30,15 @@ struct PhaseTime {
   double total() const { return compute_s + comm_s; }
 };
 
+// One collective call's time: latency per ring or pairwise step plus the larger of bytes sent and
+// received over the link its group uses. `tp`, `cp` as below.
+double call_time(const CallCost& call, const HardwareProfile& hw, int tp, int cp);
+
+// The bus bandwidth factor of nccl-tests (its doc/PERFORMANCE.md): busbw = algbw x 2(n-1)/n for an
+// all-reduce, x (n-1)/n for an all-gather, reduce-scatter or all-to-all, so a link's speed reads the
+// same whatever the collective.
+double bus_factor(Collective kind, int size);
+
 // `tp`, `cp`: the layer's group sizes. Groups are blocks of consecutive ranks (TP innermost, as
 // Megatron lays them out), so a group crosses nodes when tp (TP) or tp * cp (CP) exceeds a node.
 PhaseTime phase_time(const PhaseCost& phase, const HardwareProfile& hw, DType dtype, int tp, int cp);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -60,6 +61,19 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           is_float_result(t) ? decade_histogram(*t.tol) : "-"};
 }
 
+// The bound a measured error is held to, printed beside it as torch.testing.assert_close does: max_abs
+// against atol (norm-wise: atol + rtol max|ref|), max_rel against rtol (element-wise rules only).
+std::optional<double> abs_bound(const TensorResult& t) {
+  if (!t.rule.atol && !t.rule.rtol) return std::nullopt;
+  const double atol = t.rule.atol.value_or(0), rtol = t.rule.rtol.value_or(0);
+  return t.rule.normwise.value_or(false) ? atol + rtol * t.m.ref_max_abs : atol;
+}
+std::optional<double> rel_bound(const TensorResult& t) {
+  if (!t.rule.rtol || t.rule.normwise.value_or(false)) return std::nullopt;
+  return t.rule.rtol;
+}
+std::string allowed(const std::optional<double>& bound) { return bound ? " (up to " + sci(*bound) + " allowed)" : ""; }
+
 const std::vector<std::string> kHeader = {"tensor",
                                           "result",
                                           "bitwise",
@@ -94,33 +108,60 @@ nlohmann::json divergence_json(const Comparison& c) {
 
 }  // namespace
 
-void write_text(const Comparison& c, std::ostream& out) {
-  write_rows(c, out);
+void write_text(const Comparison& c, std::ostream& out, const TextOptions& options) {
+  write_rows(c, out, options);
   out << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   write_divergence(c, out);
+  if (options.seconds >= 0) out << counts_line(c, options.seconds) << "\n";
+}
+
+std::string counts_line(const Comparison& c, double seconds) {
+  int structural = 0;
+  for (const auto& t : c.tensors) structural += !t.structure.empty();
+  std::string line;
+  const auto add = [&](int n, const std::string& what) {
+    if (n) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(c.failed(), "failed");
+  add(c.compared() - c.failed(), "passed");
+  add(structural, structural == 1 ? "structural mismatch" : "structural mismatches");
+  char time[32];
+  std::snprintf(time, sizeof time, " in %.2f s", seconds);
+  return (line.empty() ? "no tensors" : line) + time;
 }
 
 void write_divergence(const Comparison& c, std::ostream& out) {
   if (c.divergence && c.exit_code() != 0) out << cp::divergence_line(*c.divergence) << "\n";
 }
 
-void write_rows(const Comparison& c, std::ostream& out) {
+void write_rows(const Comparison& c, std::ostream& out, const TextOptions& options) {
   out << "policy: " << c.policy << "\n";
+  int hidden = 0;
   for (const auto& t : c.tensors) {
     const auto r = cells(t, t.shape);
     if (!t.structure.empty()) {
       out << r[0] << ": STRUCTURAL MISMATCH: " << t.structure << "\n";
       continue;
     }
+    if (options.failures_only && t.pass) {
+      ++hidden;
+      continue;
+    }
+    if (t.pass && t.m.bitwise) {  // nothing to measure: no error, no bound
+      out << r[0] << ": pass, bitwise yes\n";
+      continue;
+    }
     out << r[0] << ": " << r[1] << (t.why.empty() ? "" : " (" + t.why + ")") << ", bitwise " << r[2] << ", max_abs "
-        << r[3] << ", max_rel " << r[4] << "\n"
-        << "    rel_rms " << r[5] << ", 1-cos " << r[6] << ", snr " << r[7] << " dB, mismatched " << r[8] << ", nan "
-        << r[9] << ", inf " << r[10]
-        << (t.rule.max_rel_rms ? ", gate rel_rms <= " + sci(*t.rule.max_rel_rms) : std::string()) << "\n";
+        << r[3] << allowed(abs_bound(t)) << ", max_rel " << r[4] << allowed(rel_bound(t)) << "\n"
+        << "    rel_rms " << r[5] << allowed(t.rule.max_rel_rms) << ", 1-cos " << r[6]
+        << allowed(t.rule.min_cos ? std::optional<double>(1 - *t.rule.min_cos) : std::nullopt) << ", snr " << r[7]
+        << " dB, mismatched " << r[8] << ", nan " << r[9] << ", inf " << r[10] << "\n";
     if (is_float_result(t))
       out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), |err| by decade " << r[14]
           << "\n";
   }
+  if (hidden)
+    out << "(" << hidden << " passing tensor" << (hidden == 1 ? "" : "s") << " not listed: --all lists every one)\n";
   out << c.summary() << "\n";
 }
 

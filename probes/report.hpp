@@ -8,9 +8,20 @@
 
 namespace gdnv::probes {
 
-void write_text(const Comparison& c, std::ostream& out);
-// write_text without the verdict line (PASS/FAIL), for callers that add checks of their own.
-void write_rows(const Comparison& c, std::ostream& out);
+// How the text report lists tensors: every one (a bitwise-identical one on one line), or only those that
+// fail or mismatch in structure (`failures_only`; the count left out is said). `seconds` >= 0 ends the
+// report with a pytest-style line, "3 failed, 42 passed, 6 structural mismatches in 0.5 s".
+struct TextOptions {
+  bool failures_only = false;
+  double seconds = -1;
+};
+
+void write_text(const Comparison& c, std::ostream& out, const TextOptions& options = {});
+// write_text without the verdict line (PASS/FAIL) and the counts line, for callers that add checks of
+// their own (then write_counts).
+void write_rows(const Comparison& c, std::ostream& out, const TextOptions& options = {});
+// "3 failed, 42 passed, 6 structural mismatches in 0.5 s" (zero counts left out, as pytest does).
+std::string counts_line(const Comparison& c, double seconds);
 // A failing comparison's "first divergence: ..." line (harness/verdict.hpp), nothing when it passes or
 // names none.
 void write_divergence(const Comparison& c, std::ostream& out);

@@ -5,6 +5,7 @@
 
 #include "core/metadata.hpp"
 #include "reference/gdr_common.hpp"
+#include "reference/oracle_version.hpp"
 
 namespace gdnv::ref {
 namespace {
@@ -93,8 +94,8 @@ TensorFile run_gdr_case(const GdrCase& c, GdrForm form) {
   const std::string form_name =
       chunked ? "chunked WY/UT form, C=" + std::to_string(c.chunk_size) : std::string("recurrent form");
   file.metadata = {
-      {"source", "gdn-verify " GDNV_VERSION " fp64 reference oracle (" + form_name + ")"},
-      {"oracle_version", GDNV_VERSION},
+      {"source", "gdn-verify fp64 reference oracle " + std::string(kOracleVersion) + " (" + form_name + ")"},
+      {"oracle_version", kOracleVersion},
       {"form", chunked ? "chunked" : "recurrent"},
       {"scale", format_number(c.in.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.in.k.dim(3)))))},
       {"use_qk_l2norm", format_bool(c.in.use_qk_l2norm)},

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/metadata.hpp"
 #include "reference/kernel_io.hpp"
+#include "reference/oracle_version.hpp"
 
 namespace gdnv::ref {
 namespace {
@@ -109,10 +110,10 @@ TensorFile result_file(const LayerCase& c, CoreForm form) {
   const bool chunked = form == CoreForm::Chunked;
   const std::string form_name =
       chunked ? "chunked WY/UT core, C=" + std::to_string(c.chunk_size) : std::string("recurrent core");
-  out.metadata = {
-      {"source", "gdn-verify " GDNV_VERSION " fp64 reference oracle, GatedDeltaNet layer (" + form_name + ")"},
-      {"oracle_version", GDNV_VERSION},
-      {"form", chunked ? "chunked" : "recurrent"}};
+  out.metadata = {{"source", "gdn-verify fp64 reference oracle " + std::string(kOracleVersion) +
+                                 ", GatedDeltaNet layer (" + form_name + ")"},
+                  {"oracle_version", kOracleVersion},
+                  {"form", chunked ? "chunked" : "recurrent"}};
   if (chunked) out.metadata["chunk_size"] = std::to_string(c.chunk_size);
   write_layer_config(c.config, out.metadata);
   return out;

@@ -145,6 +145,57 @@ TEST(Cli, GateWritesJunitXml) {
   std::filesystem::remove_all(dir);
 }
 
+// Under a planted fault, the JUnit report has one testcase per failing case, named by its label, with the
+// command that reproduces it alone: a CI page names the case, not only the step.
+// Every --help ends with the exit codes, lists no path of the machine it was built on, and prints
+// defaults as written (no 0.0030000000000000001).
+TEST(Cli, EveryHelpStatesTheExitCodesAndNoBuildPath) {
+  const std::string codes = "exit codes: 0 pass, 1 numeric failure, 2 structural mismatch, 3 bad input\n";
+  for (const char* command :
+       {"", "inspect", "gate", "run", "reference", "plan", "layout", "compare", "train", "probe dump", "probe compare",
+        "probe cross-mode", "probe oracle", "fixtures generate", "fixtures verify", "fixtures precision-baseline"}) {
+    const auto r = run_cli(std::string(command) + " --help");
+    EXPECT_EQ(r.code, 0) << command << r.err;
+    EXPECT_TRUE(r.out.ends_with(codes)) << command << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, GDNV_SOURCE_DIR)) << command << "\n" << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, std::regex(R"(\(=[0-9.]*0000000)"))) << command << "\n" << r.out;
+  }
+  for (const char* command : {"probe compare", "probe cross-mode", "compare"})
+    EXPECT_TRUE(contains(run_cli(std::string(command) + " --help").out, "upstream-probe")) << command;
+}
+
+TEST(Cli, GateJunitHasATestcasePerFailingCase) {
+  const auto dir = testing::temp_dir("junit_cases");
+  const std::string xml = (dir / "gate.xml").string();
+  setenv("GDNV_FAULT", "decay_cumsum_fp32", 1);
+  const auto r = run_cli("gate --quick --step 'precision rules' --junit " + xml);
+  unsetenv("GDNV_FAULT");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  const std::string text = read_file_text(xml);
+  const std::smatch failed = [&] {
+    std::smatch m;
+    std::regex_search(r.out, m, std::regex(R"(    (\d+) of (\d+) failed; first: )"));
+    return m;
+  }();
+  ASSERT_EQ(failed.size(), 3u) << r.out;
+  const int n = std::stoi(failed[1]);
+  EXPECT_GT(n, 1) << r.out;
+  // The step's own testcase and one per failing case.
+  EXPECT_NE(text.find("<testsuites name=\"gdn-verify gate\" tests=\"" + std::to_string(1 + n) + "\" failures=\"" +
+                      std::to_string(n) + "\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("<testcase classname=\"gate.precision rules\" name=\"cpu fp32 decay chain\" time=\"0\"><failure "
+                      "message=\"final_state: rel_rms "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("reproduce: GDNV_FAULT=decay_cumsum_fp32 gdn-verify gate --step 'precision rules' --case 'cpu "
+                      "fp32 decay chain'</failure>"),
+            std::string::npos)
+      << text;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, GateStepAndCaseOptionsNameWhatIsWrong) {
   const auto no_step = run_cli("gate --step 'no such step'");
   EXPECT_EQ(no_step.code, 3);

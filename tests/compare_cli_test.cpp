@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli_harness.hpp"
 #include "core/safetensors.hpp"
@@ -95,11 +96,71 @@ TEST(CompareCli, MissingTensorAndShapeChangeAreStructural) {
     EXPECT_EQ(r.code, 2) << r.out << r.err;
     EXPECT_TRUE(contains(r.out, "a.safetensors:grad::w: STRUCTURAL MISMATCH: missing in CAND")) << r.out;
     EXPECT_TRUE(contains(r.out, "cand: 1 tensors compared, 1 bitwise identical, 0 outside tolerance\nFAIL\n")) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\n1 passed, 1 structural mismatch in [0-9.]+ s\n$"))) << r.out;
   }
   const Dirs d(sample(), reshaped);
   const auto r = run_cli(d.args());
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "STRUCTURAL MISMATCH: REF F32 [2, 3, 4], CAND F32 [4, 6]")) << r.out;
+}
+
+// Each measured error is printed beside the bound it is held to (as torch.testing.assert_close does).
+TEST(CompareCli, EachMeasuredErrorShowsItsAllowedBound) {
+  TensorFile c = sample();
+  c.tensors["out"].set(17, c.tensors["out"].get(17) + 3.0);  // [1, 1, 1]
+  const Dirs d(sample(), c);
+  const auto r = run_cli(d.args() + " --policy cp-vs-cp1");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "max_abs 3.000e+00 at [1, 1, 1] (up to 2.000e-03 allowed), max_rel")) << r.out;
+  EXPECT_TRUE(contains(r.out, "at [1, 1, 1] (up to 1.000e-02 allowed)\n")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("1-cos [0-9.e+-]+ \\(up to 1\\.000e-04 allowed\\)"))) << r.out;
+  // Norm-wise (upstream-probe): max_abs against atol + rtol max|ref|, and no element-wise rtol.
+  const auto up = run_cli(d.args() + " --policy upstream-probe");
+  EXPECT_TRUE(std::regex_search(up.out, std::regex("max_abs 3\\.000e\\+00 at \\[1, 1, 1\\] \\(up to [0-9.e+-]+ "
+                                                   "allowed\\), max_rel [0-9.e+-]+ at \\[[0-9, ]+\\]\\n")))
+      << up.out;
+}
+
+// A bitwise-identical tensor has no error to measure: one line, no metrics.
+TEST(CompareCli, BitwiseIdenticalTensorIsOneLine) {
+  const Dirs d(sample(), sample());
+  const auto r = run_cli(d.args());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "policy: cp1-vs-old\na.safetensors:grad::w: pass, bitwise yes\na.safetensors:out: pass, "
+                       "bitwise yes\ncand: 2 tensors"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "1-cos")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("PASS\n2 passed in [0-9.]+ s\n$"))) << r.out;
+}
+
+// --failures-only lists what fails and says how many passing tensors it left out; --all (and a pipe, by
+// default) lists every one; a terminal gets the failures only when anything fails.
+TEST(CompareCli, FailuresOnlyListsTheFailingTensorsAndCountsTheRest) {
+  TensorFile c = sample();
+  c.tensors["out"].set(17, c.tensors["out"].get(17) + 3.0);
+  const Dirs d(sample(), c);
+  const auto only = run_cli(d.args() + " --failures-only");
+  EXPECT_EQ(only.code, 1) << only.out << only.err;
+  EXPECT_TRUE(contains(only.out, "a.safetensors:out: FAIL")) << only.out;
+  EXPECT_FALSE(contains(only.out, "grad::w")) << only.out;
+  EXPECT_TRUE(contains(only.out, "(1 passing tensor not listed: --all lists every one)\ncand: 2 tensors compared"))
+      << only.out;
+  EXPECT_TRUE(std::regex_search(only.out, std::regex("FAIL\n1 failed, 1 passed in [0-9.]+ s\n$"))) << only.out;
+  const auto piped = run_cli(d.args());
+  EXPECT_TRUE(contains(piped.out, "a.safetensors:grad::w: pass, bitwise yes")) << piped.out;
+  // On a terminal (script(1) gives the command one), the failing report lists failures only.
+  const std::string cmd = "script -qec '" + std::string(GDNV_CLI) + " " + d.args() + "' /dev/null";
+  const auto tty = testing::run_shell(cmd);
+  EXPECT_TRUE(contains(tty.out, "a.safetensors:out: FAIL")) << tty.out;
+  EXPECT_TRUE(contains(tty.out, "(1 passing tensor not listed")) << tty.out;
+  const auto tty_all =
+      testing::run_shell("script -qec '" + std::string(GDNV_CLI) + " " + d.args() + " --all' /dev/null");
+  EXPECT_TRUE(contains(tty_all.out, "grad::w: pass, bitwise yes")) << tty_all.out;
+  const auto both = run_cli(d.args() + " --failures-only --all");
+  EXPECT_EQ(both.code, 3);
+  EXPECT_TRUE(contains(both.err, "error: --failures-only and --all contradict each other: pass one of them"))
+      << both.err;
 }
 
 TEST(CompareCli, MissingFileIsStructural) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <regex>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -135,6 +136,28 @@ TEST(FixturesCli, GenerateTwiceIsByteIdentical) {
   EXPECT_EQ(files, 12);  // 11 cases and the manifest
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+// A user's `fixtures generate` reproduces the committed catalog byte for byte: a change that moves any
+// oracle bit (or the catalog) without regenerating fixtures/data fails here, naming the recipe.
+TEST(FixturesCli, GenerateReproducesTheCommittedCatalogByteForByte) {
+  const fs::path dir = temp_dir("fixtures_regen");
+  const CliResult r = run_cli("fixtures generate --dir " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string recipe =
+      " differs from the committed fixtures/data. If the oracle changed on purpose: bump kOracleVersion "
+      "(reference/oracle_version.hpp), run 'gdn-verify fixtures verify --dir fixtures/data' to review how far "
+      "each case moved, then 'gdn-verify fixtures generate --dir fixtures/data' and commit (docs/fixtures.md)";
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(committed())) names.insert(entry.path().filename().string());
+  for (const auto& name : names) {
+    const fs::path fresh = dir / name, stored = fs::path(committed()) / name;
+    ASSERT_TRUE(fs::exists(fresh) && fs::exists(stored)) << name << recipe;
+    EXPECT_TRUE(read_file_bytes(fresh.string()) == read_file_bytes(stored.string())) << name << recipe;
+  }
+  EXPECT_EQ(names.size(), 12u);  // 11 cases and the manifest
+  fs::remove_all(dir);
 }
 
 TEST(FixturesCli, CorruptedFileIsNamed) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,29 @@ TEST(PlanCli, PrintsEveryModeForTheReadmeGeometry) {
         "all_gather  fwd  -                 1 x", "all_gather  bwd  -", "fastest: ", "24 layers: "})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   EXPECT_EQ(r.out.find("illegal"), std::string::npos) << r.out;
+}
+
+// The collectives in nccl-tests' columns: algbw = bytes / time and busbw = algbw x 2(n-1)/n (all_reduce) or
+// (n-1)/n, on every row; and a row's time is the h200 profile's link model: the tp all_reduce of headwise's
+// forward is one call over 2 ranks inside a node, 2(n-1) = 2 steps of 5 us latency plus 32 MiB at 450 GB/s.
+TEST(PlanCli, CollectivesInNcclTestsColumns) {
+  const auto r = run_cli("plan" + kQwen + " --tp 2 --cp 4 --lengths 32768");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::regex row(R"((\w+) +(fwd|bwd) +(\w+) +(tp|cp) +(\d+) +(\d+) +(\d+) +([0-9.]+) +([0-9.]+) +([0-9.]+)\n)");
+  int rows = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), row); it != std::sregex_iterator(); ++it, ++rows) {
+    const auto& m = *it;
+    const double n = std::stod(m[5]), bytes = std::stod(m[7]), us = std::stod(m[8]), algbw = std::stod(m[9]),
+                 busbw = std::stod(m[10]);
+    EXPECT_NEAR(algbw, bytes / (us * 1e-6) / 1e9, 0.01 * algbw + 0.01) << m[0];
+    const double factor = m[3] == "all_reduce" ? 2 * (n - 1) / n : (n - 1) / n;
+    EXPECT_NEAR(busbw, algbw * factor, 0.011) << m[0];
+  }
+  EXPECT_EQ(rows, 18) << r.out;  // headwise 5, chunkwise 8, all_gather 5 (mode x direction x kind x group)
+  EXPECT_TRUE(
+      testing::contains(r.out, "headwise    fwd  all_reduce      tp          2      1      33554432       84.6"))
+      << "2 x 5 us + 33554432 B / 450 GB/s = 84.6 us\n"
+      << r.out;
 }
 
 TEST(PlanCli, SweepWritesCsvAndSvgWithOneRowPerPointAndMode) {

@@ -17,6 +17,15 @@ const std::string kSmall =
     " --lengths 16,8 --hidden 24 --num-key-heads 2 --num-value-heads 4 --key-head-dim 6 "
     "--value-head-dim 10";
 
+// headwise is this project's default (as the upstream PR's); upstream Megatron-Core's default is chunkwise.
+TEST(RunCli, HelpNamesWhoseDefaultHeadwiseIs) {
+  const testing::CliResult r = testing::run_cli("run --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(testing::contains(r.out, "--mode arg (=headwise)")) << r.out;
+  EXPECT_TRUE(testing::contains(r.out, "upstream Megatron-Core's is")) << r.out;
+  EXPECT_FALSE(testing::contains(r.out, "the upstream default")) << r.out;
+}
+
 TEST(RunCli, LegalModesPassAndReportTheirCollectives) {
   const auto headwise = run_cli("run --mode headwise --cp 2 --dtype fp64" + kSmall);
   EXPECT_EQ(headwise.code, 0) << headwise.out << headwise.err;

@@ -26,7 +26,8 @@ bool have_gnuplot() { return std::system("gnuplot --version >/dev/null 2>&1") ==
 TEST(TrainCli, PrintsTheTableAndWritesCsvAndJson) {
   const auto dir = testing::temp_dir("train");
   const std::string csv = (dir / "t.csv").string(), json = (dir / "t.json").string();
-  const auto r = run_cli("train" + kSmall + " --modes cp1,chunkwise --dynamic 1,2,4 --csv " + csv + " --json " + json);
+  const auto r =
+      run_cli("train" + kSmall + " --mode cp1,chunkwise --dynamic-cp 1,2,4 --csv " + csv + " --json " + json);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   for (const char* part : {"gdn-verify train: modes=cp1,chunkwise cp=4 dynamic=1,2,4", "step  tokens  cp1",
                            "chunkwise@4", "chunkwise@1/2/4", "oracle", "noise band (cp1-reordered vs cp1", "PASS"})
@@ -50,7 +51,7 @@ TEST(TrainCli, WritesTheSvgWithGnuplot) {
   if (!have_gnuplot()) GTEST_SKIP() << "gnuplot is not installed: the SVG is not drawn here";
   const auto dir = testing::temp_dir("train");
   const std::string svg = (dir / "t.svg").string();
-  const auto r = run_cli("train" + kSmall + " --modes headwise --svg " + svg);
+  const auto r = run_cli("train" + kSmall + " --mode headwise --svg " + svg);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string text = read_file_text(svg);
   EXPECT_TRUE(contains(text, "<svg")) << text.substr(0, 200);
@@ -61,17 +62,17 @@ TEST(TrainCli, WritesTheSvgWithGnuplot) {
 }
 
 TEST(TrainCli, SeedsPrintPerRunMeans) {
-  const auto r = run_cli("train" + kSmall + " --modes headwise --seeds 2");
+  const auto r = run_cli("train" + kSmall + " --mode headwise --seeds 2");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "seed 1\n")) << r.out;
   EXPECT_TRUE(contains(r.out, "means over 2 seeds")) << r.out;
 }
 
 TEST(TrainCli, APlantedTrainingFaultFailsWithExitOne) {
-  const auto r = run_cli("train" + kSmall + " --modes headwise --dynamic 1,2,4 --dtype fp64");
+  const auto r = run_cli("train" + kSmall + " --mode headwise --dynamic-cp 1,2,4 --dtype fp64");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   setenv("GDNV_FAULT", "dynamic_cp_grads_over_static_world", 1);
-  const auto f = run_cli("train" + kSmall + " --modes headwise --dynamic 1,2,4 --dtype fp64");
+  const auto f = run_cli("train" + kSmall + " --mode headwise --dynamic-cp 1,2,4 --dtype fp64");
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(f.code, 1) << f.out << f.err;
   EXPECT_TRUE(contains(f.out, "FAIL")) << f.out;
@@ -81,7 +82,7 @@ TEST(TrainCli, APlantedTrainingFaultFailsWithExitOne) {
 TEST(TrainCli, MpiWorldTrainsTheInProcessTrajectory) {
   const auto dir = testing::temp_dir("train");
   const std::string mpi = (dir / "mpi.csv").string(), inproc = (dir / "inproc.csv").string();
-  const std::string args = " train" + kSmall + " --modes chunkwise --dynamic 1,2,4 --csv ";
+  const std::string args = " train" + kSmall + " --mode chunkwise --dynamic-cp 1,2,4 --csv ";
   testing::prepare_mpirun_env();
   const std::string cmd =
       std::string(GDNV_MPIEXEC) + " --oversubscribe -np 4 " + GDNV_CLI + args + mpi + " --world mpi >/dev/null 2>&1";
@@ -95,14 +96,34 @@ struct BadInput {
   std::string args, message;
 };
 
+// train spells its options as run and plan do (--mode, --dynamic-cp); the old spellings still work, and
+// defaults print as written.
+TEST(TrainCli, OptionsAreSpelledAsRunSpellsThem) {
+  const auto help = run_cli("train --help");
+  EXPECT_TRUE(contains(help.out, "--mode arg")) << help.out;
+  EXPECT_TRUE(contains(help.out, "--dynamic-cp arg")) << help.out;
+  EXPECT_TRUE(contains(help.out, "--lr arg (=0.003)")) << help.out;
+  const auto old = run_cli("train" + kSmall + " --modes headwise --dynamic 1,2");
+  const auto now = run_cli("train" + kSmall + " --mode headwise --dynamic-cp 1,2");
+  EXPECT_EQ(now.code, 0) << now.out << now.err;
+  EXPECT_TRUE(contains(now.out, "gdn-verify train: modes=headwise cp=4 dynamic=1,2 ")) << now.out;
+  EXPECT_EQ(old.code, now.code);
+  EXPECT_EQ(old.out.substr(0, old.out.find('\n')), now.out.substr(0, now.out.find('\n')));
+}
+
 TEST(TrainCli, BadInputIsOneLineAndExitThree) {
   const BadInput cases[] = {
-      {" --modes headwise,ring", "error: --modes: 'ring' is not a mode: list cp1, headwise, chunkwise or all_gather"},
-      {" --dynamic 1,3", "error: --dynamic 1,3: 3 does not divide --cp 4: list divisors of the static CP size"},
-      {" --dynamic 1,x", "error: --dynamic: 'x' is not an integer"},
+      {" --mode headwise,ring", "error: --mode: 'ring' is not a mode: list cp1, headwise, chunkwise or all_gather"},
+      {" --dynamic-cp 1,3", "error: --dynamic-cp 1,3: 3 does not divide --cp 4: list divisors of the static CP size"},
+      {" --dynamic-cp 1,x", "error: --dynamic-cp: 'x' is not an integer"},
+      {" --mode headwise --modes chunkwise",
+       "error: --mode and --modes are one option (--modes is its old spelling): pass --mode once"},
+      {" --dynamic-cp 1,2 --dynamic 1,2",
+       "error: --dynamic-cp and --dynamic are one option (--dynamic is its old spelling): pass --dynamic-cp once"},
       {" --recompute some", "error: --recompute 'some' is not supported: use full or none"},
-      {" --modes all_gather --recompute none",
-       "error: --recompute none with --modes all_gather: micro-batch 1 of step 0 runs all_gather at cp=4"},
+      {" --mode all_gather --recompute none",
+       "error: --recompute none with all_gather among the --mode list (the default list has it): micro-batch 1 of "
+       "step 0 runs all_gather at cp=4"},
       {" --world ring", "error: --world 'ring' is not inproc or mpi"},
       {" --world mpi", "error: --world mpi needs the process started by mpirun with at least --cp processes"},
       {" --every 0", "error: --every must be at least 1"},
@@ -115,7 +136,7 @@ TEST(TrainCli, BadInputIsOneLineAndExitThree) {
       {" --layers 0", "error: --layers 0 is invalid: give at least 1 layer"},
       {" --max-doc-length 200", "error: --micro-batch-tokens 128 is below --max-doc-length 200"},
       {" --dtype fp16", "error: "},
-      {" --num-key-heads 2 --num-value-heads 4 --modes headwise", "error: "},
+      {" --num-key-heads 2 --num-value-heads 4 --mode headwise", "error: "},
   };
   for (const BadInput& c : cases) {
     const auto r = run_cli("train" + c.args);  // every one fails before (or at) the first step

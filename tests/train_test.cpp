@@ -170,8 +170,8 @@ TEST(TrainRecompute, AllGatherWithGradientsNeedsFullRecompute) {
     (void)train_in_process(s);
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("--recompute none with --modes all_gather: micro-batch 1 of step 0 runs "
-                                         "all_gather at cp=4"),
+    EXPECT_NE(std::string(e.what()).find("--recompute none with all_gather among the --mode list (the default list "
+                                         "has it): micro-batch 1 of step 0 runs all_gather at cp=4"),
               std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("pass --recompute full"), std::string::npos) << e.what();

@@ -55,14 +55,14 @@ void print_verdicts(const Comparison& c, std::ostream& out) {
         << "; cp1 vs oracle max " << c.cp1_oracle_dev << "\n";
   out << std::left << std::setw(22) << "run" << std::right << std::setw(12) << "max|dloss|" << std::setw(12)
       << "mean|dloss|" << std::setw(12) << (fp64 ? "rel limit" : "limit") << std::setw(12) << "vs oracle"
-      << std::setw(12) << "limit" << std::setw(9) << "seconds"
+      << std::setw(12) << "limit" << std::setw(9) << "time"
       << "  result\n";
   for (std::size_t i = 0; i < c.verdicts.size(); ++i) {
     const ModeVerdict& v = c.verdicts[i];
     out << std::left << std::setw(22) << run_label(c.modes[i]) << std::right << std::setw(12) << v.max_gap
         << std::setw(12) << v.mean_gap << std::setw(12) << v.limit << std::setw(12) << v.oracle_dev << std::setw(12)
-        << (fp64 ? 0.0 : v.oracle_limit) << std::setw(9) << std::fixed << std::setprecision(2) << c.modes[i].seconds
-        << std::scientific << std::setprecision(3) << "  " << (v.pass ? "pass" : "FAIL") << "\n";
+        << (fp64 ? 0.0 : v.oracle_limit) << std::setw(7) << std::fixed << std::setprecision(2) << c.modes[i].seconds
+        << " s" << std::scientific << std::setprecision(3) << "  " << (v.pass ? "pass" : "FAIL") << "\n";
     if (!v.pass) out << "    " << v.why << "\n";
   }
   if (!c.why.empty()) out << c.why << "\n";

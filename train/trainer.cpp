@@ -73,9 +73,9 @@ void validate(const TrainSpec& spec) {
                       std::to_string(spec.data.vocab) + "): give one --vocab");
   for (int c : spec.dynamic)
     if (c < 1 || spec.cp % c != 0)
-      throw ConfigError("--dynamic " + comma_list(spec.dynamic) + ": " + std::to_string(c) + " does not divide --cp " +
-                        std::to_string(spec.cp) + ": list divisors of the static CP size, e.g. 1,2," +
-                        std::to_string(spec.cp));
+      throw ConfigError("--dynamic-cp " + comma_list(spec.dynamic) + ": " + std::to_string(c) +
+                        " does not divide --cp " + std::to_string(spec.cp) +
+                        ": list divisors of the static CP size, e.g. 1,2," + std::to_string(spec.cp));
   const ref::LayerConfig L(spec.model.layer);
   cp::validate_static(cp_config(spec), L);
 }
@@ -93,10 +93,12 @@ void check_recompute(const TrainSpec& spec, const std::vector<int>& cps, int ste
   if (spec.mode != "all_gather" || spec.recompute == Recompute::Full) return;
   for (std::size_t m = 0; m < cps.size(); ++m)
     if (cps[m] > 1)
-      throw ConfigError("--recompute none with --modes all_gather: micro-batch " + std::to_string(m + 1) + " of step " +
-                        std::to_string(step) + " runs all_gather at cp=" + std::to_string(cps[m]) +
-                        ", which needs full activation recompute when it computes gradients (as upstream): pass "
-                        "--recompute full, or leave all_gather out of --modes");
+      throw ConfigError(
+          "--recompute none with all_gather among the --mode list (the default list has it): micro-batch " +
+          std::to_string(m + 1) + " of step " + std::to_string(step) +
+          " runs all_gather at cp=" + std::to_string(cps[m]) +
+          ", which needs full activation recompute when it computes gradients (as upstream): pass "
+          "--recompute full, or leave all_gather out of --mode");
 }
 
 Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_ptr<cp::Backend> backend) {
