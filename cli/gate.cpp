@@ -104,6 +104,7 @@ const std::vector<GateStep>& gate_steps() {
   static const std::vector<GateStep> table = {
       {"safetensors round-trip", safetensors_round_trip},
       {"reference vectors", reference_vectors},
+      {"verdict known answers", verdict_known_answers},
       {"oracle self-checks", oracle_self_checks},
       {"layout properties", layout_properties},
       {"adjoint dot-products", adjoint_dot_products},
@@ -116,6 +117,7 @@ const std::vector<GateStep>& gate_steps() {
       {"probe self-compare", probe_self_compare},
       {"CP mode matrix (cuda)", gpu_mode_matrix},
       {"CP mode matrix (emu)", emu_mode_matrix},
+      {"training known answers", training_known_answers},
       {"training equivalence", training_equivalence},
   };
   // clang-format on

@@ -68,6 +68,7 @@ std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* strea
 // Steps by theme (cli/gate_steps_*.cpp).
 StepResult safetensors_round_trip(const StepOptions& options);
 StepResult reference_vectors(const StepOptions& options);
+StepResult verdict_known_answers(const StepOptions& options);  // cli/gate_steps_judge.cpp
 StepResult oracle_self_checks(const StepOptions& options);
 StepResult layout_properties(const StepOptions& options);
 StepResult adjoint_dot_products(const StepOptions& options);
@@ -79,7 +80,8 @@ StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);
 StepResult gpu_mode_matrix(const StepOptions& options);
 StepResult emu_mode_matrix(const StepOptions& options);
-StepResult training_equivalence(const StepOptions& options);  // cli/gate_steps_train.cpp
+StepResult training_known_answers(const StepOptions& options);  // cli/gate_steps_train.cpp
+StepResult training_equivalence(const StepOptions& options);    // cli/gate_steps_train.cpp
 
 // Precision regression (cli/gate_steps_precision.cpp): the catalog's deviations from the oracle against
 // the committed baseline, or the one at `baseline_path`.

@@ -2,11 +2,18 @@
 // trained 8 steps under every CP mode at static W = 4 and under dynamic CP {1, 2, 4}, in bf16 (each run
 // within the noise band of a legally reordered cp1 and within 4x cp1's deviation from the fp64 oracle) and
 // in fp64 (each run equal to cp1 to 1e-10 relative at every step); effective tokens equal at every step.
+#include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 
 #include "cli/gate_steps.hpp"
+#include "core/error.hpp"
+#include "train/dynamic_cp.hpp"
+#include "train/optimizer.hpp"
 #include "train/oracle.hpp"
+#include "train/padding.hpp"
 #include "train/report.hpp"
 #include "train/verdict.hpp"
 
@@ -59,7 +66,121 @@ struct Baselines {
   }
 };
 
+// ---- known answers: AdamW, the loss and its normaliser, the padding mask (docs/DESIGN.md §13) ----
+
+std::string differs(const std::string& what, double got, double want, double tol) {
+  if (std::abs(got - want) <= tol * std::abs(want)) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " %.17g, expected %.17g", got, want);
+  return what + buf;
+}
+
+// Two AdamW steps on fixed numbers against the update written from its definition (decoupled weight
+// decay on matrices only, bias-corrected moments, eps outside the square root):
+//   m_t = b1 m + (1 - b1) g, v_t = b2 v + (1 - b2) g^2,
+//   w_t = w - lr (m_t / (1 - b1^t)) / (sqrt(v_t / (1 - b2^t)) + eps) - lr wd w.
+// lr 0.1, b1 0.9, b2 0.99, eps 0.1 (large, so that sqrt(v + eps) is 2e-2 away), wd 0.5 on
+// "x.in_proj.weight" (w = 1, g = 2 then -1), none on "x.A_log" (w = -0.5, g = 0.3 twice). fp64 masters:
+// the same arithmetic to 1e-15.
+std::string adamw_known_answer() {
+  train::AdamWConfig config;
+  config.lr = 0.1, config.beta1 = 0.9, config.beta2 = 0.99, config.eps = 0.1, config.weight_decay = 0.5;
+  const auto scalar = [](double x) { return Tensor::from_f64({x}, {1}); };
+  train::AdamW adam(config, {{"x.in_proj.weight", scalar(1)}, {"x.A_log", scalar(-0.5)}}, DType::F64);
+  // Step 1: m = g / 10 and v = g^2 / 100, bias-corrected back to g and g^2.
+  adam.step({{"x.in_proj.weight", scalar(2)}, {"x.A_log", scalar(0.3)}});
+  const double p1 = 1 - 0.1 * 2 / (2 + 0.1) - 0.1 * 0.5 * 1, q1 = -0.5 - 0.1 * 0.3 / (0.3 + 0.1);
+  std::string why = differs("step 1 in_proj", adam.params().at("x.in_proj.weight").get(0), p1, 1e-15);
+  if (why.empty()) why = differs("step 1 A_log", adam.params().at("x.A_log").get(0), q1, 1e-15);
+  if (!why.empty()) return why;
+  adam.step({{"x.in_proj.weight", scalar(-1)}, {"x.A_log", scalar(0.3)}});
+  const double pm = 0.9 * 0.2 + 0.1 * -1, pv = 0.99 * 0.04 + 0.01 * 1;
+  const double qm = 0.9 * 0.03 + 0.1 * 0.3, qv = 0.99 * 0.0009 + 0.01 * 0.09;
+  const double c1 = 1 - 0.9 * 0.9, c2 = 1 - 0.99 * 0.99;
+  const double p2 = p1 - 0.1 * (pm / c1) / (std::sqrt(pv / c2) + 0.1) - 0.1 * 0.5 * p1;
+  const double q2 = q1 - 0.1 * (qm / c1) / (std::sqrt(qv / c2) + 0.1);
+  why = differs("step 2 in_proj", adam.params().at("x.in_proj.weight").get(0), p2, 1e-15);
+  return why.empty() ? differs("step 2 A_log", adam.params().at("x.A_log").get(0), q2, 1e-15) : why;
+}
+
+// Cross-entropy on logits [3, 2] with targets 0 (the pad id, a real token here), 1 and none, normaliser 4:
+// row 0 softmax (1/2, 1/2): CE ln 2; row 1 logits (0, ln 3), softmax (1/4, 3/4): CE ln(4/3); row 2 not
+// counted. Sum ln(8/3), 2 counted, dlogits = (softmax - onehot) / 4 = (-1/8, 1/8), (1/16, -1/16), (0, 0).
+std::string loss_known_answer() {
+  const Tensor logits = Tensor::from_f64({0, 0, 0, std::log(3.0), 5, -5}, {3, 2});
+  const train::CrossEntropy ce = train::cross_entropy(logits, {0, 1, train::kNoTarget}, 4);
+  std::string why = differs("CE sum", ce.sum, std::log(8.0 / 3.0), 1e-15);
+  if (why.empty()) why = differs("counted", static_cast<double>(ce.counted), 2, 0);
+  const double d[] = {-0.125, 0.125, 0.0625, -0.0625, 0, 0};
+  for (int i = 0; i < 6 && why.empty(); ++i)
+    why = differs("dlogits " + std::to_string(i), ce.dlogits.get(i), d[i], 1e-15);
+  return why;
+}
+
+// Documents whose real tokens take the pad id 0: (0, 0, 5), (3, 0), (0, 7, 0, 0, 2) predict 2 + 1 + 4 = 7
+// tokens at any CP size; at CP 2 each is padded to a multiple of 4 (1 + 2 + 3 pads), at CP 4 of 8
+// (5 + 6 + 3). The count comes from the padding mask, never from the pad id.
+std::string padding_known_answer() {
+  const train::MicroBatchData mb{{{0, 0, 5}, {3, 0}, {0, 7, 0, 0, 2}}};
+  for (const auto& [c, pads] : {std::pair{1, 0}, {2, 6}, {4, 14}}) {
+    const train::Packed p = train::pack(mb, c);
+    const std::string at = "cp " + std::to_string(c) + " ";
+    std::string why = differs(at + "counted tokens", static_cast<double>(train::counted_tokens(p)), 7, 0);
+    if (why.empty()) why = differs(at + "pads", static_cast<double>(p.pads), pads, 0);
+    if (why.empty()) why = differs(at + "tokens", static_cast<double>(p.tokens.size()), 10 + pads, 0);
+    if (!why.empty()) return why;
+  }
+  return differs("effective tokens", static_cast<double>(mb.effective_tokens()), 7, 0);
+}
+
+// A vocabulary of 2 (half the real tokens take the pad id), 1 step, fp64: every step's effective tokens,
+// cp1's and dynamic CP's, are the documents' lengths less one, summed (written here from the data), and
+// cp1's loss equals the oracle's.
+std::string pad_id_vocabulary() {
+  train::TrainSpec s = gate_train_spec(DType::F64);
+  s.model.vocab = s.data.vocab = 2;
+  s.model.layers = 1;
+  s.steps = 2;
+  const train::Trajectory oracle = train::oracle_trajectory(s), cp1 = train::train_in_process(s);
+  s.mode = "headwise";
+  s.dynamic = kDynamic;
+  const train::Trajectory dynamic = train::train_in_process(s);
+  for (int step = 0; step < s.steps; ++step) {
+    std::int64_t want = 0;
+    for (const auto& mb : train::global_batch(s.data, step).micro_batches)
+      for (const auto& doc : mb.docs) want += static_cast<std::int64_t>(doc.size()) - 1;
+    const std::string at = "step " + std::to_string(step) + " ";
+    for (const auto* t : {&oracle, &cp1, &dynamic})
+      if (auto why = differs(at + t->mode + " effective tokens",
+                             static_cast<double>(t->steps.at(step).effective_tokens), static_cast<double>(want), 0);
+          !why.empty())
+        return why;
+    if (auto why = differs(at + "cp1 loss", cp1.steps.at(step).loss, oracle.steps.at(step).loss, 1e-12); !why.empty())
+      return why;
+  }
+  return "";
+}
+
 }  // namespace
+
+StepResult training_known_answers(const StepOptions& options) {
+  StepResult r(options);
+  for (const auto& [label, why] :
+       {std::pair<const char*, std::function<std::string()>>{"adamw two steps", adamw_known_answer},
+        {"cross-entropy and normaliser", loss_known_answer},
+        {"padding mask, real tokens at the pad id", padding_known_answer},
+        {"vocabulary of 2: effective tokens and loss", pad_id_vocabulary}}) {
+    if (!r.selected(label)) continue;
+    std::string what;
+    try {
+      what = why();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    r.check(what.empty(), label, what);
+  }
+  return r;
+}
 
 StepResult training_equivalence(const StepOptions& options) {
   StepResult r(options);
