@@ -20,7 +20,10 @@
 #include "core/vectors.hpp"
 #include "cp/illegal.hpp"
 #include "cpu/backend.hpp"
+#include "fixtures/cp_runs.hpp"
+#include "fixtures/fixture_file.hpp"
 #include "fixtures/fixtures.hpp"
+#include "fixtures/manifest.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
 #include "harness/harness.hpp"
@@ -425,6 +428,25 @@ StepResult illegal_combinations(const StepOptions& options) {
   return r;
 }
 
+namespace {
+
+// Micro-batches of every CP run the layer fixtures of `dir` allow (fixtures/cp_runs.hpp): what
+// `fixtures verify` must judge, counted here from the files.
+int fixture_micro_batches(const std::string& dir) {
+  const fixtures::Manifest m =
+      fixtures::parse_manifest(read_file_text(dir + "/" + fixtures::kManifestName), fixtures::kManifestName);
+  int n = 0;
+  for (const auto& e : m.cases) {
+    if (e.kind != "layer") continue;
+    const fixtures::LayerFixture f =
+        fixtures::layer_fixture(fixtures::inputs_of(read_safetensors(dir + "/" + e.file)), e.file);
+    for (const auto& run : fixtures::allowed_runs(f)) n += std::max<int>(1, static_cast<int>(run.micro_batches.size()));
+  }
+  return n;
+}
+
+}  // namespace
+
 // The committed regression fixtures (fixtures/data): the manifest holds, the oracle still gives the
 // stored answers, and every CP run each case allows reproduces them. Counted in one unit: the
 // directory, each case and each CP run is one case of the step.
@@ -440,6 +462,12 @@ StepResult fixture_verification(const StepOptions& options) {
   if (r.failed)
     r.reproduce =
         fault_prefix() + "gdn-verify fixtures verify --dir " + dir + (v.directory_problem ? "" : " --case " + r.label);
+  if (!v.directory_problem) {
+    const int want = fixture_micro_batches(dir);
+    r.check(
+        v.micro_batches == want, "every micro-batch judged",
+        std::to_string(v.micro_batches) + " micro-batches judged, the fixtures' CP runs hold " + std::to_string(want));
+  }
   return r;
 }
 
