@@ -111,6 +111,7 @@ const std::vector<GateStep>& gate_steps() {
       {"CP mode matrix (cpu)", cp_mode_matrix},
       {"precision rules", precision_rules},
       {"communicator semantics", communicator_semantics},
+      {"MPI transport", mpi_transport},
       {"illegal combinations", illegal_combinations},
       {"fixture verification", fixture_verification},
       {"precision regression", precision_regression},

@@ -75,6 +75,7 @@ StepResult adjoint_dot_products(const StepOptions& options);
 StepResult cp_mode_matrix(const StepOptions& options);
 StepResult precision_rules(const StepOptions& options);         // cli/gate_steps_rules.cpp
 StepResult communicator_semantics(const StepOptions& options);  // cli/gate_steps_rules.cpp
+StepResult mpi_transport(const StepOptions& options);           // cli/gate_steps_rules.cpp
 StepResult illegal_combinations(const StepOptions& options);
 StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);

@@ -208,7 +208,9 @@ void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
     for (int W : {2, 1}) {
       cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
       spec.gates = cp::GateRegime::Extreme;
-      if (W == 1) spec.lengths = {1, 1, 6};
+      // tests/extreme_regime_test.cpp's lengths: at W = 2, 8, 4 (rank 1's first local sequence 2 tokens,
+      // shorter than the conv halo); at W = 1, 1, 1, 80, 6 (two lone tokens, a spike mid-chunk).
+      spec.lengths = W == 1 ? std::vector<std::int64_t>{1, 1, 80, 6} : std::vector<std::int64_t>{8, 4};
       std::map<std::int64_t, Judged> cache;
       for (cp::CpMode mode : kModes) {
         spec.cp.mode = mode;
@@ -253,6 +255,29 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
     }
 }
 
+// Sequences that start 2 tokens before a span boundary (at CP > 1 every length is a multiple of 2W, so
+// no sequence starts 1 token before one): rank 1's first local sequence is 2 tokens long, shorter than
+// the conv halo's 3, and sequences follow it on the same rank, so a halo or its gradient that runs past
+// the first local sequence shows. W = 2, lengths 8, 4, 4, 4 (spans of 10: the second sequence starts at
+// 8); W = 4, five sequences of 8 (spans of 10: starts 2, 4 and 6 tokens before the boundaries).
+void span_boundaries(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
+  const std::vector<std::pair<int, std::vector<std::int64_t>>> packings = {{2, {8, 4, 4, 4}}, {4, {8, 8, 8, 8, 8}}};
+  for (const auto& [W, lengths] : packings)
+    for (DType dtype : dtypes) {
+      std::map<std::int64_t, Judged> cache;
+      for (cp::CpMode mode : kModes) {
+        cp::RunSpec spec = cp::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
+        spec.lengths = lengths;
+        if (cp::is_legal(spec))
+          judge_selected(r,
+                         std::string(cp::mode_name(mode)) +
+                             " sequence 2 tokens before a span boundary W=" + std::to_string(W) + " lengths " +
+                             comma_list(lengths) + " " + std::string(dtype_name(dtype)),
+                         spec, backend, cache);
+      }
+    }
+}
+
 const MatrixBackend kCpu{"cpu", cpu::make_backend};
 
 }  // namespace
@@ -290,6 +315,7 @@ StepResult cp_mode_matrix(const StepOptions& options) {
   if (!quick) mode_matrix(r, dtypes, kCpu, kSecondDraw);
   extreme_inputs(r, kCpu);
   multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
+  span_boundaries(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.micro_batches = {4, 2, 1};
@@ -523,6 +549,7 @@ StepResult emu_mode_matrix(const StepOptions& options) {
       options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16};
   mode_matrix(r, dtypes, emu);
   extreme_inputs(r, emu);
+  span_boundaries(r, dtypes, emu);
   if (!options.quick_matrix()) multi_chunk_spans(r, dtypes, emu);
   return r;
 }
@@ -537,6 +564,7 @@ StepResult gpu_mode_matrix(const StepOptions& options) {
   mode_matrix(r, options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
               cuda);
   extreme_inputs(r, cuda);
+  span_boundaries(r, {DType::BF16}, cuda);
   return r;
 }
 

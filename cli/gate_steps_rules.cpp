@@ -3,17 +3,24 @@
 // directly and holds their state-dtype outputs to fp32 accuracy against the fp64 oracle
 // (docs/DESIGN.md §4); "communicator semantics" holds every collective sum to the rank-ordered sum
 // rounded once, bit for bit, and the bytes every rank moves to the cost model (docs/DESIGN.md §3.2, §12).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/gate_steps.hpp"
+#include "cli/reproduce.hpp"
 #include "comm/inprocess.hpp"
+#include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "cost/cost.hpp"
@@ -98,19 +105,32 @@ class StateJudge {
              std::string(dtype_name(be_.state_dtype()));
       return;
     }
-    const Tensor t = be_.download(got).to(DType::F64);
+    judge(name, be_.download(got).to(DType::F64), want, bound);
+  }
+  // An output stored in the activation dtype.
+  void check_stored(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
+    if (!why_.empty()) return;
+    if (got.dtype() != be_.dtype()) {
+      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not " +
+             std::string(dtype_name(be_.dtype()));
+      return;
+    }
+    judge(name, be_.download(got).to(DType::F64), want, bound);
+  }
+  const std::string& why() const { return why_; }
+
+ private:
+  void judge(const std::string& name, const Tensor& t, const Tensor& want, double bound) {
     const Metrics m = compare(want.reshaped(t.shape()), t);
     if (m.nan_cand == 0 && m.inf_cand == 0 && m.rel_rms <= bound) return;
     char buf[160];
     if (m.nan_cand || m.inf_cand)
       std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
                     static_cast<long long>(m.inf_cand));
-    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > fp32 bound %.3e", m.rel_rms, bound);
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > bound %.3e", m.rel_rms, bound);
     why_ = name + buf;
   }
-  const std::string& why() const { return why_; }
 
- private:
   cp::Backend& be_;
   std::string why_;
 };
@@ -313,6 +333,40 @@ void gate_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
   judge.check("ddt_bias", got.ddt_bias, want.ddt_bias, static_cast<double>(kRows + 15) * kU);
 }
 
+// (e) the conv's halo on a rank whose local tokens are several short sequences: the first continues the
+// previous rank's sequence for 2 tokens (fewer than the halo's W - 1 = 3), then sequences of 1 and 4
+// tokens. The halo feeds, and its gradient dhalo comes from, the first sequence only; against the oracle
+// conv with the halo as the first sequence's initial state (slot j + 1 = halo row j). dx and dhalo are
+// stored in the activation dtype: one rounding (bf16, 8 significant bits: 2^-8 relative) on top of the fp32 chain,
+// which for dx and dhalo is d_pre (58u, conv_grads) times at most W products and W - 1 adds: 64u.
+void conv_halo_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const std::int64_t D = 6, W = 4, N = 7;
+  const Ints cu{0, 2, 3, N};
+  ref::Conv1dInputs in;
+  in.x = stored(uniform(label, "conv x", {1, N, D}, 0.1, 1), act);
+  in.weight = stored(uniform(label, "conv w", {D, W}, 0.1, 0.5), act);
+  in.bias = stored(uniform(label, "conv bias", {D}, 0.1, 0.5), act);
+  in.cu_seqlens = cu;
+  const Tensor halo = stored(uniform(label, "conv halo", {W - 1, D}, 0.1, 1), act);
+  in.initial_state = Tensor(DType::F64, {3, D, W});
+  for (std::int64_t j = 0; j < W - 1; ++j)
+    for (std::int64_t d = 0; d < D; ++d) in.initial_state->set(d * W + j + 1, halo.get(j * D + d));
+  const Tensor dy = stored(uniform(label, "conv dy", {1, N, D}, 0.1, 1), act);
+  const ref::Conv1dGrads want = ref::conv1d_backward(in, dy);
+  Tensor dhalo_want(DType::F64, {W - 1, D});
+  for (std::int64_t j = 0; j < W - 1; ++j)
+    for (std::int64_t d = 0; d < D; ++d) dhalo_want.set(j * D + d, want.dh0->get(d * W + j + 1));
+  const cp::Buffer xb = be.upload(in.x.reshaped({N, D}), act), wb = be.upload(in.weight, act);
+  const cp::Buffer bb = be.upload(*in.bias, act), hb = be.upload(halo, act);
+  const cp::Varlen seqs{cu, cp::upload_index(be, cu)};
+  const cp::ConvGrads got = be.conv1d_backward({xb, wb, &bb, seqs, hb}, be.upload(dy.reshaped({N, D}), act));
+  const double bound = (act == DType::BF16 ? 0x1p-8 : 0.0) + 64 * kU;
+  judge.check_stored("conv dx", got.dx, want.dx, bound);
+  judge.check_stored("conv dhalo", got.dhalo, dhalo_want, bound);
+  judge.check("conv dw (halo)", got.dw, want.dweight, static_cast<double>(N + 60) * kU);
+}
+
 // (d) parameter gradients (and the norms' rstd) are kept in the state dtype, to fp32 accuracy.
 void parameter_gradients_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
   linear_grads(be, judge, label);
@@ -329,7 +383,8 @@ struct Rule {
 constexpr Rule kRules[] = {{"gates", gates_rule},
                            {"decay chain", decay_chain_rule},
                            {"state chain", state_chain_rule},
-                           {"parameter gradients", parameter_gradients_rule}};
+                           {"parameter gradients", parameter_gradients_rule},
+                           {"conv halo short sequences", conv_halo_rule}};
 
 struct RuleBackend {
   std::string name;
@@ -511,7 +566,67 @@ std::string bytes_match_cost_model(const cp::RunSpec& spec) {
   return "";
 }
 
+// ---- the MPI transport ---------------------------------------------------------------------------------
+
+// `name` on PATH, or "".
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (std::size_t a = 0; a <= dirs.size();) {
+    const std::size_t b = std::min(dirs.find(':', a), dirs.size());
+    const std::filesystem::path candidate = std::filesystem::path(dirs.substr(a, b - a)) / name;
+    if (b > a && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    a = b + 1;
+  }
+  return "";
+}
+
+// Training at CP = 3 in fp64 (headwise with 3 heads, static and dynamic 1, 3): every collective of the
+// run, the parameter-gradient all-reduces of every size and the 2-element loss/token sum, splits
+// unevenly over 3 ranks. The step's arguments and its in-process world's CSV are the reference.
+const char* const kMpiTrain =
+    " train --layers 1 --hidden 16 --num-key-heads 3 --num-value-heads 3 --key-head-dim 4 --value-head-dim 4"
+    " --vocab 16 --steps 2 --docs-per-batch 6 --micro-batch-tokens 48 --max-doc-length 48 --dtype fp64"
+    " --modes headwise --cp 3 --dynamic 1,3 --csv ";
+
 }  // namespace
+
+// docs/DESIGN.md §3.2 on the MPI transport (comm/mpi.cpp): a training run under mpirun -np 3 writes the
+// in-process world's trajectory, bit for bit. Skipped, with the reason, without mpirun.
+StepResult mpi_transport(const StepOptions& options) {
+  StepResult r(options);
+  const std::string mpirun = on_path("mpirun");
+  if (mpirun.empty()) {
+    r.skip_reason = "no mpirun on PATH: the MPI transport is not run (install Open MPI or MPICH)";
+    return r;
+  }
+  const std::string label = "train fp64 headwise cp=3 under mpirun -np 3";
+  if (!r.selected(label)) return r;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gdnv_gate_mpi_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string mpi_csv = (dir / "mpi.csv").string(), inproc_csv = (dir / "inproc.csv").string();
+  const std::string command = mpirun + " --oversubscribe -np 3 " + self + kMpiTrain + mpi_csv + " --world mpi";
+  // Open MPI refuses root without its opt-in (CI runs as root).
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  std::string why;
+  if (const int rc = std::system((command + " > " + (dir / "mpi.log").string() + " 2>&1").c_str()); rc != 0)
+    why = "mpirun exited with status " + std::to_string(rc) + " (log: " + read_file_text((dir / "mpi.log").string()) +
+          ")";
+  else if (std::system((self + kMpiTrain + inproc_csv + " > /dev/null 2>&1").c_str()) != 0)
+    why = "the in-process run failed";
+  else if (read_file_text(mpi_csv) != read_file_text(inproc_csv))
+    why = "the MPI world's trajectory differs from the in-process world's:\n" + read_file_text(mpi_csv) +
+          "in process:\n" + read_file_text(inproc_csv);
+  fs::remove_all(dir);
+  r.check(why.empty(), label, why,
+          fault_prefix() +
+              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np 3 gdn-verify" +
+              kMpiTrain + "mpi.csv --world mpi");
+  return r;
+}
 
 // docs/DESIGN.md §4 on every backend: gates, the decay and state chains, rstd and parameter gradients at
 // fp32 accuracy against the oracle on the same stored inputs, at fp32 and bf16 storage. Small ops on
