@@ -2,6 +2,7 @@
 // trained 8 steps under every CP mode at static W = 4 and under dynamic CP {1, 2, 4}, in bf16 (each run
 // within the noise band of a legally reordered cp1 and within 4x cp1's deviation from the fp64 oracle) and
 // in fp64 (each run equal to cp1 to 1e-10 relative at every step); effective tokens equal at every step.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -182,9 +183,47 @@ StepResult training_known_answers(const StepOptions& options) {
   return r;
 }
 
+namespace {
+
+// Dynamic CP whose steps run sub-groups of different sizes at once: a per-rank budget of 100 tokens puts
+// a micro-batch of at most 100 tokens at CP 1, of at most 200 at CP 2, so steps 0 and 1 hold 3 and 4 CP-1
+// micro-batches (on ranks 0, 1, 2, 3) beside CP-2 ones (sub-groups {0, 1}, {2, 3}): each sub-group's
+// gradients are added once, from its own root, and two CP-1 micro-batches share a step.
+constexpr std::int64_t kSubGroupBudget = 100;
+
+// Why the drawn geometry misses its purpose, or "".
+std::string sub_group_geometry(const train::TrainSpec& s) {
+  for (int step = 0; step < s.steps; ++step) {
+    const std::vector<int> cps = train::micro_batch_cps(s, train::global_batch(s.data, step));
+    const auto count = [&](int c) { return std::count(cps.begin(), cps.end(), c); };
+    if (count(1) >= 2 && count(2) >= 2) return "";
+  }
+  return "no step holds two CP-1 and two CP-2 micro-batches: redraw the sub-group case's budget";
+}
+
+}  // namespace
+
 StepResult training_equivalence(const StepOptions& options) {
   StepResult r(options);
   Baselines base;
+  const std::string sub_groups = "fp64 headwise@1/2/4 sub-groups of sizes 1 and 2";
+  if (r.selected(sub_groups)) {
+    train::TrainSpec s = gate_train_spec(DType::F64);
+    s.mode = "headwise";
+    s.dynamic = kDynamic;
+    s.rank_budget = kSubGroupBudget;
+    std::string why = sub_group_geometry(s);
+    try {
+      if (why.empty()) {
+        const train::Comparison c =
+            train::judge(DType::F64, base.cp1_of(DType::F64).first, {}, {}, {train::train_in_process(s)});
+        if (!c.pass) why = c.verdicts.at(0).why.empty() ? c.why : c.verdicts.at(0).why;
+      }
+    } catch (const std::exception& e) {
+      why = std::string("the run did not complete: ") + e.what();
+    }
+    r.check(why.empty(), sub_groups, why);
+  }
   // --quick: headwise in fp64 under dynamic CP, where every planted training fault shows.
   auto quick = [](DType dtype, const std::string& mode, bool dynamic) {
     return dtype == DType::F64 && mode == "headwise" && dynamic;
