@@ -27,6 +27,8 @@
 #include "cpu/backend.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/params.hpp"
 #include "harness/harness.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -386,6 +388,79 @@ constexpr Rule kRules[] = {{"gates", gates_rule},
                            {"parameter gradients", parameter_gradients_rule},
                            {"conv halo short sequences", conv_halo_rule}};
 
+// (f) the emulation's kernels overwrite their outputs: each launch runs three times on the same output
+// buffers, first zeroed, then holding the first call's results (a buffer reused across calls, as a
+// caching allocator hands it back), then NaN; the three results must be the same bits. The linear's y,
+// dx and dw; the conv's y, dx, dhalo, dw and dbias on the short sequences of (e).
+using Floats = std::vector<float>;
+
+Floats seeded_floats(const std::string& label, const std::string& name, std::size_t n) {
+  const Rng rng(stream_of(label), name);
+  Floats out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(rng.uniform(i, 0.1, 1));
+  return out;
+}
+
+// Runs `launch` with `outputs` zeroed, reused and NaN; the name of an output that changed, or "".
+std::string overwrites(gpu::Kernels& k, const std::vector<std::pair<const char*, Floats*>>& outputs,
+                       const std::function<void()>& launch) {
+  std::vector<Floats> first;
+  for (int call = 0; call < 3; ++call) {
+    for (auto& [name, out] : outputs)
+      if (call != 1) std::fill(out->begin(), out->end(), call == 0 ? 0.0f : std::nanf(""));
+    launch();
+    k.stream()->synchronize("gate: kernel outputs");
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (call == 0) first.push_back(*outputs[i].second);
+      else if (std::memcmp(first[i].data(), outputs[i].second->data(), first[i].size() * sizeof(float)) != 0)
+        return std::string(outputs[i].first) +
+               (call == 1 ? " changes when its buffer is reused" : " depends on its buffer's old contents (NaN)");
+    }
+  }
+  return "";
+}
+
+std::string kernel_outputs_overwritten(const std::string& label) {
+  const std::unique_ptr<gpu::Kernels> k = gpu::make_host_kernels();
+  const std::int64_t N = 7, in = 5, out = 3, D = 4, W = 4;
+  const Floats x = seeded_floats(label, "x", N * in), w = seeded_floats(label, "w", out * in),
+               dy = seeded_floats(label, "dy", N * out);
+  Floats y(N * out), dx(N * in), dw(out * in);
+  std::string why = overwrites(*k, {{"linear y", &y}}, [&] {
+    k->linear_forward({x.data(), w.data(), nullptr, y.data(), nullptr, N, in, out, false});
+  });
+  if (why.empty())
+    why = overwrites(*k, {{"linear dx", &dx}, {"linear dw", &dw}}, [&] {
+      k->linear_backward({x.data(), w.data(), dy.data(), dx.data(), dw.data(), N, in, out, false});
+    });
+  if (!why.empty()) return why;
+  const Floats cx = seeded_floats(label, "conv x", N * D), cw = seeded_floats(label, "conv w", D * W),
+               cb = seeded_floats(label, "conv bias", D), halo = seeded_floats(label, "conv halo", (W - 1) * D),
+               cdy = seeded_floats(label, "conv dy", N * D);
+  const Ints cu{0, 2, 3, N};
+  Floats cy(N * D), cdx(N * D), d_pre(N * D), cdw(D * W), cdb(D), dhalo((W - 1) * D);
+  gpu::ConvParams p{};
+  p.x = cx.data(), p.weight = cw.data(), p.bias = cb.data(), p.halo = halo.data(), p.cu = cu.data();
+  p.n = 3, p.N = N, p.D = D, p.W = W, p.dy = cdy.data(), p.d_pre = d_pre.data();
+  p.dw = cdw.data(), p.dbias = cdb.data(), p.dhalo = dhalo.data();
+  why = overwrites(*k, {{"conv y", &cy}}, [&] {
+    p.y = cy.data();
+    k->conv_forward(p, N * D);
+  });
+  if (why.empty())
+    why = overwrites(
+        *k,
+        {{"conv d_pre", &d_pre}, {"conv dx", &cdx}, {"conv dhalo", &dhalo}, {"conv dw", &cdw}, {"conv dbias", &cdb}},
+        [&] {
+          p.y = cdx.data();
+          k->conv_dpre(p, N * D);
+          k->conv_dx(p, N * D);
+          k->conv_dhalo(p, (W - 1) * D);
+          k->conv_weight_grad(p, D * W);
+        });
+  return why;
+}
+
 struct RuleBackend {
   std::string name;
   cp::BackendFactory factory;
@@ -649,6 +724,16 @@ StepResult precision_rules(const StepOptions& options) {
         }
         r.check(why.empty(), label, why);
       }
+  const std::string label = "emu kernels overwrite reused outputs";
+  if (r.selected(label)) {
+    std::string why;
+    try {
+      why = kernel_outputs_overwritten(label);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    r.check(why.empty(), label, why);
+  }
   return r;
 }
 
