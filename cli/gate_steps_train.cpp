@@ -207,7 +207,7 @@ StepResult training_equivalence(const StepOptions& options) {
   StepResult r(options);
   Baselines base;
   const std::string sub_groups = "fp64 headwise@1/2/4 sub-groups of sizes 1 and 2";
-  if (r.selected(sub_groups)) {
+  if (r.selected(sub_groups)) {  // --quick too
     train::TrainSpec s = gate_train_spec(DType::F64);
     s.mode = "headwise";
     s.dynamic = kDynamic;
