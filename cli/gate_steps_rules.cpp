@@ -694,18 +694,17 @@ StepResult mpi_transport(const StepOptions& options) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   // A failure's detail is deterministic (the trainer's table holds timings): the exit status and the
-  // output's last line.
-  const auto last_line = [](const std::string& text) {
-    std::string line, last;
+  // first reason the output gives (a run's verdict, indented under its row, or an error line).
+  const auto reason = [](const std::string& text) {
     std::istringstream lines(text);
-    while (std::getline(lines, line))
-      if (!line.empty()) last = line;
-    return last;
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with("    ") || line.starts_with("error:")) return line.substr(line.find_first_not_of(' '));
+    return std::string("no reason printed");
   };
   std::string why;
   if (const int rc = std::system((command + " > " + (dir / "mpi.log").string() + " 2>&1").c_str()); rc != 0)
-    why = "mpirun -np 3 exited with status " + std::to_string(WEXITSTATUS(rc)) + ", its output ending '" +
-          last_line(read_file_text((dir / "mpi.log").string())) + "'";
+    why = "mpirun -np 3 exited with status " + std::to_string(WEXITSTATUS(rc)) + ": " +
+          reason(read_file_text((dir / "mpi.log").string()));
   else if (std::system((self + kMpiTrain + inproc_csv + " > /dev/null 2>&1").c_str()) != 0)
     why = "the in-process run failed";
   else if (read_file_text(mpi_csv) != read_file_text(inproc_csv))
