@@ -108,7 +108,7 @@ class StateJudge {
              std::string(dtype_name(be_.state_dtype()));
       return;
     }
-    judge(name, be_.download(got).to(DType::F64), want, bound);
+    judge(name, be_.download(got).to(DType::F64), want, bound, "fp32 bound");
   }
   // An output stored in the activation dtype.
   void check_stored(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
@@ -118,19 +118,19 @@ class StateJudge {
              std::string(dtype_name(be_.dtype()));
       return;
     }
-    judge(name, be_.download(got).to(DType::F64), want, bound);
+    judge(name, be_.download(got).to(DType::F64), want, bound, "bound");
   }
   const std::string& why() const { return why_; }
 
  private:
-  void judge(const std::string& name, const Tensor& t, const Tensor& want, double bound) {
+  void judge(const std::string& name, const Tensor& t, const Tensor& want, double bound, const char* kind) {
     const Metrics m = compare(want.reshaped(t.shape()), t);
     if (m.nan_cand == 0 && m.inf_cand == 0 && m.rel_rms <= bound) return;
     char buf[160];
     if (m.nan_cand || m.inf_cand)
       std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
                     static_cast<long long>(m.inf_cand));
-    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > bound %.3e", m.rel_rms, bound);
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > %s %.3e", m.rel_rms, kind, bound);
     why_ = name + buf;
   }
 

@@ -56,6 +56,12 @@ TEST(PrecisionRules, ConvHaloOnShortSequencesAndReusedKernelOutputs) {
   }
 }
 
+TEST(FixtureVerification, JudgesEveryMicroBatchOfEveryCpRun) {
+  const StepResult r = only(fixture_verification, "every micro-batch judged");
+  EXPECT_EQ(r.failed, 0) << r.detail;
+  EXPECT_GT(r.cases, 1);
+}
+
 TEST(MpiTransport, TrainsTheInProcessTrajectoryUnderMpirunOrSaysWhyNot) {
   setenv("GDNV_BIN", GDNV_CLI, 1);  // the binary the step starts under mpirun
   const StepResult r = mpi_transport({});
