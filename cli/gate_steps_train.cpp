@@ -16,6 +16,7 @@
 #include "train/oracle.hpp"
 #include "train/padding.hpp"
 #include "train/report.hpp"
+#include "train/trainer.hpp"
 #include "train/verdict.hpp"
 
 namespace gdnv::cli {
@@ -162,6 +163,51 @@ std::string pad_id_vocabulary() {
   return "";
 }
 
+// The training verdict on hand-made curves against docs/DESIGN.md §13's numbers: bf16, a band of 1e-2
+// (cp1-reordered 1e-2 off at step 1; the floor 2^-9 3 / sqrt(400) = 2.9e-4 below it) lets a run reach
+// 6 x 1e-2 = 6e-2 from cp1 and, cp1 being 1e-2 off the oracle, 4 x 1e-2 = 4e-2 from the oracle; effective
+// tokens exactly; fp64: loss and gradient norm within 1e-10 relative of cp1's. Each limit is tried 2%
+// inside (pass) and 2% outside (fail).
+std::string verdict_known_answer() {
+  const auto curve = [](std::vector<double> losses) {
+    train::Trajectory t{"cp1", "1", {}, 0};
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      t.steps.push_back({static_cast<int>(i), losses[i], 1.0, 0.1, 400, {1}});
+    return t;
+  };
+  const std::vector<double> L{3.0, 2.9, 2.8};
+  const auto moved = [&](std::size_t step, double by) {
+    std::vector<double> l = L;
+    l[step] += by;
+    return curve(l);
+  };
+  train::Trajectory tokens = curve(L);
+  tokens.steps[1].effective_tokens = 401;
+  // Against cp1's band alone (no oracle), then against the oracle.
+  const std::vector<train::Trajectory> band_runs = {moved(2, 5.88e-2), moved(2, 6.12e-2), tokens};
+  const std::vector<train::Trajectory> oracle_runs = {moved(0, 2.92e-2), moved(0, 3.12e-2)};
+  const train::Comparison band = train::judge(DType::BF16, curve(L), moved(1, 1e-2), {}, band_runs);
+  const train::Comparison oracle = train::judge(DType::BF16, curve(L), moved(1, 1e-2), moved(0, -1e-2), oracle_runs);
+  std::string why;
+  const auto expect = [&why](const train::Comparison& c, std::initializer_list<bool> want, const std::string& what) {
+    std::size_t i = 0;
+    for (bool pass : want) {
+      if (why.empty() && c.verdicts.at(i).pass != pass)
+        why = what + " run " + std::to_string(i) + (pass ? " fails: " + c.verdicts[i].why : " passes");
+      ++i;
+    }
+  };
+  expect(band, {true, false, false}, "bf16 band");
+  expect(oracle, {true, false}, "bf16 oracle");
+  train::Trajectory grad = curve(L);
+  grad.steps[2].grad_norm *= 1 + 1.02e-10;
+  const std::vector<train::Trajectory> fp64_runs = {curve({3.0 * (1 + 0.98e-10), 2.9, 2.8}),
+                                                    curve({3.0 * (1 + 1.02e-10), 2.9, 2.8}), grad};
+  const train::Comparison fp64 = train::judge(DType::F64, curve(L), {}, {}, fp64_runs);
+  expect(fp64, {true, false, false}, "fp64");
+  return why;
+}
+
 }  // namespace
 
 StepResult training_known_answers(const StepOptions& options) {
@@ -170,7 +216,8 @@ StepResult training_known_answers(const StepOptions& options) {
        {std::pair<const char*, std::function<std::string()>>{"adamw two steps", adamw_known_answer},
         {"cross-entropy and normaliser", loss_known_answer},
         {"padding mask, real tokens at the pad id", padding_known_answer},
-        {"vocabulary of 2: effective tokens and loss", pad_id_vocabulary}}) {
+        {"vocabulary of 2: effective tokens and loss", pad_id_vocabulary},
+        {"training verdict limits on hand-made curves", verdict_known_answer}}) {
     if (!r.selected(label)) continue;
     std::string what;
     try {
