@@ -19,9 +19,9 @@ TEST(VerdictKnownAnswers, EveryMetricVerdictAndDivergenceLineIsTheOneWrittenFrom
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
-TEST(TrainingKnownAnswers, AdamWTheLossNormaliserAndThePaddingMaskAreTheFormulas) {
+TEST(TrainingKnownAnswers, AdamWTheLossTheMaskAndTheVerdictLimitsAreTheFormulas) {
   const StepResult r = training_known_answers({});
-  EXPECT_EQ(r.cases, 4);
+  EXPECT_EQ(r.cases, 5);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
