@@ -102,6 +102,59 @@ std::string element_at_bound(double side) {
                 expect_eq("verdict", t.why, "1 elements outside atol + rtol |ref|")});
 }
 
+// Policy "bitwise" (exact): -0 against +0 is numerically equal but not the same bytes, so it fails.
+std::string signed_zero() {
+  const Tensor x = ramp();
+  Tensor ref = x, c = x;
+  ref.set(3, 0.0), c.set(3, -0.0);
+  const probes::TensorResult t = probes::compare_tensor("x", ref, c, probes::load_policy("bitwise").rule_for("x"));
+  return first({t.numeric_equal ? "" : "-0 and +0 not numerically equal",
+                expect_eq("verdict", t.why, "not bitwise identical (policy: exact)")});
+}
+
+// Policy "upstream-probe" (norm-wise): one bound atol + rtol max|ref| = 2e-4 + 2e-3 x 24 = 0.0482 for
+// every element, so element 0 (ref 1) may move by 0.0482 (1 - 1e-9) but not by 0.0482 (1 + 1e-9).
+std::string normwise_bound() {
+  const Tensor x = ramp();
+  std::string why;
+  for (double side : {-1.0, 1.0}) {
+    Tensor c = x;
+    c.set(0, 1 + (2e-4 + 2e-3 * 24) * (1 + side * 1e-9));
+    const probes::TensorResult t =
+        probes::compare_tensor("x", x, c, probes::load_policy("upstream-probe").rule_for("x"));
+    why = first({why, expect_eq(side < 0 ? "inside: verdict" : "outside: verdict", t.why,
+                                side < 0 ? "" : "1 elements outside atol + rtol max|ref|")});
+  }
+  return why;
+}
+
+// A policy of min_cos 0.999 alone fails a sign flip (cos -1) and passes a doubling (cos 1); one of
+// max_rel_rms 0.1 passes cand = 1.09 ref (rel_rms 0.09) and fails 1.11 ref.
+std::string cosine_and_rel_rms_rules() {
+  const Tensor x = ramp();
+  probes::Rule cos_rule, rms_rule;
+  cos_rule.min_cos = 0.999;
+  rms_rule.max_rel_rms = 0.1;
+  const auto why = [&](const probes::Rule& rule, double s) {
+    return probes::compare_tensor("x", x, scaled(x, s), rule).why;
+  };
+  return first({expect_eq("cos, flipped", why(cos_rule, -1), "cosine below min_cos"),
+                expect_eq("cos, doubled", why(cos_rule, 2), ""), expect_eq("rel_rms 0.09", why(rms_rule, 1.09), ""),
+                expect_eq("rel_rms 0.11", why(rms_rule, 1.11), "rel_rms above max_rel_rms")});
+}
+
+// Tolerances and their decade histogram: errors 2^-9 = 1.95e-3 at element 2 (ref 3) and 2^-16 = 1.5e-5
+// at element 4 (ref 5), both exact in fp64, 22 exact: min_atol 2^-9, min_rtol 2^-9 / 3,
+// "0:22 1e-05:1 1e-03:1".
+std::string tolerance_histogram() {
+  const Tensor x = ramp();
+  Tensor c = x;
+  c.set(2, 3 + 0x1p-9), c.set(4, 5 - 0x1p-16);
+  const Tolerances t = tolerances(x, c);
+  return first({expect_near("min_atol", t.min_atol, 0x1p-9), expect_near("min_rtol", t.min_rtol, 0x1p-9 / 3, 1e-15),
+                expect_eq("histogram", decade_histogram(t), "0:22 1e-05:1 1e-03:1")});
+}
+
 // REF {a, b, d [4, 6]}, CAND {a, c, d [6, 4]}: a compared and equal; b missing, c only in CAND and d of
 // a permuted shape are structural mismatches: exit code 2.
 std::string structure() {
@@ -258,6 +311,10 @@ StepResult verdict_known_answers(const StepOptions& options) {
   run("metrics single NaN", single_nan);
   run("policy element inside its bound", [] { return element_at_bound(-1); });
   run("policy element just past its bound", [] { return element_at_bound(1); });
+  run("policy bitwise signed zero", signed_zero);
+  run("policy norm-wise bound", normwise_bound);
+  run("policy cosine and rel_rms rules", cosine_and_rel_rms_rules);
+  run("tolerances and their histogram", tolerance_histogram);
   run("compare missing, extra and permuted-shape tensors", structure);
   std::optional<DivergenceCase> c;
   const auto with_case = [&](std::string (*f)(const DivergenceCase&)) {
