@@ -166,9 +166,10 @@ void layer_finite_differences(StepResult& r) {
   }
 }
 
-// The grouped real-scale run (reference/layer.hpp layer_run_grouped) against the whole layer, the same
-// bits: 2 GVA groups and 1030 x 2 = 2060 rows, two of its 2048-row blocks (each block's rstd, dW_in and
-// out_norm chains continue from the block before). Chunked core, conv bias.
+// The grouped real-scale run (reference/layer.hpp layer_run_grouped) and the freeing backward
+// (layer_backward_freeing) against the whole layer, the same bits: 2 GVA groups and 1030 x 2 = 2060 rows, two of its
+// 2048-row blocks (each block's rstd, dW_in and out_norm chains continue from the block before). Chunked core, conv
+// bias.
 void grouped_run(StepResult& r) {
   const std::string label = "grouped run 2 groups, 2 row blocks";
   if (!r.only.empty() && !r.only.starts_with(label)) return;
@@ -179,11 +180,19 @@ void grouped_run(StepResult& r) {
   const ref::LayerForward fwd = ref::layer_forward(config, params, h, std::nullopt, options);
   const ref::LayerGrads whole = ref::layer_backward(config, params, fwd, dy);
   const ref::GroupedRun grouped = ref::layer_run_grouped(config, params, h, dy, std::nullopt, options, 2);
+  // The freeing backward (what the real-scale runs take) on copies: the same bits too.
+  ref::LayerForward fwd_copy = fwd;
+  Tensor dy_copy = dy;
+  const ref::LayerGrads freed = ref::layer_backward_freeing(config, params, fwd_copy, dy_copy);
   std::string why = grouped.out.bitwise_equal(fwd.out) ? "" : "out";
   if (why.empty() && !grouped.grads.grad_hidden.bitwise_equal(whole.grad_hidden)) why = "grad_hidden";
   for (const auto& [name, t] : whole.params)
     if (why.empty() && !(grouped.grads.params.count(name) && grouped.grads.params.at(name).bitwise_equal(t)))
       why = "grad::" + name;
+  if (why.empty() && !freed.grad_hidden.bitwise_equal(whole.grad_hidden)) why = "the freeing backward's grad_hidden";
+  for (const auto& [name, t] : whole.params)
+    if (why.empty() && !(freed.params.count(name) && freed.params.at(name).bitwise_equal(t)))
+      why = "the freeing backward's grad::" + name;
   r.check(why.empty(), label, why + " differs from the whole layer's bits");
 }
 

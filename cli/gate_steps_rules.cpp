@@ -657,13 +657,14 @@ std::string on_path(const std::string& name) {
   return "";
 }
 
-// Training at CP = 3 in fp64 (headwise with 3 heads, static and dynamic 1, 3): every collective of the
-// run, the parameter-gradient all-reduces of every size and the 2-element loss/token sum, splits
-// unevenly over 3 ranks. The step's arguments and its in-process world's CSV are the reference.
+// Training at CP = 3 in fp64 (every mode, 3 heads, static and dynamic 1, 3): every kind of collective
+// the modes use (all-to-all, all-gather, reduce-scatter, all-reduce); the parameter-gradient all-reduces
+// of every size and the 2-element loss/token sum split unevenly over 3 ranks. The step's arguments and its in-process
+// world's CSV are the reference.
 const char* const kMpiTrain =
     " train --layers 1 --hidden 16 --num-key-heads 3 --num-value-heads 3 --key-head-dim 4 --value-head-dim 4"
     " --vocab 16 --steps 2 --docs-per-batch 6 --micro-batch-tokens 48 --max-doc-length 48 --dtype fp64"
-    " --modes headwise --cp 3 --dynamic 1,3 --csv ";
+    " --modes headwise,chunkwise,all_gather --cp 3 --dynamic 1,3 --csv ";
 
 }  // namespace
 
@@ -676,7 +677,7 @@ StepResult mpi_transport(const StepOptions& options) {
     r.skip_reason = "no mpirun on PATH: the MPI transport is not run (install Open MPI or MPICH)";
     return r;
   }
-  const std::string label = "train fp64 headwise cp=3 under mpirun -np 3";
+  const std::string label = "train fp64 every mode cp=3 under mpirun -np 3";
   if (!r.selected(label)) return r;
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("gdnv_gate_mpi_" + std::to_string(::getpid()));
