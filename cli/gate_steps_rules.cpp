@@ -392,7 +392,8 @@ constexpr Rule kRules[] = {{"gates", gates_rule},
 // (f) the emulation's kernels overwrite their outputs: each launch runs three times on the same output
 // buffers, first zeroed, then holding the first call's results (a buffer reused across calls, as a
 // caching allocator hands it back), then NaN; the three results must be the same bits. The linear's y,
-// dx and dw; the conv's y, dx, dhalo, dw and dbias on the short sequences of (e).
+// dx and dw; the conv's y, dx, dhalo, dw and dbias on the short sequences of (e); the gated norm's y,
+// rstd, dx, dz and dw; the gates' g, beta, da, db, dA_log and ddt_bias.
 using Floats = std::vector<float>;
 
 Floats seeded_floats(const std::string& label, const std::string& name, std::size_t n) {
@@ -458,6 +459,42 @@ std::string kernel_outputs_overwritten(const std::string& label) {
           k->conv_dx(p, N * D);
           k->conv_dhalo(p, (W - 1) * D);
           k->conv_weight_grad(p, D * W);
+        });
+  if (!why.empty()) return why;
+  // The gated norm (the RMSNorm is the same kernels without z): rows of n = 4, forward and backward.
+  const std::int64_t rows = 6, n = 4;
+  const Floats o = seeded_floats(label, "norm o", rows * n), z = seeded_floats(label, "norm z", rows * n),
+               nw = seeded_floats(label, "norm w", n), ndy = seeded_floats(label, "norm dy", rows * n);
+  Floats ny(rows * n), rstd(rows), ndx(rows * n), ndz(rows * n), ndw(n);
+  gpu::NormParams q{};
+  q.x = o.data(), q.z = z.data(), q.w = nw.data(), q.rows = rows, q.n = n, q.eps = 1e-6f;
+  why = overwrites(*k, {{"norm y", &ny}, {"norm rstd", &rstd}}, [&] {
+    q.y = ny.data(), q.rstd = rstd.data();
+    k->norm_forward(q, rows);
+  });
+  if (why.empty())
+    why = overwrites(*k, {{"norm dx", &ndx}, {"norm dz", &ndz}, {"norm dw", &ndw}}, [&] {
+      q.dy = ndy.data(), q.rstd_in = rstd.data(), q.y = ndx.data(), q.dz = ndz.data(), q.dw = ndw.data();
+      k->norm_backward(q, rows);
+      k->norm_weight_grad(q, n);
+    });
+  if (!why.empty()) return why;
+  // The gates, forward and backward, N = 5 tokens of Hv = 2 heads.
+  const std::int64_t T = 5, Hv = 2;
+  const Floats a = seeded_floats(label, "gate a", T * Hv), b = seeded_floats(label, "gate b", T * Hv),
+               A_log = seeded_floats(label, "gate A_log", Hv), dt_bias = seeded_floats(label, "gate dt_bias", Hv),
+               dg = seeded_floats(label, "gate dg", T * Hv), dbeta = seeded_floats(label, "gate dbeta", T * Hv);
+  Floats g(T * Hv), beta(T * Hv), da(T * Hv), db(T * Hv), dA_log(Hv), ddt_bias(Hv);
+  gpu::GateParams gp{};
+  gp.a = a.data(), gp.b = b.data(), gp.A_log = A_log.data(), gp.dt_bias = dt_bias.data(), gp.N = T, gp.Hv = Hv;
+  gp.dg = dg.data(), gp.dbeta = dbeta.data(), gp.g = g.data(), gp.beta = beta.data(), gp.da = da.data();
+  gp.db = db.data(), gp.dA_log = dA_log.data(), gp.ddt_bias = ddt_bias.data();
+  why = overwrites(*k, {{"gates g", &g}, {"gates beta", &beta}}, [&] { k->gates_forward(gp, T * Hv); });
+  if (why.empty())
+    why = overwrites(
+        *k, {{"gates da", &da}, {"gates db", &db}, {"gates dA_log", &dA_log}, {"gates ddt_bias", &ddt_bias}}, [&] {
+          k->gates_backward(gp, T * Hv);
+          k->gates_param_grad(gp, Hv);
         });
   return why;
 }
