@@ -6,8 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
+
+namespace gdnv::cp {
+struct Answer;
+}
 
 namespace gdnv::cli {
 
@@ -64,6 +69,12 @@ const std::vector<GateStep>& gate_steps();
 // Seeded THD cu_seqlens for the gate's cases: 1..max_sequences sequences, each 2W times 1..max_units tokens
 // (zigzag needs multiples of 2W), drawn from the stream `stream` of `seed` (core/rng.hpp).
 std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* stream, int max_sequences, int max_units);
+
+// The CP matrices' judgement of one micro-batch (cli/gate_steps_cp.cpp): "" when out, grad_hidden and
+// every parameter gradient of `got` are within their gates and finite, else the first that is not,
+// "<name>: rel_rms <e> >= gate <g>", "<name>: <n> NaN, <m> Inf" or "<name>: missing from the run".
+std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+                                      const std::map<std::string, double>& gates);
 
 // Steps by theme (cli/gate_steps_*.cpp).
 StepResult safetensors_round_trip(const StepOptions& options);

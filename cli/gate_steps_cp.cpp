@@ -110,6 +110,38 @@ Judged judged(const cp::RunSpec& spec) {
   return j;
 }
 
+}  // namespace
+
+std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+                                      const std::map<std::string, double>& gates) {
+  std::string why;
+  // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
+  auto check = [&](const std::string& name, const Tensor& ref, const Tensor* cand) {
+    if (!why.empty()) return;
+    if (!cand) {
+      why = name + ": missing from the run";
+      return;
+    }
+    const Metrics m = compare(ref, *cand);
+    if (m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0) return;
+    char buf[128];
+    if (m.nan_cand || m.inf_cand)
+      std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
+                    static_cast<long long>(m.inf_cand));
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, gates.at(name));
+    why = name + buf;
+  };
+  check("out", oracle.out, &got.out);
+  check("grad_hidden", oracle.grad_hidden, &got.grad_hidden);
+  for (const auto& [name, t] : oracle.grads) {
+    const auto it = got.grads.find(name);
+    check("grad::" + name, t, it == got.grads.end() ? nullptr : &it->second);
+  }
+  return why;
+}
+
+namespace {
+
 // One case: every micro-batch's tensors within their oracle gates; the first failing tensor is the why,
 // and `gdn-verify run` with the same spec on `backend` reproduces it.
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
@@ -121,20 +153,8 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
       const cp::MicroBatchRun& run = runs[mb];
       const std::size_t k = j.cases.size() == 1 ? 0 : mb;
       const std::string at = spec.micro_batches.empty() ? "" : "cp=" + std::to_string(run.cp_size) + " ";
-      // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
-      auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
-        const Metrics m = compare(ref, got);
-        if (!why.empty() || (m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0)) return;
-        char buf[128];
-        if (m.nan_cand || m.inf_cand)
-          std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
-                        static_cast<long long>(m.inf_cand));
-        else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
-        why = at + name + buf;
-      };
-      check("out", j.oracles[k].out, run.answer.out);
-      check("grad_hidden", j.oracles[k].grad_hidden, run.answer.grad_hidden);
-      for (const auto& [name, t] : j.oracles[k].grads) check("grad::" + name, t, run.answer.grads.at(name));
+      if (const std::string first = first_tensor_outside_gate(j.oracles[k], run.answer, j.gates[k]); !first.empty())
+        why = at + first;
     }
   } catch (const Error& e) {
     why = e.what();

@@ -260,6 +260,28 @@ std::string nan_in_rank(const DivergenceCase& c) {
                        std::to_string(row) + "): nan/inf 1.000e+00 > gate 0.000e+00");
 }
 
+// The CP matrices' own judgement (first_tensor_outside_gate) on the same case: out within 0.9 and 1.1
+// times its fp64 gate 1e-10 (scaled by 1 + 0.9e-10 and 1 + 1.1e-10), a negated gradient, a NaN, a
+// gradient missing from the run.
+std::string matrix_judge(const DivergenceCase& c) {
+  const auto gates = cp::oracle_gates(c.k, c.oracle, DType::F64);
+  const auto judged = [&](const std::function<void(cp::Answer&)>& change) {
+    cp::Answer got = c.oracle;
+    change(got);
+    return first_tensor_outside_gate(c.oracle, got, gates);
+  };
+  const auto out_times = [](double s) { return [s](cp::Answer& a) { a.out = scaled(a.out, s); }; };
+  return first(
+      {expect_eq("identical", judged([](cp::Answer&) {}), ""),
+       expect_eq("out 0.9 gate", judged(out_times(1 + 0.9e-10)), ""),
+       expect_eq("out 1.1 gate", judged(out_times(1 + 1.1e-10)), "out: rel_rms 1.100e-10 >= gate 1.000e-10"),
+       expect_eq("negated", judged([](cp::Answer& a) { a.grads.at(ref::kALog) = scaled(a.grads.at(ref::kALog), -1); }),
+                 "grad::A_log: rel_rms 2.000e+00 >= gate 1.000e-10"),
+       expect_eq("NaN", judged([](cp::Answer& a) { a.grad_hidden.set(3, std::nan("")); }), "grad_hidden: 1 NaN, 0 Inf"),
+       expect_eq("missing", judged([](cp::Answer& a) { a.grads.erase(ref::kDtBias); }),
+                 "grad::dt_bias: missing from the run")});
+}
+
 // A candidate equal to the oracle passes, with no divergence.
 std::string identical(const DivergenceCase& c) { return expect_eq("line", line_of(c, c.oracle), "(all pass)"); }
 
@@ -328,6 +350,7 @@ StepResult verdict_known_answers(const StepOptions& options) {
   run("first divergence ranks swapped", with_case(ranks_swapped));
   run("first divergence gradient negated", with_case(gradient_flipped));
   run("first divergence single NaN", with_case(nan_in_rank));
+  run("CP matrix judgement at its gates", with_case(matrix_judge));
   run("oracle gates from their formula", gates_from_formula);
   return r;
 }
