@@ -21,6 +21,7 @@
 #include "cli/gate_steps.hpp"
 #include "cli/reproduce.hpp"
 #include "comm/inprocess.hpp"
+#include "comm/transport.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
@@ -679,6 +680,19 @@ std::string bytes_match_cost_model(const cp::RunSpec& spec) {
   return "";
 }
 
+// (d) The balanced partition the MPI and NCCL all-reduces split a tensor by (comm/transport.hpp
+// partition_begin): rank p's part [begin(p), begin(p + 1)) covers [0, n) in order, each part floor(n / W)
+// or ceil(n / W) elements, for counts that do not split evenly.
+std::string partition_is_balanced(std::int64_t n, int W) {
+  if (partition_begin(n, W, 0) != 0 || partition_begin(n, W, W) != n) return "the parts do not cover [0, n)";
+  for (int p = 0; p < W; ++p) {
+    const std::int64_t size = partition_begin(n, W, p + 1) - partition_begin(n, W, p);
+    if (size != n / W && size != (n + W - 1) / W)
+      return "rank " + std::to_string(p) + "'s part holds " + std::to_string(size) + " elements";
+  }
+  return "";
+}
+
 // ---- the MPI transport ---------------------------------------------------------------------------------
 
 // `name` on PATH, or "".
@@ -811,6 +825,11 @@ StepResult communicator_semantics(const StepOptions& options) {
       const std::string label = "all_reduce " + at + " same bits on every rank and call";
       run(label, [&] { return all_reduce_is_deterministic(label, dtype, n); });
     }
+  for (int W = 2; W <= 8; ++W)
+    for (std::int64_t n :
+         {std::int64_t{1}, std::int64_t{W - 1}, std::int64_t{W + 1}, std::int64_t{25}, std::int64_t{1000003}})
+      run("balanced partition of " + std::to_string(n) + " over W=" + std::to_string(W),
+          [=] { return partition_is_balanced(n, W); });
   for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
     for (int W : {2, 4})
       for (DType dtype : {DType::F32, DType::BF16}) {

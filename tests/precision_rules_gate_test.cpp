@@ -18,7 +18,8 @@ TEST(PrecisionRulesStep, PassesOnTheCpuAndEmulatedBackendsAtFp32AndBf16) {
 
 TEST(CommunicatorSemanticsStep, PassesEverySumAndEveryRanksBytes) {
   const StepResult r = communicator_semantics({});
-  EXPECT_EQ(r.cases, 7 * 3 * 4 + 3 * 2 * 2);  // W 2..8 x dtypes x (3 sums + determinism); modes x W x dtypes
+  // W 2..8 x dtypes x (3 sums + determinism); W 2..8 x 5 partitions; modes x W x dtypes
+  EXPECT_EQ(r.cases, 7 * 3 * 4 + 7 * 5 + 3 * 2 * 2);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
