@@ -122,18 +122,21 @@ const std::vector<GateStep>& gate_steps() {
   static const std::vector<GateStep> table = {
       {"safetensors round-trip", safetensors_round_trip},
       {"reference vectors", reference_vectors},
+      {"verdict known answers", verdict_known_answers},
       {"oracle self-checks", oracle_self_checks},
       {"layout properties", layout_properties},
       {"adjoint dot-products", adjoint_dot_products},
       {"CP mode matrix (cpu)", cp_mode_matrix},
       {"precision rules", precision_rules},
       {"communicator semantics", communicator_semantics},
+      {"MPI transport", mpi_transport},
       {"illegal combinations", illegal_combinations},
       {"fixture verification", fixture_verification},
       {"precision regression", precision_regression},
       {"probe self-compare", probe_self_compare},
       {"CP mode matrix (cuda)", gpu_mode_matrix},
       {"CP mode matrix (emu)", emu_mode_matrix},
+      {"training known answers", training_known_answers},
       {"training equivalence", training_equivalence},
   };
   // clang-format on

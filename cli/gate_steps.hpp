@@ -6,8 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
+
+namespace gdnv::cp {
+struct Answer;
+}
 
 namespace gdnv::cli {
 
@@ -70,21 +75,30 @@ const std::vector<GateStep>& gate_steps();
 // (zigzag needs multiples of 2W), drawn from the stream `stream` of `seed` (core/rng.hpp).
 std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* stream, int max_sequences, int max_units);
 
+// The CP matrices' judgement of one micro-batch (cli/gate_steps_cp.cpp): "" when out, grad_hidden and
+// every parameter gradient of `got` are within their gates and finite, else the first that is not,
+// "<name>: rel_rms <e> >= gate <g>", "<name>: <n> NaN, <m> Inf" or "<name>: missing from the run".
+std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+                                      const std::map<std::string, double>& gates);
+
 // Steps by theme (cli/gate_steps_*.cpp).
 StepResult safetensors_round_trip(const StepOptions& options);
 StepResult reference_vectors(const StepOptions& options);
+StepResult verdict_known_answers(const StepOptions& options);  // cli/gate_steps_judge.cpp
 StepResult oracle_self_checks(const StepOptions& options);
 StepResult layout_properties(const StepOptions& options);
 StepResult adjoint_dot_products(const StepOptions& options);
 StepResult cp_mode_matrix(const StepOptions& options);
 StepResult precision_rules(const StepOptions& options);         // cli/gate_steps_rules.cpp
 StepResult communicator_semantics(const StepOptions& options);  // cli/gate_steps_rules.cpp
+StepResult mpi_transport(const StepOptions& options);           // cli/gate_steps_rules.cpp
 StepResult illegal_combinations(const StepOptions& options);
 StepResult fixture_verification(const StepOptions& options);
 StepResult probe_self_compare(const StepOptions& options);
 StepResult gpu_mode_matrix(const StepOptions& options);
 StepResult emu_mode_matrix(const StepOptions& options);
-StepResult training_equivalence(const StepOptions& options);  // cli/gate_steps_train.cpp
+StepResult training_known_answers(const StepOptions& options);  // cli/gate_steps_train.cpp
+StepResult training_equivalence(const StepOptions& options);    // cli/gate_steps_train.cpp
 
 // Precision regression (cli/gate_steps_precision.cpp): the catalog's deviations from the oracle against
 // the committed baseline, or the one at `baseline_path`.

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -19,7 +20,10 @@
 #include "core/vectors.hpp"
 #include "cp/illegal.hpp"
 #include "cpu/backend.hpp"
+#include "fixtures/cp_runs.hpp"
+#include "fixtures/fixture_file.hpp"
 #include "fixtures/fixtures.hpp"
+#include "fixtures/manifest.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
 #include "harness/harness.hpp"
@@ -106,6 +110,38 @@ Judged judged(const cp::RunSpec& spec) {
   return j;
 }
 
+}  // namespace
+
+std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+                                      const std::map<std::string, double>& gates) {
+  std::string why;
+  // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
+  auto check = [&](const std::string& name, const Tensor& ref, const Tensor* cand) {
+    if (!why.empty()) return;
+    if (!cand) {
+      why = name + ": missing from the run";
+      return;
+    }
+    const Metrics m = compare(ref, *cand);
+    if (m.rel_rms < gates.at(name) && m.nan_cand == 0 && m.inf_cand == 0) return;
+    char buf[128];
+    if (m.nan_cand || m.inf_cand)
+      std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
+                    static_cast<long long>(m.inf_cand));
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, gates.at(name));
+    why = name + buf;
+  };
+  check("out", oracle.out, &got.out);
+  check("grad_hidden", oracle.grad_hidden, &got.grad_hidden);
+  for (const auto& [name, t] : oracle.grads) {
+    const auto it = got.grads.find(name);
+    check("grad::" + name, t, it == got.grads.end() ? nullptr : &it->second);
+  }
+  return why;
+}
+
+namespace {
+
 // One case: every micro-batch's tensors within their oracle gates; the first failing tensor is the why,
 // and `gdn-verify run` with the same spec on `backend` reproduces it.
 void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
@@ -117,20 +153,8 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
       const cp::MicroBatchRun& run = runs[mb];
       const std::size_t k = j.cases.size() == 1 ? 0 : mb;
       const std::string at = spec.micro_batches.empty() ? "" : "cp=" + std::to_string(run.cp_size) + " ";
-      // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
-      auto check = [&](const std::string& name, const Tensor& ref, const Tensor& got) {
-        const Metrics m = compare(ref, got);
-        if (!why.empty() || (m.rel_rms < j.gates[k].at(name) && m.nan_cand == 0 && m.inf_cand == 0)) return;
-        char buf[128];
-        if (m.nan_cand || m.inf_cand)
-          std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
-                        static_cast<long long>(m.inf_cand));
-        else std::snprintf(buf, sizeof buf, ": rel_rms %.3e >= gate %.3e", m.rel_rms, j.gates[k].at(name));
-        why = at + name + buf;
-      };
-      check("out", j.oracles[k].out, run.answer.out);
-      check("grad_hidden", j.oracles[k].grad_hidden, run.answer.grad_hidden);
-      for (const auto& [name, t] : j.oracles[k].grads) check("grad::" + name, t, run.answer.grads.at(name));
+      if (const std::string first = first_tensor_outside_gate(j.oracles[k], run.answer, j.gates[k]); !first.empty())
+        why = at + first;
     }
   } catch (const Error& e) {
     why = e.what();
@@ -204,7 +228,9 @@ void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
     for (int W : {2, 1}) {
       cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
       spec.gates = cp::GateRegime::Extreme;
-      if (W == 1) spec.lengths = {1, 1, 6};
+      // tests/extreme_regime_test.cpp's lengths: at W = 2, 8, 4 (rank 1's first local sequence 2 tokens,
+      // shorter than the conv halo); at W = 1, 1, 1, 80, 6 (two lone tokens, a spike mid-chunk).
+      spec.lengths = W == 1 ? std::vector<std::int64_t>{1, 1, 80, 6} : std::vector<std::int64_t>{8, 4};
       std::map<std::int64_t, Judged> cache;
       for (cp::CpMode mode : kModes) {
         spec.cp.mode = mode;
@@ -249,6 +275,29 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
     }
 }
 
+// Sequences that start 2 tokens before a span boundary (at CP > 1 every length is a multiple of 2W, so
+// no sequence starts 1 token before one): rank 1's first local sequence is 2 tokens long, shorter than
+// the conv halo's 3, and sequences follow it on the same rank, so a halo or its gradient that runs past
+// the first local sequence shows. W = 2, lengths 8, 4, 4, 4 (spans of 10: the second sequence starts at
+// 8); W = 4, five sequences of 8 (spans of 10: starts 2, 4 and 6 tokens before the boundaries).
+void span_boundaries(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
+  const std::vector<std::pair<int, std::vector<std::int64_t>>> packings = {{2, {8, 4, 4, 4}}, {4, {8, 8, 8, 8, 8}}};
+  for (const auto& [W, lengths] : packings)
+    for (DType dtype : dtypes) {
+      std::map<std::int64_t, Judged> cache;
+      for (cp::CpMode mode : kModes) {
+        cp::RunSpec spec = cp::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
+        spec.lengths = lengths;
+        if (cp::is_legal(spec))
+          judge_selected(r,
+                         std::string(cp::mode_name(mode)) +
+                             " sequence 2 tokens before a span boundary W=" + std::to_string(W) + " lengths " +
+                             comma_list(lengths) + " " + std::string(dtype_name(dtype)),
+                         spec, backend, cache);
+      }
+    }
+}
+
 const MatrixBackend kCpu{"cpu", cpu::make_backend};
 
 }  // namespace
@@ -286,6 +335,7 @@ StepResult cp_mode_matrix(const StepOptions& options) {
   if (!quick) mode_matrix(r, dtypes, kCpu, kSecondDraw);
   extreme_inputs(r, kCpu);
   multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
+  span_boundaries(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
     cp::RunSpec dynamic = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.micro_batches = {4, 2, 1};
@@ -308,6 +358,108 @@ StepResult cp_mode_matrix(const StepOptions& options) {
   return r;
 }
 
+namespace {
+
+// Each rule of the table tried at CP = 1, at CP > 1 and under dynamic CP (a static group of 4 declaring
+// 1, 2, 4, the micro-batch on a sub-group of 2): rejected by its own rule where docs/DESIGN.md §3.1 says
+// it holds at that size (most hold at any CP), accepted where it holds at CP > 1 only (SBHD with
+// all_gather or a chunkwise batch, the length rules, chunkwise's determinism without dynamic CP). Written
+// from §3.1, not from the table, so a rule checked at the wrong CP sizes fails here.
+struct RuleAt {
+  cp::Rule rule;
+  std::string at;  // "cp=1", "cp>1", "dynamic"
+  bool rejected;
+  std::function<void(cp::IllegalRule&)> shape;
+};
+
+std::vector<RuleAt> rules_at_every_cp() {
+  using cp::Rule;
+  const auto cp1 = [](int tp) {
+    return [tp](cp::IllegalRule& r) { r.config.cp = 1, r.config.tp = tp, r.config.dynamic_cp.clear(); };
+  };
+  const auto dyn = [](int tp) {
+    return [tp](cp::IllegalRule& r) { r.config.cp = 4, r.config.tp = tp, r.config.dynamic_cp = {1, 2, 4}; };
+  };
+  // A micro-batch on a dynamic sub-group of 2 in a static group of 4.
+  const auto on_sub_group = [](cp::IllegalRule& r) {
+    r.config.cp = 4, r.config.dynamic_cp = {1, 2, 4};
+    r.micro_batch.has_cp_group = true, r.micro_batch.local_cp_size = r.micro_batch.group_size = 2;
+  };
+  const auto lengths = [](std::vector<std::int64_t> l, bool group) {
+    return [l, group](cp::IllegalRule& r) {
+      r.micro_batch.lengths = l;
+      if (!group) r.config.cp = 1, r.config.dynamic_cp.clear();
+      else
+        r.config.cp = 4, r.config.dynamic_cp = {1, 2, 4}, r.micro_batch.has_cp_group = true,
+        r.micro_batch.local_cp_size = r.micro_batch.group_size = 2;
+    };
+  };
+  const auto as_is = [](cp::IllegalRule&) {};
+  return {
+      {Rule::HeadwiseHeadsNotDivisibleByTpCp, "cp=1", true, cp1(8)},
+      {Rule::HeadwiseHeadsNotDivisibleByTpCp, "dynamic", true,
+       [](cp::IllegalRule& r) {
+         r.config.dynamic_cp = {2, 8};
+       }},
+      {Rule::HeadsNotDivisibleByTp, "cp=1", true, cp1(8)},
+      {Rule::HeadsNotDivisibleByTp, "dynamic", true,
+       [](cp::IllegalRule& r) {
+         r.config.dynamic_cp = {1, 2};
+       }},
+      {Rule::ChunkwiseWithAllgatherCp, "cp=1", true, cp1(1)},
+      {Rule::ChunkwiseWithAllgatherCp, "dynamic", true, dyn(1)},
+      {Rule::ChunkwiseDeterministicWithCp, "cp=1", false, cp1(1)},
+      {Rule::ChunkwiseDeterministicWithCp, "dynamic", true, dyn(1)},
+      {Rule::InferenceNotHeadwise, "cp=1", true, cp1(1)},
+      {Rule::InferenceNotHeadwise, "dynamic", true, dyn(1)},
+      {Rule::AllGatherDeterministic, "cp=1", true, cp1(1)},
+      {Rule::AllGatherDeterministic, "dynamic", true, dyn(1)},
+      {Rule::AllGatherSbhdWithCp, "cp=1", false, cp1(1)},
+      {Rule::AllGatherSbhdWithCp, "dynamic", true, on_sub_group},
+      {Rule::ChunkwiseSbhdBatch, "cp=1", false, cp1(1)},
+      {Rule::ChunkwiseSbhdBatch, "dynamic", true, on_sub_group},
+      {Rule::ThdBatchNotOne, "cp=1", true, cp1(1)},
+      {Rule::ThdBatchNotOne, "dynamic", true, on_sub_group},
+      {Rule::LengthsNotDivisibleByCp, "cp=1", false, lengths({16, 5}, false)},
+      {Rule::LengthsNotDivisibleByCp, "dynamic", true, lengths({16, 5}, true)},
+      {Rule::LengthsNotDivisibleByTwoCp, "cp=1", false, lengths({16, 6}, false)},
+      {Rule::LengthsNotDivisibleByTwoCp, "dynamic", true, lengths({16, 6}, true)},
+      {Rule::OnlyOneOfGroupAndLocalSize, "cp=1", true,
+       [](cp::IllegalRule& r) { r.config.cp = 1, r.micro_batch.local_cp_size = 1; }},
+      {Rule::DynamicCpSizeNotDividing, "cp=1", true,
+       [](cp::IllegalRule& r) { r.config.cp = 1, r.config.dynamic_cp = {2}; }},
+      {Rule::TpBelowOne, "cp>1", true, [](cp::IllegalRule& r) { r.config.cp = 2; }},
+      {Rule::UnknownMode, "cp=1", true, cp1(1)},
+      {Rule::UnknownMode, "dynamic", true, dyn(1)},
+      {Rule::LocalCpSizeNotGroupSize, "dynamic", true, as_is},
+  };
+}
+
+// The table's first row of `rule`.
+const cp::IllegalRule& example_of(cp::Rule rule) {
+  for (const auto& r : cp::illegal_rules())
+    if (r.id == rule) return r;
+  throw Error("no row of the illegal-combination table has rule " + std::to_string(static_cast<int>(rule)));
+}
+
+void rules_at_cp_sizes(StepResult& r) {
+  for (const RuleAt& v : rules_at_every_cp()) {
+    cp::IllegalRule rule = example_of(v.rule);
+    v.shape(rule);
+    const std::string label = rule.name + " at " + v.at;
+    if (!r.selected(label)) continue;
+    const cp::Rejection got = cp::check_example(rule);
+    const bool ok =
+        v.rejected ? got.rule == v.rule || (rule.stage == cp::Stage::Mode && !got.rule && got.message != "(accepted)")
+                   : !got.rule.has_value() && got.message == "(accepted)";
+    r.check(
+        ok, label,
+        std::string(v.rejected ? "expected its rule's rejection" : "expected acceptance") + ", got: " + got.message);
+  }
+}
+
+}  // namespace
+
 // docs/DESIGN.md §3.1: each illegal combination fails with a message naming the fix, raised by its own
 // rule (the layer config's own check for Hv % Hk).
 StepResult illegal_combinations(const StepOptions& options) {
@@ -318,8 +470,28 @@ StepResult illegal_combinations(const StepOptions& options) {
     r.check(by_rule && got.message.find(rule.fragment) != std::string::npos, rule.name,
             "expected '" + rule.fragment + "', got: " + got.message);
   }
+  rules_at_cp_sizes(r);
   return r;
 }
+
+namespace {
+
+// Micro-batches of every CP run the layer fixtures of `dir` allow (fixtures/cp_runs.hpp): what
+// `fixtures verify` must judge, counted here from the files.
+int fixture_micro_batches(const std::string& dir) {
+  const fixtures::Manifest m =
+      fixtures::parse_manifest(read_file_text(dir + "/" + fixtures::kManifestName), fixtures::kManifestName);
+  int n = 0;
+  for (const auto& e : m.cases) {
+    if (e.kind != "layer") continue;
+    const fixtures::LayerFixture f =
+        fixtures::layer_fixture(fixtures::inputs_of(read_safetensors(dir + "/" + e.file)), e.file);
+    for (const auto& run : fixtures::allowed_runs(f)) n += std::max<int>(1, static_cast<int>(run.micro_batches.size()));
+  }
+  return n;
+}
+
+}  // namespace
 
 // The committed regression fixtures (fixtures/data): the manifest holds, the oracle still gives the
 // stored answers, and every CP run each case allows reproduces them. Counted in one unit: the
@@ -336,6 +508,12 @@ StepResult fixture_verification(const StepOptions& options) {
   if (r.failed)
     r.reproduce =
         fault_prefix() + "gdn-verify fixtures verify --dir " + dir + (v.directory_problem ? "" : " --case " + r.label);
+  if (!v.directory_problem) {
+    const int want = fixture_micro_batches(dir);
+    r.check(
+        v.micro_batches == want, "every micro-batch judged",
+        std::to_string(v.micro_batches) + " micro-batches judged, the fixtures' CP runs hold " + std::to_string(want));
+  }
   return r;
 }
 
@@ -391,6 +569,7 @@ StepResult emu_mode_matrix(const StepOptions& options) {
       options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16};
   mode_matrix(r, dtypes, emu);
   extreme_inputs(r, emu);
+  span_boundaries(r, dtypes, emu);
   if (!options.quick_matrix()) multi_chunk_spans(r, dtypes, emu);
   return r;
 }
@@ -405,6 +584,7 @@ StepResult gpu_mode_matrix(const StepOptions& options) {
   mode_matrix(r, options.quick_matrix() ? std::vector<DType>{DType::BF16} : std::vector<DType>{DType::F32, DType::BF16},
               cuda);
   extreme_inputs(r, cuda);
+  span_boundaries(r, {DType::BF16}, cuda);
   return r;
 }
 

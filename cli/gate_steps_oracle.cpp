@@ -1,8 +1,10 @@
 // Gate steps that judge the file format and the fp64 oracle itself: safetensors round-trip, the
 // upstream reference vectors, and the oracle's self-checks (its two independent core forms agree;
 // its hand-written backward is the derivative its forward finite-differences to).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "cli/gate_steps.hpp"
 #include "core/metrics.hpp"
@@ -164,6 +166,128 @@ void layer_finite_differences(StepResult& r) {
   }
 }
 
+// The grouped real-scale run (reference/layer.hpp layer_run_grouped) and the freeing backward
+// (layer_backward_freeing) against the whole layer, the same bits: 2 GVA groups and 1030 x 2 = 2060 rows, two of its
+// 2048-row blocks (each block's rstd, dW_in and out_norm chains continue from the block before). Chunked core, conv
+// bias.
+void grouped_run(StepResult& r) {
+  const std::string label = "grouped run 2 groups, 2 row blocks";
+  if (!r.only.empty() && !r.only.starts_with(label)) return;
+  const ref::LayerConfig config({8, 2, 4, 4, 4, 4, 1e-6, true});
+  const ref::LayerParams params = ref::init_params(config, 21);
+  const Tensor h = ref::seeded_normal(21, "hidden", {1030, 2, 8}), dy = ref::seeded_normal(21, "dy", {1030, 2, 8});
+  const ref::LayerOptions options{ref::CoreForm::Chunked, 64};
+  const ref::LayerForward fwd = ref::layer_forward(config, params, h, std::nullopt, options);
+  const ref::LayerGrads whole = ref::layer_backward(config, params, fwd, dy);
+  const ref::GroupedRun grouped = ref::layer_run_grouped(config, params, h, dy, std::nullopt, options, 2);
+  // The freeing backward (what the real-scale runs take) on copies: the same bits too.
+  ref::LayerForward fwd_copy = fwd;
+  Tensor dy_copy = dy;
+  const ref::LayerGrads freed = ref::layer_backward_freeing(config, params, fwd_copy, dy_copy);
+  std::string why = grouped.out.bitwise_equal(fwd.out) ? "" : "out";
+  if (why.empty() && !grouped.grads.grad_hidden.bitwise_equal(whole.grad_hidden)) why = "grad_hidden";
+  for (const auto& [name, t] : whole.params)
+    if (why.empty() && !(grouped.grads.params.count(name) && grouped.grads.params.at(name).bitwise_equal(t)))
+      why = "grad::" + name;
+  if (why.empty() && !freed.grad_hidden.bitwise_equal(whole.grad_hidden)) why = "the freeing backward's grad_hidden";
+  for (const auto& [name, t] : whole.params)
+    if (why.empty() && !(freed.params.count(name) && freed.params.at(name).bitwise_equal(t)))
+      why = "the freeing backward's grad::" + name;
+  r.check(why.empty(), label, why + " differs from the whole layer's bits");
+}
+
+// The kernel-level conv (reference/conv1d.hpp) with initial states against its recurrence
+// y[t] = silu(b + sum_i w[:, i] X[t - (W-1) + i]), X[tau] the token, or for tau < 0 the state's slot
+// tau + W, written out here; and its final state: the window after a sequence's first part (its last
+// W - 1 tokens, zeros before the start) given as the initial state of the rest gives the whole run's y,
+// and the rest's dh0 added to the first part's dx gives the whole run's dx (dweight, dbias: the sums).
+// Two sequences of 7 and 13 tokens split after 2 (a state shorter than the window) and 9 tokens.
+void conv_states(StepResult& r) {
+  const std::string label = "kernel conv initial and final states";
+  if (!r.only.empty() && !r.only.starts_with(label)) return;
+  const std::int64_t D = 3, W = 4;
+  const std::vector<std::int64_t> cu{0, 7, 20}, split{2, 9};
+  ref::Conv1dInputs whole{ref::seeded_normal(22, "x", {1, 20, D}),
+                          ref::seeded_normal(22, "w", {D, W}),
+                          ref::seeded_normal(22, "b", {D}),
+                          std::nullopt,
+                          cu,
+                          ref::Activation::Silu};
+  const Tensor dy = ref::seeded_normal(22, "dy", {1, 20, D});
+  // Rows [first, second) of each sequence, as a packed input, and dy's.
+  const auto part = [&](bool rest) {
+    std::vector<double> x, d;
+    std::vector<std::int64_t> pcu{0}, rows;
+    for (std::size_t s = 0; s + 1 < cu.size(); ++s) {
+      const std::int64_t a = rest ? cu[s] + split[s] : cu[s], b = rest ? cu[s + 1] : cu[s] + split[s];
+      for (std::int64_t t = a; t < b; ++t) rows.push_back(t);
+      pcu.push_back(pcu.back() + b - a);
+    }
+    for (auto t : rows)
+      for (std::int64_t c = 0; c < D; ++c) x.push_back(whole.x.get(t * D + c)), d.push_back(dy.get(t * D + c));
+    const auto n = static_cast<std::int64_t>(rows.size());
+    return std::tuple{ref::Conv1dInputs{Tensor::from_f64(x, {1, n, D}), whole.weight, whole.bias, std::nullopt, pcu,
+                                        ref::Activation::Silu},
+                      Tensor::from_f64(d, {1, n, D}), rows};
+  };
+  auto [head, dy_head, head_rows] = part(false);
+  auto [rest, dy_rest, rest_rows] = part(true);
+  // The final state of each sequence's head: slot j in [1, W-1] the token j - W tokens before the split.
+  Tensor state(DType::F64, {2, D, W});
+  for (std::int64_t s = 0; s < 2; ++s)
+    for (std::int64_t j = 1; j < W; ++j) {
+      const std::int64_t t = cu[s] + split[s] + j - W;
+      for (std::int64_t c = 0; c < D; ++c) state.set((s * D + c) * W + j, t >= cu[s] ? whole.x.get(t * D + c) : 0.0);
+    }
+  rest.initial_state = state;
+  // The recurrence on the rest: X[tau] for tau < 0 from the state.
+  const Tensor y_rest = ref::conv1d_forward(rest);
+  double worst = 0;
+  for (std::int64_t s = 0; s < 2; ++s)
+    for (std::int64_t t = rest.cu_seqlens->at(s); t < rest.cu_seqlens->at(s + 1); ++t)
+      for (std::int64_t c = 0; c < D; ++c) {
+        double pre = whole.bias->get(c);
+        for (std::int64_t i = 0; i < W; ++i) {
+          const std::int64_t tau = t - rest.cu_seqlens->at(s) - (W - 1) + i;
+          const double x = tau >= 0 ? rest.x.get((t - (W - 1) + i) * D + c) : state.get((s * D + c) * W + tau + W);
+          pre += whole.weight.get(c * W + i) * x;
+        }
+        worst = std::max(worst, std::abs(y_rest.get(t * D + c) - pre / (1 + std::exp(-pre))));
+      }
+  // fp64, W + 1 terms of O(1): the recurrence and the oracle agree to ~1e-15; a slot off by one is O(1).
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "max |y - recurrence| %.3e", worst);
+  r.check(worst < 1e-12, label + ": forward from the state", buf);
+
+  const Tensor y = ref::conv1d_forward(whole), y_head = ref::conv1d_forward(head);
+  const ref::Conv1dGrads g = ref::conv1d_backward(whole, dy), gh = ref::conv1d_backward(head, dy_head),
+                         gr = ref::conv1d_backward(rest, dy_rest);
+  Tensor y_split(DType::F64, y.shape()), dx_split(DType::F64, y.shape());
+  const auto place = [&](Tensor& into, const Tensor& from, const std::vector<std::int64_t>& rows) {
+    for (std::size_t k = 0; k < rows.size(); ++k)
+      for (std::int64_t c = 0; c < D; ++c)
+        into.set(rows[k] * D + c, into.get(rows[k] * D + c) + from.get(static_cast<std::int64_t>(k) * D + c));
+  };
+  place(y_split, y_head, head_rows);
+  place(y_split, y_rest, rest_rows);
+  place(dx_split, gh.dx, head_rows);
+  place(dx_split, gr.dx, rest_rows);
+  for (std::int64_t s = 0; s < 2; ++s)  // dh0's slots back onto the tokens they hold
+    for (std::int64_t j = 1; j < W; ++j) {
+      const std::int64_t t = cu[s] + split[s] + j - W;
+      for (std::int64_t c = 0; c < D && t >= cu[s]; ++c)
+        dx_split.set(t * D + c, dx_split.get(t * D + c) + gr.dh0->get((s * D + c) * W + j));
+    }
+  Tensor dw = gh.dweight, db = *gh.dbias;
+  for (std::int64_t i = 0; i < dw.numel(); ++i) dw.set(i, dw.get(i) + gr.dweight.get(i));
+  for (std::int64_t i = 0; i < db.numel(); ++i) db.set(i, db.get(i) + gr.dbias->get(i));
+  // Sums of a few O(1) terms in another order: fp64 roundoff ~1e-16; 1e-12 relative RMS.
+  expect_close(r, label + ": y across the state", y, y_split, 1e-12);
+  expect_close(r, label + ": dx across the state", g.dx, dx_split, 1e-12);
+  expect_close(r, label + ": dweight across the state", g.dweight, dw, 1e-12);
+  expect_close(r, label + ": dbias across the state", *g.dbias, db, 1e-12);
+}
+
 }  // namespace
 
 // One tensor of every dtype plus the degenerate shapes, through serialize and parse, must come back
@@ -225,6 +349,8 @@ StepResult oracle_self_checks(const StepOptions& options) {
       forms_agree(r, shapes[i], chunk, 10 + 100 * i + chunk);  // the seed depends on the case only
   kernel_finite_differences(r);
   layer_finite_differences(r);
+  grouped_run(r);
+  conv_states(r);
   return r;
 }
 

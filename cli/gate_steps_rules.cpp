@@ -3,23 +3,34 @@
 // directly and holds their state-dtype outputs to fp32 accuracy against the fp64 oracle
 // (docs/DESIGN.md §4); "communicator semantics" holds every collective sum to the rank-ordered sum
 // rounded once, bit for bit, and the bytes every rank moves to the cost model (docs/DESIGN.md §3.2, §12).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/gate_steps.hpp"
+#include "cli/reproduce.hpp"
 #include "comm/inprocess.hpp"
+#include "comm/transport.hpp"
+#include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "core/rng.hpp"
 #include "cost/cost.hpp"
 #include "cpu/backend.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/params.hpp"
 #include "harness/harness.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
@@ -98,19 +109,32 @@ class StateJudge {
              std::string(dtype_name(be_.state_dtype()));
       return;
     }
-    const Tensor t = be_.download(got).to(DType::F64);
+    judge(name, be_.download(got).to(DType::F64), want, bound, "fp32 bound");
+  }
+  // An output stored in the activation dtype.
+  void check_stored(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
+    if (!why_.empty()) return;
+    if (got.dtype() != be_.dtype()) {
+      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not " +
+             std::string(dtype_name(be_.dtype()));
+      return;
+    }
+    judge(name, be_.download(got).to(DType::F64), want, bound, "bound");
+  }
+  const std::string& why() const { return why_; }
+
+ private:
+  void judge(const std::string& name, const Tensor& t, const Tensor& want, double bound, const char* kind) {
     const Metrics m = compare(want.reshaped(t.shape()), t);
     if (m.nan_cand == 0 && m.inf_cand == 0 && m.rel_rms <= bound) return;
     char buf[160];
     if (m.nan_cand || m.inf_cand)
       std::snprintf(buf, sizeof buf, ": %lld NaN, %lld Inf", static_cast<long long>(m.nan_cand),
                     static_cast<long long>(m.inf_cand));
-    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > fp32 bound %.3e", m.rel_rms, bound);
+    else std::snprintf(buf, sizeof buf, ": rel_rms %.3e > %s %.3e", m.rel_rms, kind, bound);
     why_ = name + buf;
   }
-  const std::string& why() const { return why_; }
 
- private:
   cp::Backend& be_;
   std::string why_;
 };
@@ -313,6 +337,40 @@ void gate_grads(cp::Backend& be, StateJudge& judge, const std::string& label) {
   judge.check("ddt_bias", got.ddt_bias, want.ddt_bias, static_cast<double>(kRows + 15) * kU);
 }
 
+// (e) the conv's halo on a rank whose local tokens are several short sequences: the first continues the
+// previous rank's sequence for 2 tokens (fewer than the halo's W - 1 = 3), then sequences of 1 and 4
+// tokens. The halo feeds, and its gradient dhalo comes from, the first sequence only; against the oracle
+// conv with the halo as the first sequence's initial state (slot j + 1 = halo row j). dx and dhalo are
+// stored in the activation dtype: one rounding (bf16, 8 significant bits: 2^-8 relative) on top of the fp32 chain,
+// which for dx and dhalo is d_pre (58u, conv_grads) times at most W products and W - 1 adds: 64u.
+void conv_halo_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
+  const DType act = be.dtype();
+  const std::int64_t D = 6, W = 4, N = 7;
+  const Ints cu{0, 2, 3, N};
+  ref::Conv1dInputs in;
+  in.x = stored(uniform(label, "conv x", {1, N, D}, 0.1, 1), act);
+  in.weight = stored(uniform(label, "conv w", {D, W}, 0.1, 0.5), act);
+  in.bias = stored(uniform(label, "conv bias", {D}, 0.1, 0.5), act);
+  in.cu_seqlens = cu;
+  const Tensor halo = stored(uniform(label, "conv halo", {W - 1, D}, 0.1, 1), act);
+  in.initial_state = Tensor(DType::F64, {3, D, W});
+  for (std::int64_t j = 0; j < W - 1; ++j)
+    for (std::int64_t d = 0; d < D; ++d) in.initial_state->set(d * W + j + 1, halo.get(j * D + d));
+  const Tensor dy = stored(uniform(label, "conv dy", {1, N, D}, 0.1, 1), act);
+  const ref::Conv1dGrads want = ref::conv1d_backward(in, dy);
+  Tensor dhalo_want(DType::F64, {W - 1, D});
+  for (std::int64_t j = 0; j < W - 1; ++j)
+    for (std::int64_t d = 0; d < D; ++d) dhalo_want.set(j * D + d, want.dh0->get(d * W + j + 1));
+  const cp::Buffer xb = be.upload(in.x.reshaped({N, D}), act), wb = be.upload(in.weight, act);
+  const cp::Buffer bb = be.upload(*in.bias, act), hb = be.upload(halo, act);
+  const cp::Varlen seqs{cu, cp::upload_index(be, cu)};
+  const cp::ConvGrads got = be.conv1d_backward({xb, wb, &bb, seqs, hb}, be.upload(dy.reshaped({N, D}), act));
+  const double bound = (act == DType::BF16 ? 0x1p-8 : 0.0) + 64 * kU;
+  judge.check_stored("conv dx", got.dx, want.dx, bound);
+  judge.check_stored("conv dhalo", got.dhalo, dhalo_want, bound);
+  judge.check("conv dw (halo)", got.dw, want.dweight, static_cast<double>(N + 60) * kU);
+}
+
 // (d) parameter gradients (and the norms' rstd) are kept in the state dtype, to fp32 accuracy.
 void parameter_gradients_rule(cp::Backend& be, StateJudge& judge, const std::string& label) {
   linear_grads(be, judge, label);
@@ -329,7 +387,118 @@ struct Rule {
 constexpr Rule kRules[] = {{"gates", gates_rule},
                            {"decay chain", decay_chain_rule},
                            {"state chain", state_chain_rule},
-                           {"parameter gradients", parameter_gradients_rule}};
+                           {"parameter gradients", parameter_gradients_rule},
+                           {"conv halo short sequences", conv_halo_rule}};
+
+// (f) the emulation's kernels overwrite their outputs: each launch runs three times on the same output
+// buffers, first zeroed, then holding the first call's results (a buffer reused across calls, as a
+// caching allocator hands it back), then NaN; the three results must be the same bits. The linear's y,
+// dx and dw; the conv's y, dx, dhalo, dw and dbias on the short sequences of (e); the gated norm's y,
+// rstd, dx, dz and dw; the gates' g, beta, da, db, dA_log and ddt_bias.
+using Floats = std::vector<float>;
+
+Floats seeded_floats(const std::string& label, const std::string& name, std::size_t n) {
+  const Rng rng(stream_of(label), name);
+  Floats out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<float>(rng.uniform(i, 0.1, 1));
+  return out;
+}
+
+// Runs `launch` with `outputs` zeroed, reused and NaN; the name of an output that changed, or "".
+std::string overwrites(gpu::Kernels& k, const std::vector<std::pair<const char*, Floats*>>& outputs,
+                       const std::function<void()>& launch) {
+  std::vector<Floats> first;
+  for (int call = 0; call < 3; ++call) {
+    for (auto& [name, out] : outputs)
+      if (call != 1) std::fill(out->begin(), out->end(), call == 0 ? 0.0f : std::nanf(""));
+    launch();
+    k.stream()->synchronize("gate: kernel outputs");
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (call == 0) first.push_back(*outputs[i].second);
+      else if (std::memcmp(first[i].data(), outputs[i].second->data(), first[i].size() * sizeof(float)) != 0)
+        return std::string(outputs[i].first) +
+               (call == 1 ? " changes when its buffer is reused" : " depends on its buffer's old contents (NaN)");
+    }
+  }
+  return "";
+}
+
+std::string kernel_outputs_overwritten(const std::string& label) {
+  const std::unique_ptr<gpu::Kernels> k = gpu::make_host_kernels();
+  const std::int64_t N = 7, in = 5, out = 3, D = 4, W = 4;
+  const Floats x = seeded_floats(label, "x", N * in), w = seeded_floats(label, "w", out * in),
+               dy = seeded_floats(label, "dy", N * out);
+  Floats y(N * out), dx(N * in), dw(out * in);
+  std::string why = overwrites(*k, {{"linear y", &y}}, [&] {
+    k->linear_forward({x.data(), w.data(), nullptr, y.data(), nullptr, N, in, out, false});
+  });
+  if (why.empty())
+    why = overwrites(*k, {{"linear dx", &dx}, {"linear dw", &dw}}, [&] {
+      k->linear_backward({x.data(), w.data(), dy.data(), dx.data(), dw.data(), N, in, out, false});
+    });
+  if (!why.empty()) return why;
+  const Floats cx = seeded_floats(label, "conv x", N * D), cw = seeded_floats(label, "conv w", D * W),
+               cb = seeded_floats(label, "conv bias", D), halo = seeded_floats(label, "conv halo", (W - 1) * D),
+               cdy = seeded_floats(label, "conv dy", N * D);
+  const Ints cu{0, 2, 3, N};
+  Floats cy(N * D), cdx(N * D), d_pre(N * D), cdw(D * W), cdb(D), dhalo((W - 1) * D);
+  gpu::ConvParams p{};
+  p.x = cx.data(), p.weight = cw.data(), p.bias = cb.data(), p.halo = halo.data(), p.cu = cu.data();
+  p.n = 3, p.N = N, p.D = D, p.W = W, p.dy = cdy.data(), p.d_pre = d_pre.data();
+  p.dw = cdw.data(), p.dbias = cdb.data(), p.dhalo = dhalo.data();
+  why = overwrites(*k, {{"conv y", &cy}}, [&] {
+    p.y = cy.data();
+    k->conv_forward(p, N * D);
+  });
+  if (why.empty())
+    why = overwrites(
+        *k,
+        {{"conv d_pre", &d_pre}, {"conv dx", &cdx}, {"conv dhalo", &dhalo}, {"conv dw", &cdw}, {"conv dbias", &cdb}},
+        [&] {
+          p.y = cdx.data();
+          k->conv_dpre(p, N * D);
+          k->conv_dx(p, N * D);
+          k->conv_dhalo(p, (W - 1) * D);
+          k->conv_weight_grad(p, D * W);
+        });
+  if (!why.empty()) return why;
+  // The gated norm (the RMSNorm is the same kernels without z): rows of n = 4, forward and backward.
+  const std::int64_t rows = 6, n = 4;
+  const Floats o = seeded_floats(label, "norm o", rows * n), z = seeded_floats(label, "norm z", rows * n),
+               nw = seeded_floats(label, "norm w", n), ndy = seeded_floats(label, "norm dy", rows * n);
+  Floats ny(rows * n), rstd(rows), ndx(rows * n), ndz(rows * n), ndw(n);
+  gpu::NormParams q{};
+  q.x = o.data(), q.z = z.data(), q.w = nw.data(), q.rows = rows, q.n = n, q.eps = 1e-6f;
+  why = overwrites(*k, {{"norm y", &ny}, {"norm rstd", &rstd}}, [&] {
+    q.y = ny.data(), q.rstd = rstd.data();
+    k->norm_forward(q, rows);
+  });
+  if (why.empty())
+    why = overwrites(*k, {{"norm dx", &ndx}, {"norm dz", &ndz}, {"norm dw", &ndw}}, [&] {
+      q.dy = ndy.data(), q.rstd_in = rstd.data(), q.y = ndx.data(), q.dz = ndz.data(), q.dw = ndw.data();
+      k->norm_backward(q, rows);
+      k->norm_weight_grad(q, n);
+    });
+  if (!why.empty()) return why;
+  // The gates, forward and backward, N = 5 tokens of Hv = 2 heads.
+  const std::int64_t T = 5, Hv = 2;
+  const Floats a = seeded_floats(label, "gate a", T * Hv), b = seeded_floats(label, "gate b", T * Hv),
+               A_log = seeded_floats(label, "gate A_log", Hv), dt_bias = seeded_floats(label, "gate dt_bias", Hv),
+               dg = seeded_floats(label, "gate dg", T * Hv), dbeta = seeded_floats(label, "gate dbeta", T * Hv);
+  Floats g(T * Hv), beta(T * Hv), da(T * Hv), db(T * Hv), dA_log(Hv), ddt_bias(Hv);
+  gpu::GateParams gp{};
+  gp.a = a.data(), gp.b = b.data(), gp.A_log = A_log.data(), gp.dt_bias = dt_bias.data(), gp.N = T, gp.Hv = Hv;
+  gp.dg = dg.data(), gp.dbeta = dbeta.data(), gp.g = g.data(), gp.beta = beta.data(), gp.da = da.data();
+  gp.db = db.data(), gp.dA_log = dA_log.data(), gp.ddt_bias = ddt_bias.data();
+  why = overwrites(*k, {{"gates g", &g}, {"gates beta", &beta}}, [&] { k->gates_forward(gp, T * Hv); });
+  if (why.empty())
+    why = overwrites(
+        *k, {{"gates da", &da}, {"gates db", &db}, {"gates dA_log", &dA_log}, {"gates ddt_bias", &ddt_bias}}, [&] {
+          k->gates_backward(gp, T * Hv);
+          k->gates_param_grad(gp, Hv);
+        });
+  return why;
+}
 
 struct RuleBackend {
   std::string name;
@@ -511,7 +680,91 @@ std::string bytes_match_cost_model(const cp::RunSpec& spec) {
   return "";
 }
 
+// (d) The balanced partition the MPI and NCCL all-reduces split a tensor by (comm/transport.hpp
+// partition_begin): rank p's part [begin(p), begin(p + 1)) covers [0, n) in order, each part floor(n / W)
+// or ceil(n / W) elements, for counts that do not split evenly.
+std::string partition_is_balanced(std::int64_t n, int W) {
+  if (partition_begin(n, W, 0) != 0 || partition_begin(n, W, W) != n) return "the parts do not cover [0, n)";
+  for (int p = 0; p < W; ++p) {
+    const std::int64_t size = partition_begin(n, W, p + 1) - partition_begin(n, W, p);
+    if (size != n / W && size != (n + W - 1) / W)
+      return "rank " + std::to_string(p) + "'s part holds " + std::to_string(size) + " elements";
+  }
+  return "";
+}
+
+// ---- the MPI transport ---------------------------------------------------------------------------------
+
+// `name` on PATH, or "".
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (std::size_t a = 0; a <= dirs.size();) {
+    const std::size_t b = std::min(dirs.find(':', a), dirs.size());
+    const std::filesystem::path candidate = std::filesystem::path(dirs.substr(a, b - a)) / name;
+    if (b > a && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    a = b + 1;
+  }
+  return "";
+}
+
+// Training at CP = 3 in fp64 (every mode, 3 heads, static and dynamic 1, 3): every kind of collective
+// the modes use (all-to-all, all-gather, reduce-scatter, all-reduce); the parameter-gradient all-reduces
+// of every size and the 2-element loss/token sum split unevenly over 3 ranks. The step's arguments and its in-process
+// world's CSV are the reference.
+const char* const kMpiTrain =
+    " train --layers 1 --hidden 16 --num-key-heads 3 --num-value-heads 3 --key-head-dim 4 --value-head-dim 4"
+    " --vocab 16 --steps 2 --docs-per-batch 6 --micro-batch-tokens 48 --max-doc-length 48 --dtype fp64"
+    " --modes headwise,chunkwise,all_gather --cp 3 --dynamic 1,3 --csv ";
+
 }  // namespace
+
+// docs/DESIGN.md §3.2 on the MPI transport (comm/mpi.cpp): a training run under mpirun -np 3 writes the
+// in-process world's trajectory, bit for bit. Skipped, with the reason, without mpirun.
+StepResult mpi_transport(const StepOptions& options) {
+  StepResult r(options);
+  const std::string mpirun = on_path("mpirun");
+  if (mpirun.empty()) {
+    r.skip_reason = "no mpirun on PATH: the MPI transport is not run (install Open MPI or MPICH)";
+    return r;
+  }
+  const std::string label = "train fp64 every mode cp=3 under mpirun -np 3";
+  if (!r.selected(label)) return r;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gdnv_gate_mpi_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // This binary when it is gdn-verify, else (a test's process) GDNV_BIN's.
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  if (fs::path(self).filename() != "gdn-verify") self = std::getenv("GDNV_BIN") ? std::getenv("GDNV_BIN") : "";
+  if (self.empty()) {
+    r.skip_reason = "not run from gdn-verify and GDNV_BIN is not set: no binary to start under mpirun";
+    return r;
+  }
+  const std::string mpi_csv = (dir / "mpi.csv").string(), inproc_csv = (dir / "inproc.csv").string();
+  const std::string command = mpirun + " --oversubscribe -np 3 " + self + kMpiTrain + mpi_csv + " --world mpi";
+  // Open MPI refuses root without its opt-in (CI runs as root).
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  // A failure's detail is deterministic (the trainer's table holds timings): the exit status and the
+  // first reason the output gives (a run's verdict, indented under its row, or an error line).
+  const auto reason = [](const std::string& text) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+      if (line.starts_with("    ") || line.starts_with("error:")) return line.substr(line.find_first_not_of(' '));
+    return std::string("no reason printed");
+  };
+  std::string why;
+  if (const int rc = std::system((command + " > " + (dir / "mpi.log").string() + " 2>&1").c_str()); rc != 0)
+    why = "mpirun -np 3 exited with status " + std::to_string(WEXITSTATUS(rc)) + ": " +
+          reason(read_file_text((dir / "mpi.log").string()));
+  else if (std::system((self + kMpiTrain + inproc_csv + " > /dev/null 2>&1").c_str()) != 0)
+    why = "the in-process run failed";
+  else if (read_file_text(mpi_csv) != read_file_text(inproc_csv))
+    why = "the MPI world's trajectory (CSV) differs from the in-process world's";
+  fs::remove_all(dir);
+  r.check(why.empty(), label, why);
+  return r;
+}
 
 // docs/DESIGN.md §4 on every backend: gates, the decay and state chains, rstd and parameter gradients at
 // fp32 accuracy against the oracle on the same stored inputs, at fp32 and bf16 storage. Small ops on
@@ -534,6 +787,16 @@ StepResult precision_rules(const StepOptions& options) {
         }
         r.check(why.empty(), label, why);
       }
+  const std::string label = "emu kernels overwrite reused outputs";
+  if (r.selected(label)) {
+    std::string why;
+    try {
+      why = kernel_outputs_overwritten(label);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    r.check(why.empty(), label, why);
+  }
   return r;
 }
 
@@ -562,6 +825,11 @@ StepResult communicator_semantics(const StepOptions& options) {
       const std::string label = "all_reduce " + at + " same bits on every rank and call";
       run(label, [&] { return all_reduce_is_deterministic(label, dtype, n); });
     }
+  for (int W = 2; W <= 8; ++W)
+    for (std::int64_t n :
+         {std::int64_t{1}, std::int64_t{W - 1}, std::int64_t{W + 1}, std::int64_t{25}, std::int64_t{1000003}})
+      run("balanced partition of " + std::to_string(n) + " over W=" + std::to_string(W),
+          [=] { return partition_is_balanced(n, W); });
   for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
     for (int W : {2, 4})
       for (DType dtype : {DType::F32, DType::BF16}) {

@@ -14,6 +14,7 @@
 
 #include "comm/rank_sum.hpp"
 #include "comm/transport.hpp"
+#include "core/faults.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
 
@@ -439,10 +440,11 @@ void MpiCommunicator::execute(const Call& call) {
     case Collective::AllReduce: {
       // Reduce-scatter over the balanced partition, then all-gather of the summed parts.
       const std::int64_t count = call.to[0];
+      const bool drop = fault_active(Fault::MpiAllReduceDropsRemainder);  // planted: count / n per rank
       std::vector<int> parts, begins;
       for (int p = 0; p < n; ++p) {
-        begins.push_back(as_int(partition_begin(count, n, p), at));
-        parts.push_back(as_int(partition_begin(count, n, p + 1) - partition_begin(count, n, p), at));
+        begins.push_back(as_int(drop ? p * (count / n) : partition_begin(count, n, p), at));
+        parts.push_back(as_int(drop ? count / n : partition_begin(count, n, p + 1) - partition_begin(count, n, p), at));
       }
       const int own = parts[me];
       std::vector<std::byte> blocks(static_cast<std::size_t>(n * own * es)), summed(static_cast<std::size_t>(own * es));

@@ -93,6 +93,18 @@ const std::vector<FaultInfo>& all_faults() {
       {Fault::DynamicCpGradsNotCombined, "dynamic_cp_grads_not_combined",
        "training never sums dynamic-CP sub-groups' gradients across sub-groups: each rank steps on its own "
        "sub-group's micro-batches"},
+      {Fault::DynamicCpGradsRootRankZero, "dynamic_cp_grads_root_rank_zero",
+       "training adds a CP-1 sub-group's gradients on world rank 0 only, as if every sub-group's root were rank 0: "
+       "CP-1 micro-batches run on ranks 1..W-1 are lost"},
+      {Fault::MpiAllReduceDropsRemainder, "mpi_all_reduce_drops_remainder",
+       "the MPI all-reduce gives each rank count / n elements to sum: the count % n last elements of a tensor "
+       "that does not split evenly are never summed"},
+      {Fault::GpuLinearDxAccumulates, "gpu_linear_dx_accumulates",
+       "gpu/'s linear backward adds dx into its output buffer instead of overwriting it (right only on a zeroed "
+       "buffer; emu only, the CUDA backend runs cuBLAS)"},
+      {Fault::GpuConvHaloGradPastFirstSequence, "gpu_conv_halo_grad_past_first_sequence",
+       "gpu/'s conv halo gradient sums the windows of every local token, past the first sequence (wrong when the "
+       "first local sequence is shorter than the halo)"},
   };
   return table;
 }

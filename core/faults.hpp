@@ -40,6 +40,11 @@ enum class Fault {
   PaddingCountedInLoss,           // pad tokens (and each document's last token) get a target and count
   DynamicCpGradsOverStaticWorld,  // a dynamic-CP sub-group's gradients summed over the static world: c times
   DynamicCpGradsNotCombined,      // a dynamic-CP sub-group's gradients never summed across sub-groups
+  DynamicCpGradsRootRankZero,     // a CP-1 sub-group's gradients added on world rank 0 only (lost on ranks 1..W-1)
+  // Bugs of the transports and the device kernels' buffers (the gate's MPI transport and precision rules):
+  MpiAllReduceDropsRemainder,  // the MPI all-reduce splits count / n per rank: the count % n last elements unsummed
+  GpuLinearDxAccumulates,      // gpu/'s linear dx adds into its output instead of overwriting it
+  GpuConvHaloGradPastFirstSequence,  // gpu/'s conv dhalo sums windows past the first local sequence
 };
 
 struct FaultInfo {

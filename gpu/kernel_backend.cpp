@@ -320,6 +320,7 @@ class KernelBackend final : public cp::Backend {
     p.halo = a.halo.empty() ? nullptr : a.halo.data();
     p.cu = device_offsets(a.seqs, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
     p.bleed = fault_active(Fault::GpuConvBleedsAcrossSequences);
+    p.halo_grad_past_first = fault_active(Fault::GpuConvHaloGradPastFirstSequence);
     return p;
   }
 

@@ -61,7 +61,7 @@ GDNV_HD void conv_dx_item(const ConvParams& p, i64 item) {
 // dhalo at (halo row, channel): halo row j is position j - (W-1), read by the first sequence only.
 GDNV_HD void conv_dhalo_item(const ConvParams& p, i64 item) {
   const i64 j = item / p.D, d = item % p.D;
-  store(p.dhalo, item, conv_window_grad(p, j - (p.W - 1), p.cu[1], d), p.bf16);
+  store(p.dhalo, item, conv_window_grad(p, j - (p.W - 1), p.halo_grad_past_first ? p.N : p.cu[1], d), p.bf16);
 }
 
 // dw[d, i] = sum over tokens of d_pre * the tap it read, dbias[d] (at i == 0) = sum of d_pre; 64-row blocks.

@@ -22,6 +22,14 @@ GDNV_HD void linear_dx_item(const LinearParams& p, i64 item) {
   store(p.y, item, acc, p.bf16);
 }
 
+// The planted fault GpuLinearDxAccumulates: dx added into whatever the output holds.
+GDNV_HD void linear_dx_accumulate_item(const LinearParams& p, i64 item) {
+  const i64 r = item / p.in, i = item % p.in;
+  float acc = load(p.y, item, p.bf16);
+  for (i64 o = 0; o < p.out; ++o) acc += load(p.dy, r * p.out + o, p.bf16) * load(p.w, o * p.in + i, p.bf16);
+  store(p.y, item, acc, p.bf16);
+}
+
 // dw[o, i] = sum_r dy[r, o] x[r, i], in 64-row blocked partial sums.
 GDNV_HD void linear_dw_item(const LinearParams& p, i64 item) {
   const i64 o = item / p.in, i = item % p.in;

@@ -88,7 +88,8 @@ struct ConvParams {
   float* dbias;    // [D] or nullptr
   void* dhalo;     // [W-1, D] or nullptr
   bool bf16;
-  bool bleed;  // planted fault GpuConvBleedsAcrossSequences: windows ignore where their sequence starts
+  bool bleed;                 // planted fault GpuConvBleedsAcrossSequences: windows ignore where their sequence starts
+  bool halo_grad_past_first;  // planted fault GpuConvHaloGradPastFirstSequence: dhalo sums every local window
 };
 
 // ---- gates ----------------------------------------------------------------------------------------

@@ -291,8 +291,6 @@ Answer oracle_answer(const Case& k, const StageRequest& request) {
   return a;
 }
 
-namespace {
-
 // Per-tensor condition numbers of the layer, measured: the oracle rerun with hidden_states,
 // grad_output and every parameter perturbed elementwise by a relative N(0, delta^2), delta =
 // 2^-9/sqrt(3) (the RMS of one bf16 rounding); kappa = rel_rms(change) / delta. Perturbing the
@@ -326,8 +324,6 @@ std::map<std::string, double> condition_numbers(const Case& k, const Answer& ora
   }
   return kappa;
 }
-
-}  // namespace
 
 std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, DType dtype) {
   std::map<std::string, double> gates;

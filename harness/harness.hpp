@@ -147,6 +147,10 @@ struct MicroBatchRun {
 // `ranks`: the world ranks of the first CP sub-group, by world rank (cp_rank * tp + tp_rank).
 void assemble_stages(const Case& c, std::span<const RankOutput* const> ranks, MicroBatchRun& run);
 
+// Each tensor's measured condition number kappa (rel_rms of its change / delta when every input and
+// parameter is perturbed by a relative N(0, delta^2), the largest of three draws), by the names of
+// oracle_gates: what its gates scale (docs/DESIGN.md §4).
+std::map<std::string, double> condition_numbers(const Case& c, const Answer& oracle);
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
 // by tensor name ("out", "grad_hidden", "grad::<param>").
 std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);

@@ -291,6 +291,10 @@ constexpr FaultCatch kFaultCatches[] = {
     {"padding_counted_in_loss", "training equivalence"},
     {"dynamic_cp_grads_over_static_world", "training equivalence"},
     {"dynamic_cp_grads_not_combined", "training equivalence"},
+    {"dynamic_cp_grads_root_rank_zero", "training equivalence"},
+    {"mpi_all_reduce_drops_remainder", "MPI transport"},
+    {"gpu_linear_dx_accumulates", "precision rules"},
+    {"gpu_conv_halo_grad_past_first_sequence", "precision rules"},
 };
 
 TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
@@ -325,6 +329,10 @@ TEST_P(GateUnderFault, ItsStepFailsAndTheReproduceCommandFailsTheSameWay) {
   auto r = run_cli(std::string("gate --quick --step '") + c.step + "'");
   if (std::string(c.step) == "CP mode matrix (emu)" && contains(r.out, "... skipped"))
     r = run_cli("gate --quick --step 'CP mode matrix (cuda)'");
+  if (std::string(c.step) == "MPI transport" && contains(r.out, "... skipped")) {
+    unsetenv("GDNV_FAULT");
+    GTEST_SKIP() << r.out;
+  }
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   std::smatch m;
   const std::string prefix = std::string("GDNV_FAULT=") + c.fault + " gdn-verify ";
@@ -368,7 +376,7 @@ TEST(Cli, GateFailsANanTensorWhoseFiniteElementsPass) {
   const auto r = run_cli("gate --quick");
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16: grad::A_log: 3 NaN, 1 Inf"), std::string::npos)
+  EXPECT_NE(r.out.find("first: headwise extreme inputs W=2 BF16: grad::A_log: 2 NaN, 2 Inf"), std::string::npos)
       << r.out;
 }
 

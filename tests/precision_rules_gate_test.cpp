@@ -12,13 +12,14 @@ namespace {
 TEST(PrecisionRulesStep, PassesOnTheCpuAndEmulatedBackendsAtFp32AndBf16) {
   const StepResult r = precision_rules({});
   EXPECT_TRUE(r.skip_reason.empty()) << r.skip_reason;
-  EXPECT_GE(r.cases, 16);  // cpu and emu x fp32, bf16 x 4 rules (cuda's too where a device is usable)
+  EXPECT_GE(r.cases, 21);  // cpu and emu x fp32, bf16 x 5 rules, the emu kernels (cuda's too where usable)
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
 TEST(CommunicatorSemanticsStep, PassesEverySumAndEveryRanksBytes) {
   const StepResult r = communicator_semantics({});
-  EXPECT_EQ(r.cases, 7 * 3 * 4 + 3 * 2 * 2);  // W 2..8 x dtypes x (3 sums + determinism); modes x W x dtypes
+  // W 2..8 x dtypes x (3 sums + determinism); W 2..8 x 5 partitions; modes x W x dtypes
+  EXPECT_EQ(r.cases, 7 * 3 * 4 + 7 * 5 + 3 * 2 * 2);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
@@ -48,23 +49,24 @@ TEST_P(StepUnderFault, TheRulesCaseFailsUnderTheFaultAndPassesWithout) {
   EXPECT_EQ(r.failed, 1) << "the case passes under the fault";
 }
 
-INSTANTIATE_TEST_SUITE_P(PlantedFaults, StepUnderFault,
-                         ::testing::Values(Planted{Fault::GateBf16BeforeExp, precision_rules, "cpu bf16 gates"},
-                                           Planted{Fault::GateBf16BeforeExp, precision_rules, "emu bf16 gates"},
-                                           Planted{Fault::DecayCumsumFp32, precision_rules, "cpu fp32 decay chain"},
-                                           Planted{Fault::DecayCumsumFp32, precision_rules, "emu bf16 decay chain"},
-                                           Planted{Fault::ReduceRoundsPerHop, communicator_semantics,
-                                                   "all_reduce BF16 W=3 rank-ordered sum"},
-                                           Planted{Fault::ReduceRoundsPerHop, communicator_semantics,
-                                                   "reduce_scatter_v BF16 W=8 rank-ordered sum"},
-                                           Planted{Fault::ReduceOwnRankFirst, communicator_semantics,
-                                                   "all_reduce F32 W=5 same bits on every rank and call"},
-                                           Planted{Fault::ReduceOwnRankFirst, communicator_semantics,
-                                                   "reduce_scatter F64 W=4 rank-ordered sum"},
-                                           Planted{Fault::GradAllreduceBf16, communicator_semantics,
-                                                   "all_gather W=4 BF16 thd bytes against the cost model"},
-                                           Planted{Fault::HaloGathersWholeSpan, communicator_semantics,
-                                                   "chunkwise W=2 F32 thd bytes against the cost model"}));
+INSTANTIATE_TEST_SUITE_P(
+    PlantedFaults, StepUnderFault,
+    ::testing::Values(
+        Planted{Fault::GateBf16BeforeExp, precision_rules, "cpu bf16 gates"},
+        Planted{Fault::GateBf16BeforeExp, precision_rules, "emu bf16 gates"},
+        Planted{Fault::DecayCumsumFp32, precision_rules, "cpu fp32 decay chain"},
+        Planted{Fault::DecayCumsumFp32, precision_rules, "emu bf16 decay chain"},
+        Planted{Fault::GpuLinearDxAccumulates, precision_rules, "emu kernels overwrite reused outputs"},
+        Planted{Fault::GpuConvHaloGradPastFirstSequence, precision_rules, "emu fp32 conv halo short sequences"},
+        Planted{Fault::ReduceRoundsPerHop, communicator_semantics, "all_reduce BF16 W=3 rank-ordered sum"},
+        Planted{Fault::ReduceRoundsPerHop, communicator_semantics, "reduce_scatter_v BF16 W=8 rank-ordered sum"},
+        Planted{Fault::ReduceOwnRankFirst, communicator_semantics,
+                "all_reduce F32 W=5 same bits on every rank and call"},
+        Planted{Fault::ReduceOwnRankFirst, communicator_semantics, "reduce_scatter F64 W=4 rank-ordered sum"},
+        Planted{Fault::GradAllreduceBf16, communicator_semantics,
+                "all_gather W=4 BF16 thd bytes against the cost model"},
+        Planted{Fault::HaloGathersWholeSpan, communicator_semantics,
+                "chunkwise W=2 F32 thd bytes against the cost model"}));
 
 }  // namespace
 }  // namespace gdnv::cli

@@ -146,8 +146,8 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
       totals[0] += r.loss;
       totals[1] += static_cast<double>(r.counted);
       if (c == W) add_into(complete, r.grads, sd);
-      else if (rank % c == 0 || fault_active(Fault::DynamicCpGradsOverStaticWorld) ||
-               fault_active(Fault::DynamicCpGradsNotCombined))
+      else if ((fault_active(Fault::DynamicCpGradsRootRankZero) && c == 1 ? rank == 0 : rank % c == 0) ||
+               fault_active(Fault::DynamicCpGradsOverStaticWorld) || fault_active(Fault::DynamicCpGradsNotCombined))
         add_into(partial, r.grads, sd);
     }
     const bool sub_groups = std::any_of(cps.begin(), cps.end(), [&](int c) { return c < W; });
