@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace gdnv::cp {
 namespace {
@@ -75,6 +76,12 @@ std::map<int, RankError> rank_errors(const Tensor& ref, const Tensor& cand, cons
   return out;
 }
 
+TensorVerdict missing_verdict(const std::string& name, double gate) {
+  TensorVerdict v{name, {}, gate, false, {}, true};
+  v.m.rel_rms = std::numeric_limits<double>::infinity();
+  return v;
+}
+
 }  // namespace
 
 std::vector<TensorVerdict> judge_answer(const Answer& oracle, const Answer& got,
@@ -85,7 +92,11 @@ std::vector<TensorVerdict> judge_answer(const Answer& oracle, const Answer& got,
   for (const std::string& name : ref::judged_order(grads)) {
     const Tensor* ref = find_tensor(oracle, name);
     const Tensor* cand = find_tensor(got, name);
-    if (!ref || !cand) continue;
+    if (!ref) continue;
+    if (!cand) {
+      if (!name.starts_with("stage")) out.push_back(missing_verdict(name, gates.at(name)));
+      continue;
+    }
     TensorVerdict v{name, compare(*ref, *cand), gates.at(name), false, tolerances(*ref, *cand)};
     v.pass = v.m.rel_rms < v.gate && v.m.nan_cand == 0 && v.m.inf_cand == 0;
     out.push_back(std::move(v));
@@ -98,6 +109,12 @@ std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& ver
   const auto failing = std::find_if(verdicts.begin(), verdicts.end(), [](const TensorVerdict& v) { return !v.pass; });
   if (failing == verdicts.end()) return std::nullopt;
   const TensorVerdict& v = *failing;
+  if (v.missing) {
+    Divergence d{v.name, ref::is_backward_tensor(v.name), -1, run.cp_size};
+    d.row_end = find_tensor(oracle, v.name)->dim(0) - 1;
+    d.metric = "missing";
+    return d;
+  }
   const bool nonfinite = v.m.nan_cand + v.m.inf_cand > 0;
   Divergence d{v.name,
                ref::is_backward_tensor(v.name),
@@ -134,7 +151,8 @@ std::string divergence_line(const Divergence& d) {
   const std::string rank = d.rank < 0 ? "every rank of " + std::to_string(d.world)
                                       : "rank " + std::to_string(d.rank) + " of " + std::to_string(d.world);
   return "first divergence: " + d.name + " (" + (d.backward ? "backward" : "forward") + ", " + rank + ", rows " +
-         std::to_string(d.row_begin) + ".." + std::to_string(d.row_end) + "): " + d.metric + " " + numbers;
+         std::to_string(d.row_begin) + ".." + std::to_string(d.row_end) +
+         "): " + (d.metric == "missing" ? "missing from the run" : d.metric + " " + numbers);
 }
 
 std::optional<Divergence> find_first_divergence(const RunSpec& spec, const BackendFactory& factory) {

@@ -19,8 +19,10 @@ struct TensorVerdict {
   double gate = 0;  // relative RMS
   bool pass = false;
   Tolerances tol;
+  bool missing = false;  // the run has no such tensor: a failing verdict, never a skipped one
 };
-// Every tensor of `oracle` that `got` also holds, in ref::judged_order.
+// Every tensor of `oracle` in ref::judged_order: out, grad_hidden and every grad::<param> always (one the
+// run lacks fails as `missing`), a stage where the run recorded it (stages are recorded on request).
 std::vector<TensorVerdict> judge_answer(const Answer& oracle, const Answer& got,
                                         const std::map<std::string, double>& gates);
 
@@ -29,7 +31,7 @@ struct Divergence {
   bool backward = false;
   int rank = -1, world = 1;  // CP rank of CP size; rank -1: every rank (a CP-summed parameter gradient)
   std::int64_t row_begin = 0, row_end = 0;
-  std::string metric;  // "rel_rms" or "nan/inf"
+  std::string metric;  // "rel_rms", "nan/inf" or "missing" (the run has no such tensor)
   double value = 0, gate = 0;
 };
 // The first failing verdict and, among the CP ranks that computed it, the lowest whose own elements are
@@ -42,6 +44,7 @@ std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& ver
 std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c);
 
 // "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>"
+// ("... rows a..b): missing from the run" for a missing tensor)
 std::string divergence_line(const Divergence& d);
 
 // Reruns `spec` (each micro-batch) with its stages recorded; the first divergence of the first failing

@@ -6,6 +6,7 @@
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
 #include "harness/harness.hpp"
+#include "harness/verdict.hpp"
 
 namespace gdnv::cp {
 namespace {
@@ -107,6 +108,30 @@ TEST(Harness, EachMicroBatchRunsOnItsOwnInputsAgainstItsOwnOracle) {
     for (const auto& [name, t] : oracle.grads)
       EXPECT_LT(compare(t, runs[m].answer.grads.at(name)).rel_rms, gates.at("grad::" + name)) << m << " " << name;
   }
+}
+
+// A run that lacks a tensor the oracle has is judged failing, never skipped: the verdict a mutant that
+// drops a gradient would otherwise pass.
+TEST(Verdict, ATensorTheRunLacksFailsAsMissing) {
+  RunSpec s;
+  s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
+  s.lengths = {8, 4};
+  s.dtype = DType::F64;
+  const Case k = make_case(s);
+  const Answer oracle = oracle_answer(k);
+  MicroBatchRun run;
+  run.answer = oracle;
+  run.answer.grads.erase("A_log");
+  const auto verdicts = judge_answer(oracle, run.answer, oracle_gates(k, oracle, s.dtype));
+  ASSERT_EQ(verdicts.size(), 2 + oracle.grads.size());
+  for (const TensorVerdict& v : verdicts) {
+    EXPECT_EQ(v.missing, v.name == "grad::A_log") << v.name;
+    EXPECT_EQ(v.pass, v.name != "grad::A_log") << v.name;
+  }
+  const auto d = first_divergence(verdicts, oracle, run, k);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(divergence_line(*d),
+            "first divergence: grad::A_log (backward, every rank of 1, rows 0..7): missing from the run");
 }
 
 TEST(Harness, RunInProcessTakesOneCasePerMicroBatchOrOneForAll) {
