@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.hpp"
+#include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "tests/mpirun_env.hpp"
 
@@ -248,6 +249,28 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
     EXPECT_EQ(r.code, 0) << sub << "\n" << r.out << r.err;
     EXPECT_TRUE(contains(r.out, "grad::conv1d.bias: pass")) << r.out;
   }
+  fs::remove_all(dir);
+}
+
+// An image is judged by the decay class its meta.json declares, and the report says whose gates it meets
+// (docs/DESIGN.md §4): this project's images declare product-of-decays and meet both; an unknown class is
+// bad input naming the file.
+TEST(ProbeCli, OracleReportsTheDecayClassesAnImageMeets) {
+  const auto dir = testing::temp_dir("probe_class");
+  dump(dir, "c", {"cp1"}, "--case thd-short");
+  const auto r = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "decay class (docs/DESIGN.md §4): declared product-of-decays; meets product-of-decays gates: "
+                       "yes; meets cumsum-decay gates: yes\n"))
+      << r.out;
+  auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  meta["decay_class"] = "chunked";
+  write_file_atomic((dir / "meta.json").string(), meta.dump());
+  const auto bad = run_cli("probe oracle --dir " + dir.string());
+  EXPECT_EQ(bad.code, 3) << bad.out << bad.err;
+  EXPECT_TRUE(contains(bad.err, "meta.json: unknown decay class 'chunked': use product-of-decays or cumsum-decay"))
+      << bad.err;
   fs::remove_all(dir);
 }
 
