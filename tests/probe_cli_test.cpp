@@ -249,6 +249,9 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
     EXPECT_EQ(r.code, 0) << sub << "\n" << r.out << r.err;
     EXPECT_TRUE(contains(r.out, "grad::conv1d.bias: pass")) << r.out;
   }
+  // Without a headwise dump the deviation from the oracle is bounded by cp1's (docs/DESIGN.md §4).
+  EXPECT_TRUE(contains(run_cli("probe cross-mode --dir " + dir.string()).out,
+                       "x cp1's, docs/DESIGN.md §4, floor 1e-6): 10 checked, 0 outside"));
   fs::remove_all(dir);
 }
 
