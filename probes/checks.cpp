@@ -325,7 +325,8 @@ Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* 
   Comparison out;
   out.name = "oracle " + dir_name(dir);
   out.policy = "per-tensor oracle gates of the " + std::string(cp::decay_class_name(declared)) +
-               " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2)";
+               " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2" +
+               (declared == cp::DecayClass::CumsumDecay ? "; the cumsum's 2 delta_32 kappa^gamma in quadrature)" : ")");
   const cp::DecayClass all[] = {cp::DecayClass::ProductOfDecays, cp::DecayClass::CumsumDecay};
   if (classes) classes->assign({{all[0], 0}, {all[1], 0}});
   std::map<std::pair<DType, cp::DecayClass>, std::map<std::string, double>> gates;
