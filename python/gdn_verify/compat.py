@@ -4,9 +4,10 @@
 transformers, flash-linear-attention and megatron-core (docs/DESIGN.md §14), so a release that breaks an
 adapter is named before users meet it:
 
-    compat: python 3.12.1, torch 2.15.0, transformers 5.25.0, flash-linear-attention 0.6.0, megatron-core 0.19.2
+    compat: python 3.12.1, torch 2.15.0, triton 3.9.0, transformers 5.25.0, kernels 0.19.1, ...
     hf-qwen3-next: works (17 passed)
-    fla: BROKEN (1 of 12 failed): test_fla_adapter.py::test_x: AttributeError: 'Func' object has no attribute ...
+    fla: works (28 passed)
+    megatron: BROKEN (3 of 17 failed): test_megatron_adapter.py::test_gathered_shards_...[1]: AttributeError: ...
 
 Exit code 0 when every adapter works, 1 otherwise.
 """
