@@ -21,20 +21,30 @@ namespace gdnv::probes {
 Comparison compare_images(const std::string& ref, const std::string& cand, const std::string& mode,
                           const Policy& policy);
 
+// A mode's deviation from the fp64 oracle against a base's (docs/DESIGN.md §4): headwise's where dumped,
+// bound 4 max(base, 1e-6) (the contract's); else the same implementation's cp1 (a third-party image),
+// bound sqrt((13 + W) / 14) (1 + 3 / sqrt(n)) max(base, 1e-6) for a tensor of n elements on W ranks.
 struct DeviationRatio {
-  std::string mode, tensor;
-  double rel_rms, headwise_rel_rms, bound;  // bound = 4 max(headwise_rel_rms, 1e-6)
+  std::string mode, tensor, base;  // base: "headwise" | "cp1"
+  double rel_rms, base_rel_rms, bound;
   bool pass() const { return rel_rms <= bound; }
 };
 
 struct CrossMode {
   Comparison vs_cp1;
-  std::vector<DeviationRatio> ratios;  // empty when DIR holds no headwise dump or no other CP mode
+  std::vector<DeviationRatio> ratios;  // every CP mode's, vs headwise's where dumped, else vs cp1's
   std::string skipped;                 // why ratios is empty
   int exit_code() const;
 };
 CrossMode cross_mode(const std::string& dir, const Policy& policy);
 
-Comparison judge_with_oracle(const std::string& dir);
+// The tensors outside the oracle gates of one decay class (docs/DESIGN.md §4).
+struct ClassVerdict {
+  cp::DecayClass decays;
+  int outside = 0;
+};
+// Judged under the gates of the class the image declares (declared_decay_class); `classes`, when given,
+// receives the verdict under each class's gates, so a report says which class the image meets.
+Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* classes = nullptr);
 
 }  // namespace gdnv::probes

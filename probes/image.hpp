@@ -18,6 +18,7 @@
 // whole (docs/DESIGN.md §8): index_image names every missing, orphan, foreign-run or mislabelled file.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,17 @@ struct ProbeCase {
   cp::RunSpec spec;  // layer, format, lengths / seq_len, gates; mode, world, dtype and seed set per dump
 };
 const std::vector<ProbeCase>& probe_cases();
+// The case name of a dump made from geometry options instead of a probe case: the options that rebuild it
+// ("--format thd --lengths 40,200,16 --hidden 64 ... --gates default"), so the image names its inputs.
+std::string geometry_case_name(const cp::RunSpec& geometry);
 
 struct DumpSpec {
   std::string mode = "cp1";  // cp1 | headwise | chunkwise | all_gather
   std::string image;         // label
   std::string case_name = "thd-gva";
+  // In place of a probe case: the layer, format, lengths / seq_len, batch and gates (case_name is then
+  // geometry_case_name of it).
+  std::optional<cp::RunSpec> geometry;
   DType dtype = DType::F32;
   std::uint64_t seed = 0;
   std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json
@@ -102,5 +109,9 @@ TensorFile answer_file(const cp::Answer& answer);
 
 // Whether the mode's dump holds stages.
 bool has_stages(const std::string& dir, const std::string& mode);
+
+// How the image's implementation forms its decays, as meta.json's "decay_class" declares it (absent:
+// product-of-decays, the class of this project's backends); FormatError for an unknown class.
+cp::DecayClass declared_decay_class(const std::string& dir);
 
 }  // namespace gdnv::probes

@@ -26,6 +26,7 @@ def test_dump_writes_an_image_probe_oracle_passes(python_dump, gdnv, tmp_path):
     assert (meta["adapter"], meta["path"], meta["backend"], meta["dtype"]) == ("hf-qwen3-next", "torch",
                                                                                 "hf-qwen3-next:cpu", "F32")
     assert meta["notes"]["core"] == "chunk" and "one sequence per call" in meta["notes"]["thd"]
+    assert meta["decay_class"] == "cumsum-decay"  # transformers' chunked core (docs/DESIGN.md §4)
     judged = gdnv("probe", "oracle", "--dir", out)
     assert judged.returncode == 0, judged.stdout[-2000:]
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
-from gdn_verify import cases, images
+from gdn_verify import adapters, cases, images
 from gdn_verify.adapters import hf_qwen3_next as hf
 from gdn_verify.names import Geometry
 
@@ -103,3 +110,85 @@ def test_hf_image_compares_directly_with_the_cpp_image_of_the_same_case(gdnv, cp
     r = gdnv("probe", "compare", "--ref", cpp_image("thd-gva", 0, "fp32", "--stages"), "--cand", tmp_path,
              "--policy", "cp1-vs-old")
     assert r.returncode == 0, r.stdout[-3000:]
+
+
+def dump_declared(case: cases.Case, out, core: str = "chunk") -> None:
+    """dump() with the decay class the adapter declares for `core` in meta.json, as gdn_verify.dump writes it."""
+    module = hf.build_module(case.geometry, case.torch_dtype)
+    hf.load_megatron_params(module, case.params)
+    r = hf.run(module, case, stages=False, core=core)
+    images.write_image(out, case, "hf", "hf-qwen3-next:cpu",
+                       [images.RankDump("cp1", 0, 1, r.out, r.grad_hidden, r.grads, None)],
+                       extra_meta={"decay_class": adapters.decay_class(hf, r)})
+
+
+# transformers' default chunked core forms its decays from fp32 chunk-local cumsums: its grad::A_log and
+# grad::dt_bias (2.5e-5) are outside our fp32 gate (1e-5), inside the cumsum-decay class's (docs/DESIGN.md §4).
+@pytest.mark.parametrize("name", ["thd-gva", "sbhd"])
+def test_the_default_chunked_core_passes_by_its_declared_cumsum_decay_class(gdnv, tmp_path, name):
+    dump_declared(case_of(name), tmp_path)
+    r = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert ("declared cumsum-decay; meets product-of-decays gates: no (2 outside); meets cumsum-decay gates: yes"
+            in r.stdout)
+
+
+class HubFunc:
+    """A kernel-hub wrapper as transformers 5.25 applies it (kernels' `Func`): callable, no `__wrapped__`."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+
+    def __call__(self, *args, **kwargs):
+        return self.f(*args, **kwargs)
+
+
+def test_functions_wrapped_without_wrapped_attribute_still_run(gdnv, tmp_path, monkeypatch):
+    mod = hf.transformers_module("cpu")
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn"):
+        monkeypatch.setattr(mod, name, HubFunc(getattr(mod, name)))
+    dump(case_of("thd-short"), tmp_path, core="chunk")
+    r = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:]
+
+
+def planted_transformers(tmp_path, old: str, new: str):
+    """A copy of the installed transformers (files linked, the Qwen3-Next modeling file copied) with `old`
+    replaced by `new` in that file; the directory to put first on PYTHONPATH."""
+    import transformers
+
+    root = tmp_path / "site"
+    src = Path(transformers.__file__).parent
+    shutil.copytree(src, root / "transformers", copy_function=os.symlink, ignore=shutil.ignore_patterns("__pycache__"))
+    modeling = root / "transformers" / "models" / "qwen3_next" / "modeling_qwen3_next.py"
+    text = (src / "models" / "qwen3_next" / "modeling_qwen3_next.py").read_text()
+    assert text.count(old) == 1, old
+    modeling.unlink()
+    modeling.write_text(text.replace(old, new))
+    return root
+
+
+# Bugs planted in transformers' chunked core: the key's decay to the chunk's end, e^{gamma_C - gamma_i}, with
+# its exponent negated (overflows to inf); the within-chunk decays' exponents 0.1% too large (out's rel_rms
+# 1.6e-4, 16x its gate).
+PLANTED = {
+    "wrong-decay-sign": ("(cum_decay[..., -1:] - cum_decay).exp()", "(cum_decay - cum_decay[..., -1:]).exp()",
+                         "first divergence: out (forward, rank 0 of 1, rows"),
+    "decay-exponent-0.1%-off": ("pairwise_decay = pairwise_decay.exp()", "pairwise_decay = (pairwise_decay * 1.001).exp()",
+                                "first divergence: out (forward, rank 0 of 1, rows 1..223): rel_rms"),
+}
+
+
+@pytest.mark.parametrize("bug", PLANTED)
+def test_a_bug_planted_in_a_copy_of_transformers_fails_its_declared_class(gdnv, tmp_path, bug):
+    old, new, divergence = PLANTED[bug]
+    site = planted_transformers(tmp_path, old, new)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(Path(__file__).parents[1])]))
+    out = tmp_path / "img"
+    d = subprocess.run([sys.executable, "-m", "gdn_verify.dump", "--adapter", "hf-qwen3-next", "--case", "thd-gva",
+                        "--no-stages", "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert d.returncode == 0, d.stderr
+    assert json.loads((out / "meta.json").read_text())["decay_class"] == "cumsum-decay"
+    r = gdnv("probe", "oracle", "--dir", out)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "meets cumsum-decay gates: no" in r.stdout and divergence in r.stdout, r.stdout[-3000:]

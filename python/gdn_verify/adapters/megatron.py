@@ -117,6 +117,8 @@ def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dic
 
 
 NAME = "megatron"
+# Megatron-Core runs FLA's chunked kernels: decays from chunk-local cumsums of g (docs/DESIGN.md §4).
+DECAY_CLASS = "cumsum-decay"
 
 CPU_REFUSAL = ("megatron: Megatron-Core's GatedDeltaNet needs a CUDA device: its constructor allocates conv1d, "
                "A_log and dt_bias on torch.cuda.current_device(), its fused norm + in_proj exists only as "
