@@ -187,9 +187,9 @@ def _splat_patch() -> Callable[[], None]:
     return _set(interpreter.InterpreterBuilder, "create_splat", create_splat)
 
 
-# (6) The interpreter keeps bf16 as its uint16 bits, and three of its paths treat those bits as numbers:
-# `tl.dot` (create_dot converts only fp8) and bf16 arithmetic (binary_op, unary_op) compute on the
-# integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
+# (6) The interpreter keeps bf16 as its uint16 bits, and several of its paths treat those bits as numbers:
+# `tl.dot` (create_dot converts only fp8), bf16 arithmetic and comparisons (binary_op, unary_op) and the
+# tl.sum / tl.max / tl.min reductions compute on the integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
 # No error, wrong values. The shim computes bf16 operands on their values, widened exactly to fp32, and
 # rounds bf16 results to nearest even (fp32 has 24 >= 2 * 8 + 2 bits, so the one op in fp32 then the
 # rounding to bf16 is the correctly rounded bf16 op, as on a GPU).
@@ -256,9 +256,32 @@ def _bf16_patch() -> Callable[[], None]:
             return cast_impl(self, src, dst_type)
         return fp_to_fp(self, src, dst_type, rounding_mode)
 
+    R = interpreter.ReduceOps
+    reduce_sum, reduce_min_max = R.sum, R.min_max
+
+    def as_values(x):  # a bf16 tl.tensor as an fp32 one (exact)
+        return tl.core.tensor(value(x.handle), x.type.with_element_ty(tl.float32)) if is_bf16(x.handle) else x
+
+    def as_bf16_tensor(x):
+        return tl.core.tensor(as_bf16(x.handle), x.type.with_element_ty(tl.bfloat16))
+
+    def sum_values(self, input):
+        return as_bf16_tensor(reduce_sum(self, as_values(input))) if is_bf16(input.handle) else \
+            reduce_sum(self, input)
+
+    def min_max_values(self, input, val_reduce_op, idx_reduce_op=None):
+        val = input[0] if isinstance(input, tuple) else input
+        if not is_bf16(val.handle):
+            return reduce_min_max(self, input, val_reduce_op, idx_reduce_op)
+        out = reduce_min_max(self, as_values(val), val_reduce_op, idx_reduce_op)
+        if val_reduce_op is None:
+            return out
+        return (as_bf16_tensor(out[0]), out[1]) if isinstance(out, tuple) else as_bf16_tensor(out)
+
     undos = [_set(B, name, f) for name, f in (("create_dot", create_dot), ("binary_op", binary_op),
                                                ("unary_op", unary_op), ("cast_impl", cast_impl),
                                                ("create_fp_to_fp", create_fp_to_fp))]
+    undos += [_set(R, "sum", sum_values), _set(R, "min_max", min_max_values)]
     # the casts are bound to cast_impl as lambdas; rebinding cast_impl reaches them
     return lambda: [undo() for undo in undos]
 
