@@ -1,4 +1,4 @@
-"""Triton's interpreter on a CPU, with only the shims this installation needs (docs/fla.md).
+"""Triton's interpreter on a CPU, with only the shims this installation needs (docs/triton_cpu.md).
 
 `enable()` sets `TRITON_INTERPRET=1` (read when `@triton.jit` decorates a kernel, so it must run before
 triton or any kernel library is imported) and applies each triton shim whose failure it reproduces here;
@@ -12,7 +12,7 @@ the shim is not applied. `applied()` lists the ones in force (written into an im
 | `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
-| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic and comparisons run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
+| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic, comparisons and reductions run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
 | `cp-device-cpu` | `RuntimeError: CP affine chains require NVIDIA Ampere or newer ...` | `fla.ops.cp`'s `_check_cp_device` refuses a CPU tensor; the shim lets CPU pass, nothing else |
 | `gloo-all-gather-view` | `RuntimeError: ProcessGroupGloo::allgather: invalid tensor size ...` | FLA passes an `[W, n, ...]` output, gloo wants `[W*n, ...]`: the same memory, viewed flat |
 
@@ -197,8 +197,6 @@ BF16_WRONG = "bf16 computed on its uint16 storage"
 
 
 def _bf16_needed() -> bool:
-    import torch
-
     from gdn_verify import triton_probes
 
     return triton_probes.bf16_ops() != triton_probes.BF16_OPS_COMPILED
