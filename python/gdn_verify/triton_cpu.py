@@ -123,7 +123,8 @@ def _autotune_patch() -> Callable[[], None]:
 # (2) Compiled Triton's loop variable of `for i in range(...)` / `tl.range(...)` is a scalar tensor; the
 # interpreter runs the loop with Python's range, so `i.to(...)` fails. The shim rebinds the variable to a
 # tensor at the top of the body (`i = i`, which the interpreter's own Assign rewrite turns into
-# to_tensor(i): int32 as compiled Triton types an in-range index). `tl.static_range` stays an int.
+# to_tensor(i): int32, as compiled Triton types it for int32 bounds; for int64 bounds it would be int64,
+# the same values while they fit in int32). `tl.static_range` stays an int.
 RANGE_ERROR = "'int' object has no attribute 'to'"
 
 
