@@ -67,8 +67,27 @@ def test_fla_conv_backward_drops_the_final_states_slot_0_gradient_and_the_verdic
             "token 96 (sequence 2, position 59)\n") in r.stdout
 
 
-def test_kernel_check_bad_op_is_one_line_exit_3(gdnv_bin, tmp_path):
-    r = kernel_check(gdnv_bin, tmp_path / "out", "--op", "conv2d")
-    assert r.returncode == 3
-    assert r.stderr == "error: unknown --op 'conv2d': use chunk, fused_recurrent, conv1d\n"
+@pytest.mark.parametrize("args,message", [
+    (["--op", "conv2d"], "unknown --op 'conv2d': use chunk, fused_recurrent, conv1d"),
+    (["--op", "chunk", "--dtype", "fp16"], "unknown --dtype 'fp16': use fp32, bf16"),
+    (["--op", "chunk", "--seed", "-1"], "--seed '-1' is not an integer in [0, 2^63): e.g. --seed 0"),
+    (["--op", "chunk", "--gdn-verify", "/nonexistent/gdn-verify"],
+     "--gdn-verify '/nonexistent/gdn-verify' is not an executable: build gdn-verify and pass its path (or set "
+     "GDNV_BIN)"),
+    (["--dtype", "fp32"], "the following arguments are required: --op: see python -m gdn_verify.kernel --help"),
+])
+def test_kernel_check_bad_input_is_one_line_exit_3(gdnv_bin, tmp_path, capsys, args, message):
+    from gdn_verify import kernel
+
+    # every check runs before the interpreter is enabled or anything is written, so in-process is safe
+    assert kernel.main(["--out", str(tmp_path / "out"), "--gdn-verify", str(gdnv_bin), *args]) == 3
+    assert capsys.readouterr().err == f"error: {message}\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_kernel_check_out_that_is_a_file_is_bad_input(gdnv_bin, tmp_path, capsys):
+    from gdn_verify import kernel
+
+    (tmp_path / "f").write_text("")
+    assert kernel.main(["--op", "chunk", "--out", str(tmp_path / "f"), "--gdn-verify", str(gdnv_bin)]) == 3
+    assert capsys.readouterr().err == f"error: --out '{tmp_path / 'f'}' is a file: give a directory\n"
