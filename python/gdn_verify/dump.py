@@ -50,7 +50,8 @@ def parser() -> Parser:
     p.add_argument("--image", default=None, help="image label (default: the adapter's name)")
     p.add_argument("--device", default="cpu", help="torch device the module runs on (default cpu)")
     p.add_argument("--core", default=None,
-                   help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
+                   help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent; "
+                        "fla: triton | torch)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
     cases.add_geometry_options(p)
     return p
@@ -139,6 +140,8 @@ def dump(args: argparse.Namespace) -> str:
     options = run_options(adapter, args.core)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image = args.image or args.adapter
+    if hasattr(adapter, "prepare"):
+        adapter.prepare(args.device, args.core)
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
     check_same_core(images.read_meta(Path(args.out)), options, adapter, Path(args.out))

@@ -25,6 +25,8 @@ The contract every adapter module follows (python -m gdn_verify.dump calls exact
         fp32 chunk-local cumsums, as FLA's chunked kernels) or "product-of-decays" (the default); a Run
         may name its own (an adapter whose core forms differ); meta.json records it and `gdn-verify probe
         oracle` judges the image by that class's gates (docs/DESIGN.md §4)
+    prepare(device: str, core: str | None) -> None (optional)
+        runs before the library is imported (fla: enables Triton's interpreter on a CPU)
 
 Gradients are under Megatron's names in Run.grads; an adapter whose mapping shifts a parameter (HF's
 zero-centred norm, w + 1) maps gradients without the shift.
