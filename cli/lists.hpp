@@ -26,6 +26,16 @@ cp::BackendFactory parse_backend_option(const std::string& name);
 // --value-head-dim and --conv-width (layernorm epsilon 1e-6, no conv bias).
 ref::LayerConfig::Values layer_values(const boost::program_options::variables_map& vm);
 
+// The input geometry options `run` and `probe dump` share, with run's defaults: --format, --lengths
+// (repeatable: one list per micro-batch), --seq-len, --batch, layer_values' options, --conv-bias, --gates, --seed.
+void add_geometry_options(boost::program_options::options_description& o);
+// Whether the command line gave any of them other than --seed (probe dump: a geometry in place of --case).
+bool geometry_given(const boost::program_options::variables_map& vm);
+// A RunSpec's layer, format, lengths (one list: lengths; several: micro_batch_lengths), seq_len, batch,
+// gates and seed from them (mode, CP sizes and dtype are the caller's). ConfigError for an SBHD --seq-len
+// or --batch below 1, a negative THD length, or THD lengths without a token.
+cp::RunSpec geometry_spec(const boost::program_options::variables_map& vm);
+
 // --tp, --deterministic, --allgather-cp and --inference (mode and CP sizes are the caller's).
 cp::CpConfig cp_flags(const boost::program_options::variables_map& vm);
 

@@ -52,6 +52,18 @@ World parse_world(const std::string& given, const std::string& mode) {
   return {false, std::atoi(digits.c_str())};
 }
 
+// The geometry options in place of --case: ConfigError when --case is given too, or --lengths more than once.
+cp::RunSpec dump_geometry(const po::variables_map& vm) {
+  if (!vm["case"].defaulted())
+    throw ConfigError("--case " + vm["case"].as<std::string>() +
+                      " and geometry options given: a probe case fixes the geometry; give one or the other");
+  const cp::RunSpec g = geometry_spec(vm);
+  if (!g.micro_batch_lengths.empty())
+    throw ConfigError("--lengths given " + std::to_string(g.micro_batch_lengths.size()) +
+                      " times: a dump is one micro-batch; give one --lengths list");
+  return g;
+}
+
 int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("probe dump options");
   // clang-format off
@@ -61,15 +73,17 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
       ("out", po::value<std::string>()->required(), "directory to write (one image of one case per directory)")
       ("world", po::value<std::string>()->default_value(""), "inproc:W (threads) or mpi (under mpirun; the default there)")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
-      ("case", po::value<std::string>()->default_value("thd-gva"), "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of the inputs and parameters")
+      ("case", po::value<std::string>()->default_value("thd-gva"),
+       "thd-gva | thd-short | thd-odd (CP=1 only) | sbhd; or, in its place, the geometry options below (run's)")
       ("backend", po::value<std::string>()->default_value("cpu"),
        "compute backend: cpu | emu | cuda (emu and cuda: fp32 or bf16, --world inproc:W)")
       ("stages", po::bool_switch(),
        "also dump each rank's part of every named stage (stage::*, stage_grad::*; chunkwise: boundary_state), "
        "which the probe readers then judge and name the first divergence from");
   // clang-format on
-  const auto vm = parse_options("probe dump", "--mode M --image LABEL --out DIR [options]", o, {}, args, out);
+  add_geometry_options(o);
+  const auto vm =
+      parse_options("probe dump", "--mode M --image LABEL --out DIR [--case C | geometry options]", o, {}, args, out);
   if (!vm) return kPass;
   probes::DumpSpec spec;
   spec.mode = (*vm)["mode"].as<std::string>();
@@ -77,6 +91,8 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   spec.case_name = (*vm)["case"].as<std::string>();
   spec.dtype = parse_dtype_option((*vm)["dtype"].as<std::string>());
   spec.seed = (*vm)["seed"].as<std::uint64_t>();
+  if (geometry_given(*vm)) spec.geometry = dump_geometry(*vm);
+  if (spec.geometry) spec.case_name = probes::geometry_case_name(*spec.geometry);
   const std::string dir = (*vm)["out"].as<std::string>();
   spec.backend = (*vm)["backend"].as<std::string>();
   spec.stages = (*vm)["stages"].as<bool>();

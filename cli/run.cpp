@@ -34,23 +34,6 @@ po::options_description run_options() {
       ("tp", po::value<int>()->default_value(1), "tensor-parallel size")
       ("dtype", po::value<std::string>()->default_value("fp32"), "storage dtype: fp64 | fp32 | bf16")
       ("backend", po::value<std::string>()->default_value("cpu"), "compute backend: cpu | emu (the CUDA kernels emulated on host streams) | cuda; emu and cuda store fp32 or bf16")
-      ("format", po::value<std::string>()->default_value("thd"), "thd (packed, --lengths) | sbhd (--seq-len, --batch)")
-      ("lengths", po::value<std::vector<std::string>>()->default_value({"128,64"}, "128,64"),
-       "THD sequence lengths; with --dynamic-cp once for every micro-batch, or once per micro-batch in its "
-       "order, each padded for its own CP size (--lengths 8,40,16 --lengths 4,12 --lengths 5)")
-      ("seq-len", po::value<std::int64_t>()->default_value(64), "SBHD sequence length S")
-      ("batch", po::value<std::int64_t>()->default_value(1), "SBHD batch B")
-      ("hidden", po::value<std::int64_t>()->default_value(64), "hidden_size")
-      ("num-key-heads", po::value<std::int64_t>()->default_value(2), "linear_num_key_heads (Hk)")
-      ("num-value-heads", po::value<std::int64_t>()->default_value(4), "linear_num_value_heads (Hv)")
-      ("key-head-dim", po::value<std::int64_t>()->default_value(16), "linear_key_head_dim (dk)")
-      ("value-head-dim", po::value<std::int64_t>()->default_value(16), "linear_value_head_dim (dv)")
-      ("conv-width", po::value<std::int64_t>()->default_value(4), "linear_conv_kernel_dim (W)")
-      ("seed", po::value<std::uint64_t>()->default_value(0), "seed of parameters and inputs")
-      ("gates", po::value<std::string>()->default_value("default"),
-       "decay regime of the gates: default (A in [1,16]) | weak (g ~ 0) | strong (A in [8,32]) | extreme (every "
-       "op at the edge of its range: a + dt_bias +-1e3, A 1e3, beta logits +-50, zero and 1e-30 q/k rows, hidden "
-       "rows of 0 and 1e4)")
       ("deterministic", po::bool_switch(), "request deterministic mode (validation matrix)")
       ("allgather-cp", po::bool_switch(), "request allgather_cp (validation matrix)")
       ("inference", po::bool_switch(), "request inference (validation matrix)")
@@ -59,41 +42,29 @@ po::options_description run_options() {
        "without it they are recorded, by a second run, only when a tensor fails")
       ("json", po::value<std::string>(), "also write the results as JSON to FILE");
   // clang-format on
+  add_geometry_options(o);
   return o;
 }
 
 cp::RunSpec spec_from(const po::variables_map& vm) {
-  cp::RunSpec s;
-  s.layer = layer_values(vm);
+  cp::RunSpec s = geometry_spec(vm);
   s.cp = cp_flags(vm);
   s.cp.mode = cp::parse_mode(vm["mode"].as<std::string>());
   s.cp.cp = vm["cp"].as<int>();
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
-  s.format = cp::parse_format(vm["format"].as<std::string>());
-  s.seq_len = vm["seq-len"].as<std::int64_t>();
-  s.batch = vm["batch"].as<std::int64_t>();
   if (vm.count("dynamic-cp")) {
     for (auto c : parse_int_list(vm["dynamic-cp"].as<std::string>(), "--dynamic-cp", "1,2,4")) {
       s.cp.dynamic_cp.push_back(static_cast<int>(c));
       s.micro_batches.push_back(static_cast<int>(c));
     }
   }
-  if (s.format == Format::Thd) {
-    const auto& lists = vm["lengths"].as<std::vector<std::string>>();
-    const std::size_t micro_batches = std::max<std::size_t>(1, s.micro_batches.size());
-    if (lists.size() > 1 && lists.size() != micro_batches)
-      throw ConfigError("--lengths given " + std::to_string(lists.size()) + " times for " +
-                        std::to_string(micro_batches) + " micro-batch(es)" +
-                        (vm.count("dynamic-cp") ? " (--dynamic-cp " + vm["dynamic-cp"].as<std::string>() + ")" : "") +
-                        ": give one --lengths for every micro-batch, or one per --dynamic-cp entry in its order");
-    for (const auto& list : lists) {
-      auto lengths = parse_int_list(list, "--lengths", "256,128");
-      if (lists.size() == 1) s.lengths = std::move(lengths);
-      else s.micro_batch_lengths.push_back(std::move(lengths));
-    }
-  }
-  s.seed = vm["seed"].as<std::uint64_t>();
-  s.gates = cp::parse_gate_regime(vm["gates"].as<std::string>());
+  const std::size_t lists = s.micro_batch_lengths.size(),
+                    micro_batches = std::max<std::size_t>(1, s.micro_batches.size());
+  if (lists > 1 && lists != micro_batches)
+    throw ConfigError("--lengths given " + std::to_string(lists) + " times for " + std::to_string(micro_batches) +
+                      " micro-batch(es)" +
+                      (vm.count("dynamic-cp") ? " (--dynamic-cp " + vm["dynamic-cp"].as<std::string>() + ")" : "") +
+                      ": give one --lengths for every micro-batch, or one per --dynamic-cp entry in its order");
   return s;
 }
 

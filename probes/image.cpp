@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/text.hpp"
 #include "layouts/apply.hpp"
 #include "probes/build_info.hpp"
 #include "reference/layer_io.hpp"
@@ -67,6 +68,8 @@ json geometry(const cp::RunSpec& s) {
             {"format", cp::format_name(s.format)}};
   if (s.format == cp::Format::Thd) g["lengths"] = s.lengths;
   else g["seq_len"] = s.seq_len, g["batch"] = s.batch;
+  g["conv_bias"] = c.conv_bias();
+  g["gates"] = std::string(cp::gate_regime_name(s.gates));
   return g;
 }
 
@@ -170,12 +173,25 @@ const std::vector<ProbeCase>& probe_cases() {
   return table;
 }
 
+std::string geometry_case_name(const cp::RunSpec& g) {
+  const ref::LayerConfig c(g.layer);
+  std::string name = "--format " + std::string(cp::format_name(g.format));
+  name += g.format == cp::Format::Thd
+              ? " --lengths " + comma_list(g.lengths)
+              : " --seq-len " + std::to_string(g.seq_len) + " --batch " + std::to_string(g.batch);
+  name += " --hidden " + std::to_string(c.hidden()) + " --num-key-heads " + std::to_string(c.Hk()) +
+          " --num-value-heads " + std::to_string(c.Hv()) + " --key-head-dim " + std::to_string(c.dk()) +
+          " --value-head-dim " + std::to_string(c.dv()) + " --conv-width " + std::to_string(c.W());
+  return name + (c.conv_bias() ? " --conv-bias" : "") + " --gates " + std::string(cp::gate_regime_name(g.gates));
+}
+
 cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   const ProbeCase* found = nullptr;
   for (const auto& c : probe_cases())
     if (c.name == spec.case_name) found = &c;
-  if (!found) throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short, thd-odd or sbhd");
-  cp::RunSpec s = found->spec;
+  if (!found && !spec.geometry)
+    throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short, thd-odd or sbhd");
+  cp::RunSpec s = spec.geometry ? *spec.geometry : found->spec;
   s.dtype = spec.dtype;
   s.seed = spec.seed;
   s.stages = spec.stages;

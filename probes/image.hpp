@@ -14,6 +14,7 @@
 //                               world and rank 0's accounting
 // One DIR holds one image of one case: each mode's dump adds its files and its entry in meta.json.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,17 @@ struct ProbeCase {
   cp::RunSpec spec;  // layer, format, lengths / seq_len, gates; mode, world, dtype and seed set per dump
 };
 const std::vector<ProbeCase>& probe_cases();
+// The case name of a dump made from geometry options instead of a probe case: the options that rebuild it
+// ("--format thd --lengths 40,200,16 --hidden 64 ... --gates default"), so the image names its inputs.
+std::string geometry_case_name(const cp::RunSpec& geometry);
 
 struct DumpSpec {
   std::string mode = "cp1";  // cp1 | headwise | chunkwise | all_gather
   std::string image;         // label
   std::string case_name = "thd-gva";
+  // In place of a probe case: the layer, format, lengths / seq_len, batch and gates (case_name is then
+  // geometry_case_name of it).
+  std::optional<cp::RunSpec> geometry;
   DType dtype = DType::F32;
   std::uint64_t seed = 0;
   std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json

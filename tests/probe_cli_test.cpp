@@ -228,6 +228,49 @@ TEST(ProbeCli, BadInputIsOneLineAndExitThree) {
   fs::remove_all(dir);
 }
 
+// run's geometry options in place of --case: a 200-token sequence spanning all four ranks of chunkwise, with a
+// conv bias; the image names its case by the options that rebuild it and records the geometry.
+TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
+  const auto dir = testing::temp_dir("probe_geometry");
+  const std::string geometry = "--lengths 40,200,16 --num-key-heads 4 --num-value-heads 8 --conv-bias --gates weak";
+  dump(dir, "g", {"cp1", "chunkwise"}, geometry + " --stages", 4);
+  const auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  EXPECT_EQ(meta["case"],
+            "--format thd --lengths 40,200,16 --hidden 64 --num-key-heads 4 --num-value-heads 8 --key-head-dim 16 "
+            "--value-head-dim 16 --conv-width 4 --conv-bias --gates weak");
+  EXPECT_EQ(meta["geometry"]["lengths"], nlohmann::json({40, 200, 16}));
+  EXPECT_EQ(meta["geometry"]["conv_bias"], true);
+  EXPECT_EQ(meta["geometry"]["gates"], "weak");
+  const TensorFile inputs = read_safetensors((dir / "inputs.safetensors").string());
+  EXPECT_EQ(inputs.at("conv1d.bias", "inputs").numel(), 2 * 4 * 16 + 8 * 16);
+  for (const std::string sub : {"oracle", "cross-mode"}) {
+    const auto r = run_cli("probe " + sub + " --dir " + dir.string());
+    EXPECT_EQ(r.code, 0) << sub << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.out, "grad::conv1d.bias: pass")) << r.out;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(ProbeCli, AGeometryWithACaseOrAnIllegalOneIsOneLineAndExitThree) {
+  const auto dir = testing::temp_dir("probe_geometry_bad");
+  const std::string dump_args = "probe dump --mode cp1 --image x --out " + dir.string();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --case thd-gva --lengths 8", "--case thd-gva and geometry options given: a probe case fixes the geometry"},
+      {" --lengths 8 --lengths 4", "--lengths given 2 times: a dump is one micro-batch; give one --lengths list"},
+      {" --num-key-heads 3", "is not a multiple of linear_num_key_heads = 3"},
+      {" --format sbhd --batch 0", "--seq-len 64 --batch 0: SBHD needs at least one token"},
+      {" --lengths 8,-2", "--lengths 8,-2: a sequence length is negative"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_cli(dump_args + args);
+    EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, message)) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir / "inputs.safetensors"));
+  fs::remove_all(dir);
+}
+
 // The device code path (gpu/'s kernels on host streams, collectives through the stream mover) dumps an
 // image the cross-mode and oracle judgements pass, recorded as that backend's.
 TEST(ProbeCli, TheEmulatedDeviceBackendDumpsAnImageThatPassesCrossModeAndOracle) {

@@ -181,6 +181,10 @@ TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
       {"--mode chunkwise --cp 4 --dynamic-cp 2,4 --lengths 4,12 --lengths 4,12",
        "micro-batch 2/2 (cp=4, lengths 4,12): sequence lengths 4,12 are not divisible by 2*cp = 8"},
       {"--mode chunkwise --cp 2 --format sbhd --seq-len 7", "not divisible by cp = 2"},
+      // Were a SIGFPE and a run that "did not complete" (geometry_spec, cli/lists.cpp).
+      {"--mode headwise --cp 1 --format sbhd --seq-len 0", "SBHD needs at least one token"},
+      {"--mode headwise --cp 1 --format sbhd --batch 0", "SBHD needs at least one token"},
+      {"--mode headwise --cp 1 --lengths 0,0", "--lengths 0,0 holds no token"},
   };
   for (const auto& c : cases) {
     const auto r = run_cli("run " + c.args + " --hidden 24 --num-key-heads 2 --num-value-heads 4");

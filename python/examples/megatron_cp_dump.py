@@ -27,30 +27,13 @@ import torch.distributed as dist
 
 from gdn_verify import images
 from gdn_verify.cases import Case, make_case
+from gdn_verify.layouts import zigzag_rows
 
 MODES = ("headwise", "chunkwise", "all_gather")
 
 # (module, case, hidden shard [rows, 1, hidden], cu_seqlens) -> out shard; the module holds the case's
 # parameters under Megatron's names and runs its CP mode over the default process group.
 CpModule = Callable[[torch.nn.Module, Case, torch.Tensor], torch.Tensor]
-
-
-def zigzag_rows(case: Case, world: int, rank: int) -> list[int]:
-    """The natural rows rank `rank` holds in the zigzag layout (docs/DESIGN.md §2): chunks r and 2W-1-r of
-    every sequence (THD packed tokens; SBHD the S positions of batch column 0), each ascending."""
-    rows: list[int] = []
-    for begin, end in case.sequences():
-        length = end - begin
-        if world == 1:
-            rows.extend(range(begin, end))
-            continue
-        if length % (2 * world):
-            raise ValueError(f"sequence of {length} tokens is not divisible by 2W = {2 * world}: pick a case whose "
-                             "lengths are")
-        chunk = length // (2 * world)
-        for c in (rank, 2 * world - 1 - rank):
-            rows.extend(range(begin + c * chunk, begin + (c + 1) * chunk))
-    return rows
 
 
 def dump_rank(directory: Path, case: Case, mode: str, module: torch.nn.Module, forward: CpModule,

@@ -9,6 +9,7 @@ matching the C++ build's -ffp-contract=off.
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 
@@ -143,7 +144,7 @@ class CaseSpec:
     lengths: tuple[int, ...] = ()  # THD
     seq_len: int = 0  # SBHD
     batch: int = 1  # SBHD
-    gates: str = "default"  # "default" | "weak"
+    gates: str = "default"  # "default" | "weak" | "strong" | "extreme" (harness/harness.hpp `GateRegime`)
 
 
 _GVA = Geometry(64, 4, 8, 16, 16)
@@ -198,13 +199,23 @@ def case_spec(name: str) -> CaseSpec:
 def make_case(name: str, seed: int = 0, dtype: str = "fp32") -> Case:
     """The inputs, parameters and grad_output `gdn-verify probe dump --case name --seed seed --dtype dtype`
     writes, bit for bit (`cp::make_case`)."""
-    spec = case_spec(name)
+    return make_case_from_geometry(case_spec(name), seed, dtype)
+
+
+def make_case_from_geometry(spec: CaseSpec, seed: int = 0, dtype: str = "fp32") -> Case:
+    """The case `gdn-verify probe dump` writes for this geometry (a probe case's, or geometry_from_args'),
+    bit for bit (`cp::make_case`); ValueError naming the fix for an illegal one."""
+    check_geometry(spec)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}': use {', '.join(DTYPES)}")
     g = spec.geometry
     params = init_params(g, seed)
     if spec.gates == "weak":
         params[names.A_LOG] = a_log_between(seed, g.Hv, 1e-3, 1e-2)
+    elif spec.gates == "strong":
+        params[names.A_LOG] = a_log_between(seed, g.Hv, 8.0, 32.0)
+    elif spec.gates == "extreme":
+        shape_extreme_params(g, params)
     storage = DTYPES[dtype]
     params = {n: rounded(t, storage) for n, t in params.items()}
     if spec.format == "thd":
@@ -216,4 +227,162 @@ def make_case(name: str, seed: int = 0, dtype: str = "fp32") -> Case:
         shape, cu_seqlens = (spec.seq_len, spec.batch, g.hidden_size), None
     hidden = rounded(seeded_normal(seed, names.HIDDEN, shape), storage)
     grad_output = rounded(seeded_normal(seed, names.GRAD_OUTPUT, shape), storage)
+    if spec.gates == "extreme":
+        hidden = rounded(extreme_rows(hidden, cu_seqlens), storage)
     return Case(spec, seed, dtype, params, hidden, grad_output, cu_seqlens)
+
+
+def shape_extreme_params(g: Geometry, params: dict[str, torch.Tensor]) -> None:
+    """The extreme regime's parameters, element for element as `cp::shape_extreme_params`: even value heads
+    A = 1e3 and dt_bias = -10, in_proj's column 0 driving a + dt_bias to +-1e3 and the beta logits to +-50 on
+    the spike rows, key head 0's q rows zero and key head Hk-1's k rows times 1e-29."""
+    hidden, root = g.hidden_size, math.sqrt(float(g.hidden_size))
+    beta_row = g.conv_dim + g.v_dim
+    alpha_row = beta_row + g.Hv
+    A_log, dt_bias, W = params[names.A_LOG], params[names.DT_BIAS], params[names.IN_PROJ].view(-1)
+    for h in range(g.Hv):
+        even = h % 2 == 0
+        if even:
+            A_log[h] = det_log(1e3)
+            dt_bias[h] = -10.0
+        W[(alpha_row + h) * hidden] = ((1e3 if even else -1e3) - float(dt_bias[h])) / root
+        W[(beta_row + h) * hidden] = (50.0 if even else -50.0) / root
+    tiny_k = (2 * g.qk_dim - g.dk) * hidden
+    W[: g.dk * hidden] = 0.0
+    W[tiny_k: tiny_k + g.dk * hidden] *= 1e-29
+
+
+def extreme_rows(hidden: torch.Tensor, cu_seqlens: list[int] | None) -> torch.Tensor:
+    """The extreme regime's hidden rows (`cp::extreme_rows`): per sequence i, token t of L, t = 0 of even i
+    zero, else t = L/2 the spike 1e4 e_0, else t = L-1 times 1e4; column 0 zero on every other row."""
+    out = hidden.clone()
+    flat = out.view(-1, hidden.shape[-1])
+    if cu_seqlens is not None:
+        spans = [(b, e - b, 1) for b, e in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+    else:
+        spans = [(b, hidden.shape[0], hidden.shape[1]) for b in range(hidden.shape[1])]
+    for i, (start, L, stride) in enumerate(spans):
+        for t in range(L):
+            row = flat[start + t * stride]
+            zero = t == 0 and i % 2 == 0
+            spike = not zero and t == L // 2
+            large = not zero and not spike and t == L - 1
+            if zero or spike:
+                row.zero_()
+            elif large:
+                row.mul_(1e4)
+            row[0] = 1e4 if spike else 0.0
+    return out
+
+
+GEOMETRY_DEFAULTS = {"format": "thd", "lengths": "128,64", "seq_len": 64, "batch": 1, "hidden": 64,
+                     "num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 16,
+                     "conv_width": 4, "conv_bias": False, "gates": "default"}
+GATES = ("default", "weak", "strong", "extreme")
+FORMATS = ("thd", "sbhd")
+
+
+def add_geometry_options(parser: argparse.ArgumentParser) -> None:
+    """`gdn-verify run`'s geometry options, same names and defaults (cli/lists.cpp `add_geometry_options`),
+    and --seed. Each defaults to None, so geometry_from_args tells a given option from a default."""
+    g = parser.add_argument_group("geometry (in place of --case; gdn-verify run's options and defaults)")
+    g.add_argument("--format", default=None, help="thd (packed, --lengths) | sbhd (--seq-len, --batch)")
+    g.add_argument("--lengths", default=None, help="THD sequence lengths, e.g. 40,200,16 (default 128,64)")
+    for option, what in (("--seq-len", "SBHD sequence length S"), ("--batch", "SBHD batch B"),
+                         ("--hidden", "hidden_size"), ("--num-key-heads", "linear_num_key_heads (Hk)"),
+                         ("--num-value-heads", "linear_num_value_heads (Hv)"),
+                         ("--key-head-dim", "linear_key_head_dim (dk)"),
+                         ("--value-head-dim", "linear_value_head_dim (dv)"),
+                         ("--conv-width", "linear_conv_kernel_dim (W)")):
+        g.add_argument(option, default=None, type=_integer(option),
+                       help=f"{what} (default {GEOMETRY_DEFAULTS[option[2:].replace('-', '_')]})")
+    g.add_argument("--conv-bias", action="store_true", default=None, help="the conv1d has a bias (conv1d.bias)")
+    g.add_argument("--gates", default=None, help=" | ".join(GATES) + " (default default)")
+    g.add_argument("--seed", default="0", help="seed of the inputs and parameters (a non-negative integer)")
+
+
+def _integer(option: str):
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer, e.g. {option} 64") from None
+    return parse
+
+
+def seed_from_args(args: argparse.Namespace) -> int:
+    """--seed as an integer; ValueError naming the fix."""
+    if not str(args.seed).isdigit() or int(args.seed) >= 2**64:
+        raise ValueError(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
+    return int(args.seed)
+
+
+def geometry_from_args(args: argparse.Namespace) -> CaseSpec | None:
+    """The CaseSpec the geometry options give (unset ones at run's defaults), None when none is given;
+    ValueError naming the fix for an illegal geometry (cli/lists.cpp `geometry_spec`)."""
+    given = {k: getattr(args, k) for k in GEOMETRY_DEFAULTS if getattr(args, k, None) is not None}
+    if not given:
+        return None
+    v = {**GEOMETRY_DEFAULTS, **given}
+    lengths = ()
+    if v["format"] == "thd":
+        lengths = tuple(_lengths(v["lengths"]))
+    geometry = Geometry(v["hidden"], v["num_key_heads"], v["num_value_heads"], v["key_head_dim"],
+                        v["value_head_dim"], v["conv_width"], conv_bias=bool(v["conv_bias"]))
+    spec = CaseSpec("", "", geometry, v["format"], lengths, v["seq_len"], v["batch"], v["gates"])
+    check_geometry(spec)
+    return CaseSpec(geometry_case_name(spec), "from geometry options", geometry, spec.format, lengths,
+                    spec.seq_len, spec.batch, spec.gates)
+
+
+def case_spec_from_args(args: argparse.Namespace) -> CaseSpec:
+    """--case (args.case, None when not given: thd-gva) or the geometry options; ValueError when both."""
+    spec = geometry_from_args(args)
+    if spec is not None and args.case is not None:
+        raise ValueError(f"--case {args.case} and geometry options given: a probe case fixes the geometry; "
+                         "give one or the other")
+    return spec if spec is not None else case_spec(args.case or "thd-gva")
+
+
+def _lengths(text: str) -> list[int]:
+    """"40,200,16" -> [40, 200, 16]; ValueError as cli/lists.cpp `parse_int_list` and `geometry_spec`."""
+    out = []
+    for part in str(text).split(","):
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ValueError(f"--lengths: '{part}' is not an integer; give a comma-separated list like 256,128") from None
+    if any(L < 0 for L in out):
+        raise ValueError(f"--lengths {text}: a sequence length is negative; give token counts like 40,200,16")
+    if sum(out) == 0:
+        raise ValueError(f"--lengths {text} holds no token: give token counts like 40,200,16")
+    return out
+
+
+def check_geometry(spec: CaseSpec) -> None:
+    """ValueError naming the fix for a geometry gdn-verify rejects at CP = 1 (`ref::LayerConfig`, `geometry_spec`)."""
+    if spec.format not in FORMATS:
+        raise ValueError(f"unknown --format '{spec.format}': use thd or sbhd")
+    if spec.gates not in GATES:
+        raise ValueError(f"unknown gate regime '{spec.gates}': use default, weak, strong or extreme")
+    g = spec.geometry
+    for name in ("hidden_size", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_conv_kernel_dim"):
+        if getattr(g, name) <= 0:
+            raise ValueError(f"layer config: {name} = {getattr(g, name)} must be a positive integer")
+    if g.Hv % g.Hk:
+        raise ValueError(f"layer config: linear_num_value_heads = {g.Hv} is not a multiple of linear_num_key_heads = "
+                         f"{g.Hk}; GVA maps Hv/Hk value heads onto each key head, so choose Hv divisible by Hk")
+    if spec.format == "sbhd" and (spec.seq_len < 1 or spec.batch < 1):
+        raise ValueError(f"--seq-len {spec.seq_len} --batch {spec.batch}: SBHD needs at least one token in each of "
+                         "at least one sequence, e.g. --seq-len 64 --batch 1")
+
+
+def geometry_case_name(spec: CaseSpec) -> str:
+    """The case name of a geometry dump: the options that rebuild it (probes/image.cpp `geometry_case_name`)."""
+    g = spec.geometry
+    shape = (f"--lengths {','.join(map(str, spec.lengths))}" if spec.format == "thd"
+             else f"--seq-len {spec.seq_len} --batch {spec.batch}")
+    return (f"--format {spec.format} {shape} --hidden {g.hidden_size} --num-key-heads {g.Hk} --num-value-heads {g.Hv} "
+            f"--key-head-dim {g.dk} --value-head-dim {g.dv} --conv-width {g.linear_conv_kernel_dim}"
+            f"{' --conv-bias' if g.conv_bias else ''} --gates {spec.gates}")

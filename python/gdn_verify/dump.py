@@ -1,11 +1,14 @@
 """python -m gdn_verify.dump: run a library's GatedDeltaNet on a probe case and write a cp1 image.
 
     python -m gdn_verify.dump --adapter hf-qwen3-next --case thd-gva --seed 0 --dtype fp32 --out DIR
+    python -m gdn_verify.dump --adapter fla --lengths 40,200,16 --num-key-heads 4 --num-value-heads 8 --out DIR
     gdn-verify probe oracle --dir DIR
 
-The module is built with the case's geometry, loaded with the case's parameters through the adapter
-(docs/DESIGN.md §1.3 names), run forward and backward on the case's inputs, and its outputs, parameter
-gradients and the stages the adapter captures are written as `gdn-verify probe dump` would (§8).
+The case is a probe case (--case) or, in its place, `gdn-verify run`'s geometry options, generated bit for
+bit as `gdn-verify probe dump` does (gdn_verify.cases). The module is built with the case's geometry,
+loaded with the case's parameters through the adapter (docs/DESIGN.md §1.3 names), run forward and
+backward on the case's inputs, and its outputs, parameter gradients and the stages the adapter captures
+are written as `gdn-verify probe dump` would (§8).
 Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothing written.
 """
 
@@ -37,8 +40,8 @@ class Parser(argparse.ArgumentParser):
 def parser() -> Parser:
     p = Parser(prog="python -m gdn_verify.dump", description=__doc__.split("\n\n")[0])
     p.add_argument("--adapter", required=True, help=" | ".join(adapters.ADAPTERS))
-    p.add_argument("--case", default="thd-gva", help=" | ".join(cases.CASES))
-    p.add_argument("--seed", default="0", help="seed of the inputs and parameters (a non-negative integer)")
+    p.add_argument("--case", default=None,
+                   help=" | ".join(cases.CASES) + " (default thd-gva); or, in its place, the geometry options")
     p.add_argument("--dtype", default="fp32", help=" | ".join(cases.DTYPES))
     p.add_argument("--out", required=True, help="directory to write (one image of one case per directory)")
     p.add_argument("--image", default=None, help="image label (default: the adapter's name)")
@@ -46,17 +49,20 @@ def parser() -> Parser:
     p.add_argument("--core", default=None,
                    help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
+    cases.add_geometry_options(p)
     return p
 
 
 def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     """The case and seed, after every check that needs no library: BadInput naming the fix."""
-    if args.case not in cases.CASES:
+    if args.case is not None and args.case not in cases.CASES:
         raise BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
     if args.dtype not in cases.DTYPES:
         raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
-    if not args.seed.isdigit() or int(args.seed) >= 2**64:
-        raise BadInput(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
+    try:
+        spec, seed = cases.case_spec_from_args(args), cases.seed_from_args(args)
+    except ValueError as e:
+        raise BadInput(str(e)) from e
     if args.adapter not in adapters.ADAPTERS:
         raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
     out = Path(args.out)
@@ -66,7 +72,7 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         torch.device(args.device)
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
-    return cases.CASES[args.case], int(args.seed)
+    return spec, seed
 
 
 def run_options(adapter, core: str | None) -> dict:
@@ -86,7 +92,7 @@ def dump(args: argparse.Namespace) -> str:
     spec, seed = checked(args)
     adapter = adapters.load(args.adapter)
     options = run_options(adapter, args.core)
-    case = cases.make_case(spec.name, seed, args.dtype)
+    case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image = args.image or args.adapter
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))

@@ -194,6 +194,7 @@ def geometry_json(case: Case) -> dict:
         out["lengths"] = list(case.spec.lengths)
     else:
         out["seq_len"], out["batch"] = case.spec.seq_len, case.spec.batch
+    out["conv_bias"], out["gates"] = g.conv_bias, case.spec.gates
     return out
 
 

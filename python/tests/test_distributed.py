@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from gdn_verify import names
 from gdn_verify.cases import make_case
+from gdn_verify.layouts import contiguous_rows, zigzag_rows
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -110,9 +111,24 @@ def test_each_rank_writes_the_zigzag_rows_layout_lists_and_cp_summed_grads(gdnv,
 def test_zigzag_rows_equal_gdn_verify_layout(gdnv, case_name, world):
     case = make_case(case_name, 0, "fp32")
     for rank in range(world):
-        assert megatron_cp_dump.zigzag_rows(case, world, rank) == layout_rows(gdnv, case, world, rank)
+        assert zigzag_rows(case, world, rank) == layout_rows(gdnv, case, world, rank)
 
 
 def test_lengths_not_divisible_by_2w_are_refused():
     with pytest.raises(ValueError, match="not divisible by 2W = 4"):
-        megatron_cp_dump.zigzag_rows(make_case("thd-odd", 0, "fp32"), 2, 0)
+        zigzag_rows(make_case("thd-odd", 0, "fp32"), 2, 0)
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_contiguous_rows_equal_gdn_verify_layout(gdnv, world):
+    case = make_case("thd-gva", 0, "fp32")
+    for rank in range(world):
+        r = gdnv("layout", "--layout", "contiguous", "--cp", world, "--rank", rank, "--cu-seqlens",
+                 ",".join(map(str, case.cu_seqlens)))
+        assert r.returncode == 0, r.stderr
+        assert list(contiguous_rows(case.cu_seqlens[-1], world, rank)) == json.loads(r.stdout)["indices"]
+
+
+def test_a_total_not_divisible_by_w_has_no_contiguous_layout():
+    with pytest.raises(ValueError, match="224 tokens are not divisible by W = 3"):
+        contiguous_rows(224, 3, 0)
