@@ -2,7 +2,11 @@
 
     python -m gdn_verify.dump --adapter hf-qwen3-next --case thd-gva --seed 0 --dtype fp32 --out DIR
     python -m gdn_verify.dump --adapter fla --lengths 40,200,16 --num-key-heads 4 --num-value-heads 8 --out DIR
+    python -m gdn_verify.dump --adapter megatron --case sbhd --mode headwise --world 4 --tp 2 --out DIR
     gdn-verify probe oracle --dir DIR
+
+An adapter with CP modes (megatron) runs --mode over --world gloo processes it starts (gdn_verify.world;
+TP = --tp, CP = world / tp) and writes that mode's rank files; the others run cp1 in this process.
 
 The case is a probe case (--case) or, in its place, `gdn-verify run`'s geometry options, generated bit for
 bit as `gdn-verify probe dump` does (gdn_verify.cases). The module is built with the case's geometry,
@@ -22,6 +26,7 @@ import torch
 
 import gdn_verify
 from gdn_verify import adapters, cases, images
+from gdn_verify.world import RankFailed, print_failure
 
 EXIT_BAD_INPUT = 3
 
@@ -49,6 +54,9 @@ def parser() -> Parser:
     p.add_argument("--core", default=None,
                    help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
+    p.add_argument("--mode", default="cp1", help="cp1 | headwise | chunkwise (adapters with CP modes: megatron)")
+    p.add_argument("--world", default="1", help="ranks to start (gloo processes); CP = world / tp")
+    p.add_argument("--tp", default="1", help="tensor-parallel size (megatron)")
     cases.add_geometry_options(p)
     return p
 
@@ -72,6 +80,13 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         torch.device(args.device)
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
+    for option in ("world", "tp"):
+        value = getattr(args, option)
+        if not value.isdigit() or int(value) < 1:
+            raise BadInput(f"--{option} '{value}' is not a positive integer: e.g. --{option} 2")
+    if (args.mode, args.world, args.tp) != ("cp1", "1", "1") and args.adapter != "megatron":
+        raise BadInput(f"--mode/--world/--tp: adapter {args.adapter} runs cp1 on one process; drop them or use "
+                       "--adapter megatron")
     return spec, seed
 
 
@@ -96,6 +111,8 @@ def dump(args: argparse.Namespace) -> str:
     image = args.image or args.adapter
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
+    if hasattr(adapter, "dump_world"):
+        return dump_world(args, adapter, case, image, backend, options.get("core") or next(iter(adapter.CORES)))
     module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
     adapter.load_megatron_params(module, case.params)
     result = adapter.run(module, case, not args.no_stages, **options)
@@ -106,6 +123,21 @@ def dump(args: argparse.Namespace) -> str:
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
     return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
             f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
+
+
+def dump_world(args: argparse.Namespace, adapter, case: cases.Case, image: str, backend: str, core: str) -> str:
+    """--mode over --world gloo processes started here (gdn_verify.world); the summary line."""
+    from gdn_verify.world import World
+
+    world, tp = int(args.world), int(args.tp)
+    adapter.check_world(args.mode, world, tp, core)
+    extra = {"adapter": args.adapter, "device": args.device, "versions": versions(args.adapter)}
+    with World(world, env=adapter.RANK_ENV, bad_input=(adapters.AdapterError,)) as w:
+        ran = adapter.dump_world(w, Path(args.out), case, image, backend, args.mode, tp, core, not args.no_stages,
+                                 extra)
+    return (f"gdn_verify.dump: {args.adapter} ({ran} path) {args.mode} on {world} rank(s) (TP {tp}, CP {world // tp}), "
+            f"case {case.spec.name}, seed {case.seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, "
+            f"{args.mode}.rank0..{world // tp - 1}.safetensors, meta.json}}")
 
 
 def versions(adapter: str) -> dict[str, str]:
@@ -125,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, adapters.AdapterError, images.ImageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RankFailed as e:
+        return print_failure(e)
 
 
 if __name__ == "__main__":

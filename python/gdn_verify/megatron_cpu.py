@@ -7,6 +7,15 @@ test (python/tests/test_megatron_cpu.py) showing the failure it fixes on a machi
 - `current_device_is_cpu`: Megatron allocates `conv1d`, `dt_bias`, `A_log` and the CP head permutation on
   `torch.cuda.current_device()` (an int meaning `cuda:N`). Without a driver the allocation raises
   "Found no NVIDIA driver". The shim returns `torch.device("cpu")`, which every such call accepts.
+- `eager_jit_fuser`: Megatron decorates `_prepare_input_for_gated_delta_rule`, `_compute_g_and_beta` and
+  `_apply_gated_norm` with `torch.compile` (`megatron.core.jit.jit_fuser`). On a CPU, Inductor compiles
+  them to C++ on the first call of every process (25-30 s of a 30 s cp1 run) and fuses their element-wise
+  ops into loops whose rounding differs from the ops' own in the last bits. The shim turns TorchDynamo
+  off: the methods run eagerly, each op as written (the reference semantics of the Python source).
+- `triton_autotune_first_config`: Triton's autotuner times each config with the active driver's
+  benchmarker; under the interpreter there is no driver ("0 active drivers"). Every config of a kernel
+  computes the same values (configs only change tiling), so the shim reports equal timings and the
+  autotuner keeps the first config.
 
 The Triton kernels Megatron calls (FLA's `l2norm`, `causal_conv1d`, `chunk_gated_delta_rule`) run under
 Triton's interpreter (`gdn_verify.triton_cpu`); `TransformerConfig(use_cpu_initialization=True,
@@ -27,7 +36,24 @@ def current_device_is_cpu() -> None:
     _INSTALLED.add("current_device_is_cpu")
 
 
-SHIMS = {"current_device_is_cpu": current_device_is_cpu}
+def eager_jit_fuser() -> None:
+    """torch.compile'd functions run eagerly (TorchDynamo disabled)."""
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+    _INSTALLED.add("eager_jit_fuser")
+
+
+def triton_autotune_first_config() -> None:
+    """Triton's autotuner: equal timings for every config, so it keeps the first (no driver to time on)."""
+    from triton.runtime import autotuner
+
+    autotuner.Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: [0.0, 0.0, 0.0])
+    _INSTALLED.add("triton_autotune_first_config")
+
+
+SHIMS = {"current_device_is_cpu": current_device_is_cpu, "eager_jit_fuser": eager_jit_fuser,
+         "triton_autotune_first_config": triton_autotune_first_config}
 
 
 def install() -> list[str]:

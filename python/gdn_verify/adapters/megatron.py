@@ -286,14 +286,9 @@ def cp_rows(case: Case) -> list[int]:
         local = _get_batch_on_this_cp_rank_per_sequence_balancing(
             {"tokens": index}, cp_group=parallel_state.get_context_parallel_group())["tokens"]
         return local.t().reshape(-1).tolist()
-    if cp == 1:
-        return list(range(case.cu_seqlens[-1]))
-    rows: list[int] = []
-    for begin, end in case.sequences():
-        chunk = (end - begin) // (2 * cp)
-        for c in (rank, 2 * cp - 1 - rank):
-            rows.extend(range(begin + c * chunk, begin + (c + 1) * chunk))
-    return rows
+    from gdn_verify.layouts import zigzag_rows
+
+    return zigzag_rows(case, cp, rank)
 
 
 # Replicated parameters whose gradient is a partial over TP ranks: out_norm acts on each rank's own heads
@@ -489,3 +484,56 @@ _PATH_NOTE = {
     "megatron-torch-chunk": "Megatron-Core's GatedDeltaNet.forward (non-TE spec) in deterministic_mode: its "
                             "torch_chunk_gated_delta_rule and F.conv1d; FLA's Triton l2norm under Triton's interpreter",
 }
+
+
+# --core: Megatron's two forms of the gated delta rule (the first the default).
+CORES = {"fla-triton": False, "torch-chunk": True}  # form -> deterministic_mode
+MODES = ("cp1", "headwise", "chunkwise")
+# The environment of every rank: FLA's Triton kernels under Triton's interpreter.
+RANK_ENV = {"TRITON_INTERPRET": "1"}
+
+
+def check_world(mode: str, world: int, tp: int, core: str) -> None:
+    """The mode, world, TP and core-form combination Megatron can run; AdapterError naming the fix."""
+    from gdn_verify.adapters import AdapterError
+
+    if mode not in MODES:
+        raise AdapterError(f"megatron: unknown --mode '{mode}': use {', '.join(MODES)}")
+    if core not in CORES:
+        raise AdapterError(f"megatron: unknown --core '{core}': use {' or '.join(CORES)}")
+    if tp < 1 or world < 1 or world % tp:
+        raise AdapterError(f"megatron: --world {world} is not a multiple of --tp {tp}: the CP size is world / tp")
+    cp = world // tp
+    if mode == "cp1" and cp != 1:
+        raise AdapterError(f"megatron: --mode cp1 runs CP = 1, not world / tp = {cp}: use --world {tp}")
+    if mode != "cp1" and cp < 2:
+        raise AdapterError(f"megatron: --mode {mode} needs CP = world / tp >= 2, got {cp}: use --world {2 * tp}")
+
+
+def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool):
+    """One rank's part of a world's dump (`gdn_verify.world`): Megatron's groups, the module, rank_run."""
+    initialize(tp, rank.world // tp)
+    cp_mode = None if mode == "cp1" or not has_linear_cp_mode() else mode
+    module = build_module(case.geometry, case.torch_dtype, deterministic=CORES[core], cp_mode=cp_mode)
+    load_megatron_params(module, case.params)
+    return rank_run(module, case, mode, stages), path(module)
+
+
+def dump_world(world, directory, case: Case, image: str, backend: str, mode: str, tp: int, core: str,
+               stages: bool = True, extra_meta: Mapping | None = None) -> str:
+    """Runs the mode on every rank of `world` (a gdn_verify.world.World of TP x CP ranks) and writes the
+    image once; the path that ran. Chunkwise needs linear_cp_mode (AdapterError naming which Megatron has
+    it); with linear_cp_mode, headwise is linear_cp_mode = headwise."""
+    from gdn_verify import images
+    from gdn_verify.adapters import AdapterError
+
+    check_world(mode, world.size, tp, core)
+    if mode == "chunkwise" and not has_linear_cp_mode():
+        raise AdapterError(f"megatron: --mode chunkwise {NO_LINEAR_CP_MODE}")
+    answers = world.run(_rank_dump, case, mode, tp, core, stages)
+    dumps = [d for d, _ in answers if d is not None]
+    ran = answers[0][1]
+    meta = dict(extra_meta or {}, path=ran, algorithm_class=ALGORITHM_CLASS[ran], tp=tp,
+                notes={"megatron_path": _PATH_NOTE[ran]})
+    images.write_image(directory, case, image, backend, dumps, transport="gloo", extra_meta=meta)
+    return ran
