@@ -12,13 +12,9 @@ test (python/tests/test_megatron_cpu.py) showing the failure it fixes on a machi
   them to C++ on the first call of every process (25-30 s of a 30 s cp1 run) and fuses their element-wise
   ops into loops whose rounding differs from the ops' own in the last bits. The shim turns TorchDynamo
   off: the methods run eagerly, each op as written (the reference semantics of the Python source).
-- `triton_autotune_first_config`: Triton's autotuner times each config with the active driver's
-  benchmarker; under the interpreter there is no driver ("0 active drivers"). Every config of a kernel
-  computes the same values (configs only change tiling), so the shim reports equal timings and the
-  autotuner keeps the first config.
 
 The Triton kernels Megatron calls (FLA's `l2norm`, `causal_conv1d`, `chunk_gated_delta_rule`) run under
-Triton's interpreter (`gdn_verify.triton_cpu`); `TransformerConfig(use_cpu_initialization=True,
+Triton's interpreter with `gdn_verify.triton_cpu`'s shims (`install` enables it); `TransformerConfig(use_cpu_initialization=True,
 perform_initialization=False, gradient_accumulation_fusion=False)` keeps the CUDA RNG tracker and the
 fused weight-gradient kernel out of the way, and the weights come from the case.
 """
@@ -44,23 +40,17 @@ def eager_jit_fuser() -> None:
     _INSTALLED.add("eager_jit_fuser")
 
 
-def triton_autotune_first_config() -> None:
-    """Triton's autotuner: equal timings for every config, so it keeps the first (no driver to time on)."""
-    from triton.runtime import autotuner
-
-    autotuner.Autotuner.do_bench = property(lambda self: lambda fn, quantiles=None, **kw: [0.0, 0.0, 0.0])
-    _INSTALLED.add("triton_autotune_first_config")
-
-
-SHIMS = {"current_device_is_cpu": current_device_is_cpu, "eager_jit_fuser": eager_jit_fuser,
-         "triton_autotune_first_config": triton_autotune_first_config}
+SHIMS = {"current_device_is_cpu": current_device_is_cpu, "eager_jit_fuser": eager_jit_fuser}
 
 
 def install() -> list[str]:
-    """Every shim, once per process (a no-op where a CUDA device is visible); the names installed."""
+    """Every shim, once per process, and Triton's interpreter (a no-op where a CUDA device is visible);
+    the names installed, triton_cpu's included."""
     if torch.cuda.is_available():
         return []
+    from gdn_verify import triton_cpu
+
     for name, shim in SHIMS.items():
         if name not in _INSTALLED:
             shim()
-    return sorted(_INSTALLED)
+    return sorted(_INSTALLED) + triton_cpu.enable()

@@ -46,12 +46,6 @@ attempt("eager_jit_fuser", captured)
 megatron_cpu.eager_jit_fuser()
 attempt("eager_jit_fuser", captured)
 
-from fla.modules.norm.l2norm import l2norm
-h = torch.randn(2, 8, 3, 16, generator=torch.Generator().manual_seed(0))
-deviation = lambda: float((l2norm(h) - h / torch.sqrt((h * h).sum(-1, keepdim=True) + 1e-6)).abs().max())
-attempt("triton_autotune_first_config", deviation)
-megatron_cpu.triton_autotune_first_config()
-attempt("triton_autotune_first_config", deviation)
 print(json.dumps(out))
 """
 
@@ -61,8 +55,7 @@ def outcomes() -> dict:
     """shim -> [[status, value] without it, [status, value] with it]."""
     if torch.cuda.is_available():
         pytest.skip("the shims are for machines without a GPU")
-    pytest.importorskip("fla")
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), TRITON_INTERPRET="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.splitlines()[-1])
@@ -84,9 +77,3 @@ def test_torch_compile_captures_without_the_shim_and_runs_the_ops_as_written_wit
     without, with_shim = outcomes["eager_jit_fuser"]
     assert without[0] == "ok" and without[1] > 0  # TorchDynamo captured a graph
     assert with_shim == ["ok", 0]  # nothing captured; the values were equal to the eager formula either way
-
-
-def test_fla_autotuned_kernel_has_no_driver_to_time_on_without_the_shim(outcomes):
-    without, with_shim = outcomes["triton_autotune_first_config"]
-    assert without[0] == "error" and "0 active drivers" in without[1]
-    assert with_shim[0] == "ok" and with_shim[1] < 1e-6  # the formula's fp32 rounding, |y| <= 1
