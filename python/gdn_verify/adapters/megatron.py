@@ -19,6 +19,7 @@ parameter and are left out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import torch
 
@@ -510,8 +511,28 @@ def check_world(mode: str, world: int, tp: int, core: str) -> None:
         raise AdapterError(f"megatron: --mode {mode} needs CP = world / tp >= 2, got {cp}: use --world {2 * tp}")
 
 
-def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool):
+def import_from(megatron_path: str | None) -> None:
+    """Puts a Megatron checkout (the directory holding `megatron/`) first on this process's path; an error
+    when a different megatron is already imported here."""
+    import sys
+
+    from gdn_verify.adapters import AdapterError
+
+    if megatron_path is None:
+        return
+    root = str(Path(megatron_path).resolve())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    import megatron.core
+
+    if not str(Path(megatron.core.__file__).resolve()).startswith(root):
+        raise AdapterError(f"megatron: this process already imported megatron from {megatron.core.__file__}, not "
+                           f"{root}: start a fresh world for another checkout")
+
+
+def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool, megatron_path: str | None = None):
     """One rank's part of a world's dump (`gdn_verify.world`): Megatron's groups, the module, rank_run."""
+    import_from(megatron_path)
     initialize(tp, rank.world // tp)
     cp_mode = None if mode == "cp1" or not has_linear_cp_mode() else mode
     module = build_module(case.geometry, case.torch_dtype, deterministic=CORES[core], cp_mode=cp_mode)
@@ -520,17 +541,18 @@ def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool):
 
 
 def dump_world(world, directory, case: Case, image: str, backend: str, mode: str, tp: int, core: str,
-               stages: bool = True, extra_meta: Mapping | None = None) -> str:
+               stages: bool = True, extra_meta: Mapping | None = None, megatron_path: str | None = None) -> str:
     """Runs the mode on every rank of `world` (a gdn_verify.world.World of TP x CP ranks) and writes the
     image once; the path that ran. Chunkwise needs linear_cp_mode (AdapterError naming which Megatron has
-    it); with linear_cp_mode, headwise is linear_cp_mode = headwise."""
+    it); with linear_cp_mode, headwise is linear_cp_mode = headwise. `megatron_path`: a checkout the ranks
+    import Megatron from (else whatever `import megatron` finds)."""
     from gdn_verify import images
     from gdn_verify.adapters import AdapterError
 
     check_world(mode, world.size, tp, core)
     if mode == "chunkwise" and not has_linear_cp_mode():
         raise AdapterError(f"megatron: --mode chunkwise {NO_LINEAR_CP_MODE}")
-    answers = world.run(_rank_dump, case, mode, tp, core, stages)
+    answers = world.run(_rank_dump, case, mode, tp, core, stages, megatron_path)
     dumps = [d for d, _ in answers if d is not None]
     ran = answers[0][1]
     meta = dict(extra_meta or {}, path=ran, algorithm_class=ALGORITHM_CLASS[ran], tp=tp,

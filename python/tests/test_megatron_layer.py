@@ -1,0 +1,180 @@
+"""Megatron-Core's real GatedDeltaNet on a CPU over gloo ranks (gdn_verify/adapters/megatron.py): its
+images judged by `gdn-verify probe oracle` and `probe cross-mode`, at CP 1, 2, 4, TP 2 and TP 2 x CP 2, THD
+and SBHD, fp32 and bf16; Megatron's own zigzag and all-to-all layouts over a real CP group; its state
+dicts across CP; the combinations it refuses. One world of processes per size, reused by every test.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core.ssm.gated_delta_net")
+from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
+from gdn_verify.cases import make_case  # noqa: E402
+from gdn_verify.world import World  # noqa: E402
+
+# The cumsum_decay class (docs/DESIGN.md §4): both of Megatron's chunk forms take decays as exp of
+# differences of fp32 cumulative sums, so grad::A_log and grad::dt_bias sit above the fp32 floor (measured
+# 2.5e-5 SBHD torch-chunk, 1.6e-4 THD FLA). Every other tensor must pass its oracle gate.
+CUMSUM_CLASS = {"grad::A_log", "grad::dt_bias"}
+
+
+@pytest.fixture(scope="module")
+def worlds():
+    """worlds(W): a started World of W ranks, one per size for the whole module."""
+    started: dict[int, World] = {}
+
+    def get(size: int) -> World:
+        if size not in started:
+            started[size] = World(size, env=megatron.RANK_ENV, bad_input=(AdapterError,)).__enter__()
+        return started[size]
+
+    yield get
+    for w in started.values():
+        w.close()
+
+
+def dump(worlds, directory, case_name, dtype, mode, world, tp=1, core="fla-triton"):
+    case = make_case(case_name, 0, dtype)
+    megatron.dump_world(worlds(world), directory, case, "megatron", "megatron:cpu", mode, tp, core)
+    return directory
+
+
+def failing(report: str) -> set[str]:
+    """The tensors a probe report marks FAIL."""
+    return {m.group(1) for m in re.finditer(r"^\S+?:(\S+): FAIL", report, re.M)}
+
+
+def judge(gdnv, what: str, directory) -> str:
+    r = gdnv("probe", what, "--dir", directory)
+    return r.stdout
+
+
+@pytest.mark.parametrize("case,dtype,core", [("thd-gva", "fp32", "fla-triton"), ("sbhd", "fp32", "torch-chunk"),
+                                             ("sbhd", "bf16", "torch-chunk")])
+def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, tmp_path, case, dtype, core):
+    dump(worlds, tmp_path, case, dtype, "cp1", 1, core=core)
+    dump(worlds, tmp_path, case, dtype, "headwise", 2, core=core)
+    oracle = judge(gdnv, "oracle", tmp_path)
+    assert "58 tensors compared" in oracle  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
+    assert failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
+    cross = judge(gdnv, "cross-mode", tmp_path)
+    assert cross.rstrip().endswith("PASS") or "\nPASS" in cross, cross[-3000:]
+    for exact in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
+        assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross
+
+
+def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, tmp_path):
+    dump(worlds, tmp_path, "sbhd", "fp32", "cp1", 2, tp=2, core="torch-chunk")
+    dump(worlds, tmp_path, "sbhd", "fp32", "headwise", 4, tp=2, core="torch-chunk")
+    oracle = judge(gdnv, "oracle", tmp_path)
+    assert "58 tensors compared" in oracle and failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
+    cross = judge(gdnv, "cross-mode", tmp_path)
+    assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]
+
+
+def test_headwise_cp4_on_unequal_packed_sequences_reproduces_cp1(gdnv, worlds, tmp_path):
+    dump(worlds, tmp_path, "thd-gva", "fp32", "cp1", 1)
+    dump(worlds, tmp_path, "thd-gva", "fp32", "headwise", 4)
+    cross = judge(gdnv, "cross-mode", tmp_path)
+    assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]
+
+
+def a2a_round_trip(rank, case):
+    """Token ids through Megatron's own all-to-alls on this CP group: zigzag shard (cp_rows) -> the
+    sequence-complete layout GDN's mixer sees -> back; (what the mixer saw, what came back, the shard)."""
+    from megatron.core import parallel_state
+    from megatron.core.ssm.gated_delta_net.common import (_build_thd_cp_a2a_perm, tensor_a2a_cp2hp,
+                                                          tensor_a2a_hp2cp)
+
+    megatron.initialize(1, rank.world)
+    group = parallel_state.get_context_parallel_group()
+    rows = megatron.cp_rows(case)
+    ids = torch.tensor(rows, dtype=torch.float64).reshape(-1, 1, 1).expand(-1, 1, rank.world).contiguous()
+    thd = case.cu_seqlens is not None
+    mixed = tensor_a2a_cp2hp(ids, seq_dim=0, head_dim=-1, cp_group=group, undo_attention_load_balancing=not thd)
+    if thd:
+        idx, inv = _build_thd_cp_a2a_perm(torch.tensor(case.cu_seqlens), rank.world, mixed.shape[0])
+        mixed = mixed.index_select(0, idx)
+        back = tensor_a2a_hp2cp(mixed.index_select(0, inv), seq_dim=0, head_dim=-1, cp_group=group,
+                                redo_attention_load_balancing=False)
+    else:
+        back = tensor_a2a_hp2cp(mixed, seq_dim=0, head_dim=-1, cp_group=group)
+    return mixed[:, 0, 0].long().tolist(), back[:, 0, 0].long().tolist(), rows
+
+
+@pytest.mark.parametrize("case_name,world", [("thd-gva", 2), ("thd-gva", 4), ("sbhd", 2), ("sbhd", 4)])
+def test_zigzag_to_sequence_order_and_back_is_token_exact_over_a_real_cp_group(worlds, case_name, world):
+    case = make_case(case_name, 0, "fp32")
+    for mixed, back, rows in worlds(world).run(a2a_round_trip, case):
+        assert mixed == list(range(case.hidden_states.shape[0]))  # every token, natural order
+        assert back == rows  # the rank's own zigzag shard again
+
+
+def state_dict_layout(rank, case, tp):
+    """Keys and shapes of the module's state_dict, and its sharded_state_dict's keys, local and global
+    shapes and offsets, under Megatron's groups of this world."""
+    megatron.initialize(tp, rank.world // tp)
+    module = megatron.build_module(case.geometry, case.torch_dtype)
+    plain = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    sharded = {}
+    for key, item in module.sharded_state_dict().items():
+        for t in getattr(item, "build", lambda: [item])():
+            sharded[(key, t.key)] = (tuple(t.local_shape), tuple(t.global_shape), tuple(t.global_offset))
+    return plain, sharded
+
+
+def test_state_dict_and_sharded_state_dict_are_the_same_at_cp1_and_headwise(worlds):
+    case = make_case("sbhd", 0, "fp32")
+    cp1 = worlds(1).run(state_dict_layout, case, 1)[0]
+    assert all(layout == cp1 for layout in worlds(2).run(state_dict_layout, case, 1))
+    assert cp1[0]["in_proj.weight"] == (case.geometry.in_proj_dim, case.geometry.hidden_size)
+
+
+def test_chunkwise_is_refused_naming_the_megatron_that_has_linear_cp_mode(worlds, tmp_path):
+    if megatron.has_linear_cp_mode():
+        pytest.skip("this Megatron has linear_cp_mode: chunkwise runs")
+    with pytest.raises(AdapterError, match="needs a Megatron-Core with TransformerConfig.linear_cp_mode"):
+        dump(worlds, tmp_path, "thd-gva", "fp32", "chunkwise", 2)
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def megatron_refusal(rank, case, core):
+    """Megatron's own error on this case (its layer run directly), or None."""
+    megatron.initialize(1, rank.world)
+    module = megatron.build_module(case.geometry, case.torch_dtype, deterministic=megatron.CORES[core])
+    n = case.hidden_states.shape[0] // rank.world
+    try:
+        module(torch.zeros(n, 1, case.geometry.hidden_size), attention_mask=None,
+               packed_seq_params=megatron._packed(case))
+    except (AssertionError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def test_megatron_refuses_packed_sequences_in_deterministic_mode(worlds):
+    refusal = worlds(1).run(megatron_refusal, make_case("thd-gva", 0, "fp32"), "torch-chunk")[0]
+    assert refusal == "AssertionError: Packed sequence does not support deterministic mode."
+
+
+def test_megatron_refuses_packed_lengths_not_divisible_by_cp(worlds):
+    refusal = worlds(4).run(megatron_refusal, make_case("thd-odd", 0, "fp32"), "fla-triton")
+    assert all(r and "must be divisible by cp_size=4" in r for r in refusal), refusal
+
+
+@pytest.mark.parametrize("rule", ["chunkwise with deterministic_mode", "mismatched local_cp_size",
+                                  "all_gather reaching the layer's forward"])
+def test_linear_cp_mode_rules(rule):
+    if not megatron.has_linear_cp_mode():
+        pytest.skip(f"{rule}: megatron-core {_version()} has no linear_cp_mode (Megatron-LM's development branch "
+                    "has it), so there is no such rule to check")
+    pytest.fail(f"{rule}: this Megatron has linear_cp_mode; its rules are not checked here yet")
+
+
+def _version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("megatron-core")
