@@ -13,13 +13,17 @@ import torch
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
-from gdn_verify.cases import make_case  # noqa: E402
+from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
 from gdn_verify.world import World  # noqa: E402
 
 # The cumsum_decay class (docs/DESIGN.md §4): both of Megatron's chunk forms take decays as exp of
 # differences of fp32 cumulative sums, so grad::A_log and grad::dt_bias sit above the fp32 floor (measured
 # 2.5e-5 SBHD torch-chunk, 1.6e-4 THD FLA). Every other tensor must pass its oracle gate.
 CUMSUM_CLASS = {"grad::A_log", "grad::dt_bias"}
+# Parameter gradients: sums over tokens, which CP splits into per-rank partials (judged against cp1 by the
+# relative verdict where the stored dtype rounds each partial).
+WEIGHT_GRADS = {"grad::in_proj.weight", "grad::out_proj.weight", "grad::conv1d.weight", "grad::A_log",
+                "grad::dt_bias", "grad::in_proj.layer_norm_weight", "grad::out_norm.weight"}
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +66,12 @@ def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, tmp_
     assert "58 tensors compared" in oracle  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
     assert failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
     cross = judge(gdnv, "cross-mode", tmp_path)
-    assert cross.rstrip().endswith("PASS") or "\nPASS" in cross, cross[-3000:]
     for exact in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
-        assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross
+        assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross, cross[-3000:]
+    if dtype == "fp32":
+        assert cross.rstrip().endswith("PASS"), cross[-3000:]
+    else:  # bf16 weight gradients are bf16 GEMMs per rank, summed in fp32: cp1's own sum rounds differently
+        assert failing(cross) <= WEIGHT_GRADS, cross[-3000:]
 
 
 def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, tmp_path):
@@ -119,11 +126,12 @@ def state_dict_layout(rank, case, tp):
     shapes and offsets, under Megatron's groups of this world."""
     megatron.initialize(tp, rank.world // tp)
     module = megatron.build_module(case.geometry, case.torch_dtype)
-    plain = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    plain = {k: tuple(v.shape) if v is not None else None for k, v in module.state_dict().items()}
     sharded = {}
     for key, item in module.sharded_state_dict().items():
         for t in getattr(item, "build", lambda: [item])():
-            sharded[(key, t.key)] = (tuple(t.local_shape), tuple(t.global_shape), tuple(t.global_offset))
+            sharded[(key, t.key)] = (type(t).__name__, tuple(getattr(t, "local_shape", ())), tuple(t.global_shape),
+                                     tuple(t.global_offset))
     return plain, sharded
 
 
@@ -161,7 +169,8 @@ def test_megatron_refuses_packed_sequences_in_deterministic_mode(worlds):
 
 
 def test_megatron_refuses_packed_lengths_not_divisible_by_cp(worlds):
-    refusal = worlds(4).run(megatron_refusal, make_case("thd-odd", 0, "fp32"), "fla-triton")
+    spec = CaseSpec("thd-6-2", "THD 6, 2 tokens", CASES["thd-gva"].geometry, "thd", (6, 2))  # 8 = 2 x 4
+    refusal = worlds(4).run(megatron_refusal, make_case_from_geometry(spec), "fla-triton")
     assert all(r and "must be divisible by cp_size=4" in r for r in refusal), refusal
 
 

@@ -399,7 +399,10 @@ def _full_grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    grads = {n: p.grad.detach().clone() for n, p in module.named_parameters()}
+    # In the state dtype before any sum (Megatron reduces fp32 main grads), so a bf16 layer's CP partials
+    # are not rounded to bf16 again on the way.
+    grads = {n: p.grad.detach().to(torch.float64 if p.dtype == torch.float64 else torch.float32)
+             for n, p in module.named_parameters()}
     for n, g in grads.items():
         dist.all_reduce(g, group=parallel_state.get_context_parallel_group())
         if n in TP_PARTIAL:
