@@ -2,13 +2,16 @@
 
     python -m gdn_verify.dump --adapter hf-qwen3-next --case thd-gva --seed 0 --dtype fp32 --out DIR
     python -m gdn_verify.dump --adapter fla --lengths 40,200,16 --num-key-heads 4 --num-value-heads 8 --out DIR
+    python -m gdn_verify.dump --adapter fla --mode chunkwise --world 4 --lengths 40,200,16 --out DIR
     gdn-verify probe oracle --dir DIR
 
 The case is a probe case (--case) or, in its place, `gdn-verify run`'s geometry options, generated bit for
 bit as `gdn-verify probe dump` does (gdn_verify.cases). The module is built with the case's geometry,
 loaded with the case's parameters through the adapter (docs/DESIGN.md §1.3 names), run forward and
 backward on the case's inputs, and its outputs, parameter gradients and the stages the adapter captures
-are written as `gdn-verify probe dump` would (§8).
+are written as `gdn-verify probe dump` would (§8). With --world N the command starts N local gloo
+processes and runs FLA's layer under its own context parallelism (gdn_verify.fla_cp: --mode chunkwise
+at N > 1, --mode cp1 at N = 1, the same forward the CP run is compared with), one rank file per rank.
 Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothing written.
 """
 
@@ -22,6 +25,7 @@ import torch
 
 import gdn_verify
 from gdn_verify import adapters, cases, images
+from gdn_verify.world import RankFailed
 
 EXIT_BAD_INPUT = 3
 
@@ -49,6 +53,9 @@ def parser() -> Parser:
     p.add_argument("--core", default=None,
                    help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
+    p.add_argument("--world", default=None, type=int,
+                   help="run on N local gloo processes (fla: FLA's KCP, gdn_verify.fla_cp); N > 1 needs --mode chunkwise")
+    p.add_argument("--mode", default=None, help="cp1 | chunkwise (with --world; default cp1 at N = 1, chunkwise above)")
     cases.add_geometry_options(p)
     return p
 
@@ -87,9 +94,48 @@ def run_options(adapter, core: str | None) -> dict:
     return {"core": core}
 
 
+def world_mode(args: argparse.Namespace) -> str:
+    """--mode for a --world run: cp1 at one rank, chunkwise above; BadInput naming the fix otherwise."""
+    if args.adapter != "fla":
+        raise BadInput(f"--world: adapter {args.adapter} has no CPU context parallelism here; only --adapter fla "
+                       "(FLA's KCP under Triton's interpreter) runs on several processes; drop --world")
+    if args.world < 1:
+        raise BadInput(f"--world {args.world}: give the number of CP ranks, at least 1")
+    want = "cp1" if args.world == 1 else "chunkwise"
+    if (args.mode or want) != want:
+        raise BadInput(f"--mode {args.mode} with --world {args.world}: FLA's KCP is the chunkwise mode at --world > 1, "
+                       "cp1 at --world 1")
+    if args.core is not None or args.device != "cpu":
+        raise BadInput("--world runs FLA's Triton kernels on the CPU under the interpreter: drop --core and --device")
+    return want
+
+
+def dump_world(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> str:
+    """--world N: FLA's layer on N local gloo processes (gdn_verify.fla_cp), the image written once."""
+    from gdn_verify import fla_cp, world
+
+    mode = world_mode(args)
+    case = cases.make_case_from_geometry(spec, seed, args.dtype)
+    try:
+        fla_cp.check_world(case, args.world)
+    except ValueError as e:
+        raise BadInput(f"{spec.name} at --world {args.world}: {e}") from e
+    image = args.image or args.adapter
+    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, "fla:cpu"), Path(args.out))
+    with world.World(args.world, env=fla_cp.ENV) as w:
+        fla_cp.dump(w, Path(args.out), case, args.world, stages=not args.no_stages, image=image)
+    files = ", ".join(images.rank_path(Path(""), mode, r).name for r in range(args.world))
+    return (f"gdn_verify.dump: fla ({fla_cp.PATH}, {args.world} gloo process{'es' if args.world > 1 else ''}) on case "
+            f"{spec.name}, seed {seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, {files}, meta.json}}")
+
+
 def dump(args: argparse.Namespace) -> str:
     """Builds, loads, runs and writes; returns the summary line."""
     spec, seed = checked(args)
+    if args.world is not None:
+        return dump_world(args, spec, seed)
+    if args.mode not in (None, "cp1"):
+        raise BadInput(f"--mode {args.mode} needs --world N (the CP ranks); without it the dump is cp1")
     adapter = adapters.load(args.adapter)
     options = run_options(adapter, args.core)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
@@ -125,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, adapters.AdapterError, images.ImageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RankFailed as e:  # a rank's error: one line naming the rank, the rank's exit code
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":
