@@ -1,0 +1,78 @@
+"""Minimal Triton kernels that reproduce, without FLA, the interpreter failures gdn_verify.triton_cpu shims,
+and that compute the same bits with and without each shim where the failure does not arise.
+
+Import only after `triton_cpu.enable()` (or with TRITON_INTERPRET=1): `@triton.jit` decorates at import.
+Each wrapper takes and returns CPU tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _range_index_kernel(out, n):
+    for i in range(n):
+        tl.store(out + i, i.to(tl.int64) * 3)  # compiled Triton: i is a scalar int32 tensor
+
+
+def range_index(out: torch.Tensor) -> torch.Tensor:
+    """out[i] = 3 i through a dynamic range loop variable's `.to` (fails unshimmed: an int has no `.to`)."""
+    _range_index_kernel[(1,)](out, out.numel())
+    return out
+
+
+@triton.jit
+def _masked_copy_kernel(x, y, n, BD: tl.constexpr):
+    o = tl.arange(0, BD)
+    m = o < BD
+    for t in tl.static_range(0, 2):
+        m_t = (t < n) & m  # a scalar comparison splat to an int1 block
+        tl.store(y + t * BD + o, tl.load(x + o, mask=m_t, other=0), mask=m)
+
+
+def masked_copy(x: torch.Tensor, n: int) -> torch.Tensor:
+    """[x, x if n > 1 else 0] for x of 8 elements, through a mask splat from a scalar comparison."""
+    y = torch.zeros(2 * x.numel(), dtype=x.dtype)
+    _masked_copy_kernel[(1,)](x, y, n, BD=x.numel())
+    return y
+
+
+@triton.jit
+def _weighted_rows_kernel(x, y, n, s, BD: tl.constexpr):
+    o = tl.arange(0, BD)
+    acc = tl.zeros([BD], dtype=tl.float32)
+    for i in range(n):  # the loop variable only in arithmetic: an int and a scalar tensor agree
+        acc += tl.load(x + i * BD + o, mask=o < BD - i, other=1.0) * (i + 1) * s
+    tl.store(y + o, tl.exp(acc) * 0.5 + s)
+
+
+def weighted_rows(x: torch.Tensor, s: float) -> torch.Tensor:
+    """sum_i (i + 1) s x[i, :] (masked tail = 1), then exp(.)/2 + s; rows [n, BD] of fp32."""
+    y = torch.empty(x.shape[1], dtype=torch.float32)
+    _weighted_rows_kernel[(1,)](x, y, x.shape[0], s, BD=x.shape[1])
+    return y
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8})], key=["n"])
+@triton.jit
+def _scaled_kernel(x, y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 3.0 - 1.0, mask=o < n)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 4})], key=["n"])
+@triton.jit
+def _scaled_one_config_kernel(x, y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 3.0 - 1.0, mask=o < n)
+
+
+def scaled(x: torch.Tensor, one_config: bool = False) -> torch.Tensor:
+    """3 x - 1 through an autotuned kernel with two configs (or one: nothing to benchmark)."""
+    y = torch.empty_like(x)
+    kernel = _scaled_one_config_kernel if one_config else _scaled_kernel
+    kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+    return y

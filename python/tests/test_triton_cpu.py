@@ -1,0 +1,162 @@
+"""gdn_verify.triton_cpu: each shim fixes the exact failure it names, and changes no result where it is not needed.
+
+Each check runs in a fresh interpreter (TRITON_INTERPRET is read when triton decorates a kernel, and the
+shims are process-wide): first unshimmed, to show the failure, then with the shim patched in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("triton")
+
+
+def _run(code: str, interpret: bool = True) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+TRITON_SHIMS = """
+    import json, torch
+    from gdn_verify import triton_cpu, triton_probes as p
+
+    def error(f):
+        try:
+            f()
+        except Exception as e:
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    x, rows = torch.arange(1.0, 9.0), torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
+    probes = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0)),
+              "range-var-tensor": lambda: p.range_index(torch.zeros(4, dtype=torch.int64)),
+              "splat-keeps-dtype": lambda: p.masked_copy(x, 1)}
+    unneeded = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0), one_config=True),
+                "range-var-tensor": lambda: p.weighted_rows(rows, 0.375),
+                "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375)}
+    out = {"unshimmed": {n: error(f) for n, f in probes.items()},
+           "needed": {s.name: s.needed() for s in triton_cpu.TRITON_SHIMS}, "same_bits": {}}
+    for shim in triton_cpu.TRITON_SHIMS:
+        before = unneeded[shim.name]()
+        shim.patch()
+        out["same_bits"][shim.name] = bool(torch.equal(before, unneeded[shim.name]()) and before.abs().sum() > 0)
+    out["shimmed"] = {"autotune-one-config": p.scaled(torch.arange(6.0)).tolist(),
+                      "range-var-tensor": p.range_index(torch.zeros(4, dtype=torch.int64)).tolist(),
+                      "splat-keeps-dtype": [p.masked_copy(x, 1).tolist(), p.masked_copy(x, 2).tolist()]}
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_shims() -> dict:
+    return _run(TRITON_SHIMS)
+
+
+def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
+    assert triton_shims["unshimmed"] == {
+        "autotune-one-config": "RuntimeError: 0 active drivers ([]). There should only be one.",
+        "range-var-tensor": "InterpreterError: AttributeError(\"'int' object has no attribute 'to'\")",
+        "splat-keeps-dtype": "InterpreterError: ValueError('mask has unsupported dtype')",
+    }
+    assert triton_shims["needed"] == {n: True for n in triton_shims["unshimmed"]}
+
+
+def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_shims):
+    x = [float(i) for i in range(1, 9)]
+    assert triton_shims["shimmed"] == {
+        "autotune-one-config": [3.0 * i - 1.0 for i in range(6)],
+        "range-var-tensor": [0, 3, 6, 9],
+        "splat-keeps-dtype": [x + [0.0] * 8, x + x],
+    }
+
+
+def test_each_triton_shim_changes_no_bits_where_it_is_not_needed(triton_shims):
+    assert triton_shims["same_bits"] == {n: True for n in triton_shims["unshimmed"]}
+
+
+def test_enable_refuses_a_triton_imported_without_the_interpreter():
+    out = _run("""
+        import json, triton
+        from gdn_verify import triton_cpu
+        try:
+            triton_cpu.enable()
+            print(json.dumps("enabled"))
+        except triton_cpu.TritonCpuError as e:
+            print(json.dumps(str(e)))
+    """, interpret=False)
+    assert out.startswith("triton was imported before gdn_verify.triton_cpu.enable() without TRITON_INTERPRET=1")
+
+
+FLA_CP_SHIMS = """
+    import json, os, socket, torch, torch.distributed as dist
+    from fla.ops.cp import chunk_delta_h, context
+    from gdn_verify import triton_cpu
+
+    def error(f):
+        try:
+            f()
+        except Exception as e:
+            return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        return None
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    inp = torch.linspace(-2.0, 3.0, 6).reshape(2, 3)
+    stacked, flat = torch.zeros(1, 2, 3), torch.zeros(2, 3)
+    out = {"unshimmed": {"cp-device-cpu": error(lambda: chunk_delta_h._check_cp_device(torch.device("cpu"))),
+                         "gloo-all-gather-view": error(lambda: dist.all_gather_into_tensor(stacked, inp))}}
+    dist.all_gather_into_tensor(flat, inp)
+    before = flat.clone()
+    out["needed"] = triton_cpu.SHIMS["cp-device-cpu"].needed()
+    for name in ("cp-device-cpu", "gloo-all-gather-view"):
+        triton_cpu.SHIMS[name].patch()
+    out["shimmed"] = {"cp-device-cpu": error(lambda: chunk_delta_h._check_cp_device(torch.device("cpu"))),
+                      "cp-device-meta": error(lambda: context._check_cp_device(torch.device("meta"))),
+                      "gloo-all-gather-view": error(lambda: dist.all_gather_into_tensor(stacked, inp))}
+    flat.zero_()
+    dist.all_gather_into_tensor(flat, inp)
+    out["gathered"] = bool(torch.equal(stacked[0], inp))
+    out["flat_same_bits"] = bool(torch.equal(flat, before) and before.abs().sum() > 0)
+    dist.destroy_process_group()
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fla_cp_shims() -> dict:
+    pytest.importorskip("fla.ops.cp")
+    return _run(FLA_CP_SHIMS)
+
+
+def test_each_fla_cp_shim_fixes_its_exact_failure(fla_cp_shims):
+    assert fla_cp_shims["unshimmed"] == {
+        "cp-device-cpu": "RuntimeError: CP affine chains require NVIDIA Ampere or newer (compute capability >= 8.0), "
+                         "or Ascend.",
+        "gloo-all-gather-view": "RuntimeError: ProcessGroupGloo::allgather: invalid tensor size at index 0 "
+                                "(expected (2, 3), got (1, 2, 3))",
+    }
+    assert fla_cp_shims["needed"] is True
+    assert fla_cp_shims["shimmed"]["cp-device-cpu"] is None
+    assert fla_cp_shims["shimmed"]["gloo-all-gather-view"] is None and fla_cp_shims["gathered"]
+
+
+def test_fla_cp_shims_change_nothing_where_not_needed(fla_cp_shims):
+    # a device other than the CPU still meets FLA's own check; a flat output gathers the same bits
+    assert fla_cp_shims["shimmed"]["cp-device-meta"].startswith("RuntimeError: CP affine chains require NVIDIA")
+    assert fla_cp_shims["flat_same_bits"]
