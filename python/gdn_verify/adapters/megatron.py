@@ -163,11 +163,21 @@ def submodules():
 
 
 def has_linear_cp_mode() -> bool:
-    """Whether the importable Megatron's TransformerConfig has `linear_cp_mode`."""
+    """Whether the importable Megatron's TransformerConfig has `linear_cp_mode` (imported without its import-time
+    warnings about Transformer Engine, Apex and CUDA, so a refusal stays one line)."""
     import dataclasses
+    import logging
+    import warnings
 
-    from megatron.core.transformer import TransformerConfig
-
+    torch_log = logging.getLogger("torch.utils.cpp_extension")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.core.transformer import TransformerConfig
+    finally:
+        torch_log.setLevel(level)
     return LINEAR_CP_MODE in {f.name for f in dataclasses.fields(TransformerConfig)}
 
 
