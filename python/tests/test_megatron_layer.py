@@ -7,6 +7,7 @@ dicts across CP; the combinations it refuses. One world of processes per size, r
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 import torch
@@ -41,6 +42,21 @@ def worlds():
         w.close()
 
 
+@pytest.fixture(scope="module")
+def cp1(worlds, tmp_path_factory):
+    """cp1(directory, case, dtype, core, tp): Megatron's cp1 image of the case copied into directory (each
+    dumped once per module)."""
+    made = {}
+
+    def copy(directory, case_name, dtype, core="fla-triton", tp=1):
+        key = (case_name, dtype, core, tp)
+        if key not in made:
+            made[key] = dump(worlds, tmp_path_factory.mktemp("cp1"), case_name, dtype, "cp1", tp, tp, core)
+        shutil.copytree(made[key], directory, dirs_exist_ok=True)
+
+    return copy
+
+
 def dump(worlds, directory, case_name, dtype, mode, world, tp=1, core="fla-triton"):
     case = make_case(case_name, 0, dtype)
     megatron.dump_world(worlds(world), directory, case, "megatron", "megatron:cpu", mode, tp, core)
@@ -59,8 +75,8 @@ def judge(gdnv, what: str, directory) -> str:
 
 @pytest.mark.parametrize("case,dtype,core", [("thd-gva", "fp32", "fla-triton"), ("sbhd", "fp32", "torch-chunk"),
                                              ("sbhd", "bf16", "fla-triton")])
-def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, tmp_path, case, dtype, core):
-    dump(worlds, tmp_path, case, dtype, "cp1", 1, core=core)
+def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, cp1, tmp_path, case, dtype, core):
+    cp1(tmp_path, case, dtype, core)
     dump(worlds, tmp_path, case, dtype, "headwise", 2, core=core)
     oracle = judge(gdnv, "oracle", tmp_path)
     assert "58 tensors compared" in oracle  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
@@ -74,8 +90,8 @@ def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, tmp_
         assert failing(cross) <= WEIGHT_GRADS, cross[-3000:]
 
 
-def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, tmp_path):
-    dump(worlds, tmp_path, "sbhd", "fp32", "cp1", 2, tp=2, core="torch-chunk")
+def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, cp1, tmp_path):
+    cp1(tmp_path, "sbhd", "fp32", "torch-chunk", tp=2)
     dump(worlds, tmp_path, "sbhd", "fp32", "headwise", 4, tp=2, core="torch-chunk")
     oracle = judge(gdnv, "oracle", tmp_path)
     assert "58 tensors compared" in oracle and failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
@@ -83,8 +99,8 @@ def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv,
     assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]
 
 
-def test_headwise_cp4_on_unequal_packed_sequences_reproduces_cp1(gdnv, worlds, tmp_path):
-    dump(worlds, tmp_path, "thd-gva", "fp32", "cp1", 1)
+def test_headwise_cp4_on_unequal_packed_sequences_reproduces_cp1(gdnv, worlds, cp1, tmp_path):
+    cp1(tmp_path, "thd-gva", "fp32")
     dump(worlds, tmp_path, "thd-gva", "fp32", "headwise", 4)
     cross = judge(gdnv, "cross-mode", tmp_path)
     assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]

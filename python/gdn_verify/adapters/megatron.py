@@ -119,6 +119,9 @@ def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dic
 
 
 NAME = "megatron"
+# Both of Megatron's chunk forms (FLA's kernels, torch_chunk_gated_delta_rule) take decays as exp of
+# differences of fp32 chunk-local cumsums of g: meta.json's algorithm class (docs/DESIGN.md §4).
+ALGORITHM_CLASS = "cumsum_decay"
 
 # Where Megatron's CP algorithm choice lives: Megatron-LM's development branch adds
 # TransformerConfig.linear_cp_mode = "headwise" | "chunkwise"; no PyPI release (0.19.2 included) has it.
@@ -269,11 +272,6 @@ def _geometry(module: torch.nn.Module) -> Geometry:
 def path(module: torch.nn.Module) -> str:
     """Megatron's forward runs FLA's Triton kernels (deterministic_mode: its torch chunk form)."""
     return "megatron-torch-chunk" if module.config.deterministic_mode else "megatron-fla-triton"
-
-
-# The algorithm class of each path (docs/DESIGN.md §4): both chunk forms take decays as exp of differences
-# of fp32 cumulative sums of g.
-ALGORITHM_CLASS = {"megatron-torch-chunk": "cumsum_decay", "megatron-fla-triton": "cumsum_decay"}
 
 
 def cp_rows(case: Case) -> list[int]:
@@ -489,7 +487,7 @@ def run(module: torch.nn.Module, case: Case, stages: bool = True):
         raise ValueError("megatron.run is the one-process cp1 run; across ranks use rank_run")
     d = rank_run(module, case, "cp1", stages)
     return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=path(module),
-               notes={"megatron_path": _PATH_NOTE[path(module)]})
+               notes={"megatron_path": _PATH_NOTE[path(module)]}, algorithm_class=ALGORITHM_CLASS)
 
 
 _PATH_NOTE = {
@@ -543,6 +541,12 @@ def import_from(megatron_path: str | None) -> None:
                            f"{root}: start a fresh world for another checkout")
 
 
+def rank_has_linear_cp_mode(rank, megatron_path: str | None = None) -> bool:
+    """`has_linear_cp_mode` of the Megatron a world's rank imports (from `megatron_path` when given)."""
+    import_from(megatron_path)
+    return has_linear_cp_mode()
+
+
 def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool, megatron_path: str | None = None):
     """One rank's part of a world's dump (`gdn_verify.world`): Megatron's groups, the module, rank_run."""
     import_from(megatron_path)
@@ -568,7 +572,7 @@ def dump_world(world, directory, case: Case, image: str, backend: str, mode: str
     answers = world.run(_rank_dump, case, mode, tp, core, stages, megatron_path)
     dumps = [d for d, _ in answers if d is not None]
     ran = answers[0][1]
-    meta = dict(extra_meta or {}, path=ran, algorithm_class=ALGORITHM_CLASS[ran], tp=tp,
+    meta = dict(extra_meta or {}, path=ran, algorithm_class=ALGORITHM_CLASS, tp=tp,
                 notes={"megatron_path": _PATH_NOTE[ran]})
     images.write_image(directory, case, image, backend, dumps, transport="gloo", extra_meta=meta)
     return ran
