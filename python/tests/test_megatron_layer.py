@@ -191,7 +191,9 @@ def test_megatron_refuses_packed_lengths_not_divisible_by_cp(worlds):
 
 
 @pytest.mark.parametrize("rule", ["chunkwise with deterministic_mode", "mismatched local_cp_size",
-                                  "all_gather reaching the layer's forward"])
+                                  "all_gather reaching the layer's forward",
+                                  "chunkwise CP = 2 vs CP = 1 per tensor, and its ratio to headwise's",
+                                  "chunkwise state_dict and sharded_state_dict keys and shard dims"])
 def test_linear_cp_mode_rules(rule):
     if not megatron.has_linear_cp_mode():
         pytest.skip(f"{rule}: megatron-core {_version()} has no linear_cp_mode (Megatron-LM's development branch "
