@@ -205,3 +205,23 @@ def _version() -> str:
     import importlib.metadata
 
     return importlib.metadata.version("megatron-core")
+
+
+def contract_run(rank, case):
+    """The adapter contract's run() next to the cp1 rank dump of the same module: (run, dump) or the refusal."""
+    megatron.initialize(1, rank.world)
+    module = megatron.build_module(case.geometry, case.torch_dtype, deterministic=True)
+    megatron.load_megatron_params(module, case.params)
+    try:
+        r = megatron.run(module, case)
+    except ValueError as e:
+        return str(e)
+    return r, megatron.rank_run(module, case, "cp1")
+
+
+def test_contract_run_is_the_cp1_rank_dump_in_natural_order_and_refuses_cp(worlds):
+    case = make_case("sbhd", 0, "fp32")
+    r, d = worlds(1).run(contract_run, case)[0]
+    assert r.path == "megatron-torch-chunk" and torch.equal(r.out, d.out) and torch.equal(r.grad_hidden, d.grad_hidden)
+    assert r.out.shape == case.hidden_states.shape and all(torch.equal(r.grads[n], d.grads[n]) for n in d.grads)
+    assert worlds(2).run(contract_run, case) == ["megatron.run is the one-process cp1 run; across ranks use rank_run"] * 2
