@@ -180,7 +180,15 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   add_report_options(o);
   const auto vm = parse_options("probe oracle", "--dir DIR", o, {}, args, out);
   if (!vm) return kPass;
-  return report(probes::judge_with_oracle((*vm)["dir"].as<std::string>()), *vm, out);
+  const std::string dir = (*vm)["dir"].as<std::string>();
+  std::vector<probes::ClassVerdict> classes;
+  const probes::Comparison c = probes::judge_with_oracle(dir, &classes);
+  out << "decay class (docs/DESIGN.md §4): declared " << cp::decay_class_name(probes::declared_decay_class(dir));
+  for (const auto& v : classes)
+    out << "; meets " << cp::decay_class_name(v.decays)
+        << " gates: " << (v.outside ? "no (" + std::to_string(v.outside) + " outside)" : std::string("yes"));
+  out << "\n";
+  return report(c, *vm, out);
 }
 
 }  // namespace

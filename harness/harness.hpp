@@ -147,9 +147,17 @@ struct MicroBatchRun {
 // `ranks`: the world ranks of the first CP sub-group, by world rank (cp_rank * tp + tp_rank).
 void assemble_stages(const Case& c, std::span<const RankOutput* const> ranks, MicroBatchRun& run);
 
+// How an implementation forms its decay factors (docs/DESIGN.md §4): product-of-decays multiplies per-token
+// e^{g_t} (our backends: relative error ~u per factor); cumsum-decay takes e^{gamma_i - gamma_j} of fp32
+// chunk-local cumsums gamma of g (FLA's and Hugging Face's chunked kernels: absolute error ~u |gamma|).
+enum class DecayClass { ProductOfDecays, CumsumDecay };
+DecayClass parse_decay_class(std::string_view name);  // "product-of-decays" | "cumsum-decay"
+std::string_view decay_class_name(DecayClass decays);
+
 // Relative-RMS gate of each tensor of a layer run against the fp64 oracle on the same rounded inputs,
-// by tensor name ("out", "grad_hidden", "grad::<param>").
-std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype);
+// by tensor name ("out", "grad_hidden", "grad::<param>"), for an implementation of class `decays`.
+std::map<std::string, double> oracle_gates(const Case& c, const Answer& oracle, DType dtype,
+                                           DecayClass decays = DecayClass::ProductOfDecays);
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
 

@@ -305,30 +305,41 @@ TensorFile oracle_file_for(const cp::Answer& oracle, const std::string& mode, bo
 
 }  // namespace
 
-Comparison judge_with_oracle(const std::string& dir) {
+Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* classes) {
   require_image(dir, "DIR");
   const cp::Case k = read_inputs(dir);
   const std::vector<std::string> modes = modes_in(dir);
   if (modes.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
+  const cp::DecayClass declared = declared_decay_class(dir);
   const cp::Answer oracle = cp::oracle_answer(k, stage_request_of(dir, modes));
   Comparison out;
   out.name = "oracle " + dir_name(dir);
-  out.policy = "per-tensor oracle gates (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2)";
-  std::map<DType, std::map<std::string, double>> gates;
+  out.policy = "per-tensor oracle gates of the " + std::string(cp::decay_class_name(declared)) +
+               " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2)";
+  const cp::DecayClass all[] = {cp::DecayClass::ProductOfDecays, cp::DecayClass::CumsumDecay};
+  if (classes) classes->assign({{all[0], 0}, {all[1], 0}});
+  std::map<std::pair<DType, cp::DecayClass>, std::map<std::string, double>> gates;
   for (const auto& mode : modes) {
     const DType dtype = dumped_dtype(dir, mode);
-    if (!gates.count(dtype)) gates[dtype] = cp::oracle_gates(k, oracle, dtype);
+    const cp::MicroBatchRun run = assemble_run(dir, mode, k);
+    for (const cp::DecayClass decays : all) {
+      if (decays != declared && !classes) continue;
+      if (!gates.count({dtype, decays})) gates[{dtype, decays}] = cp::oracle_gates(k, oracle, dtype, decays);
+      if (classes)
+        for (const cp::TensorVerdict& v : cp::judge_answer(oracle, run.answer, gates[{dtype, decays}]))
+          (*classes)[decays == all[0] ? 0 : 1].outside += !v.pass;
+    }
+    const std::map<std::string, double>& judged = gates[{dtype, declared}];
     Policy p{"oracle", {}, {}};
-    for (const auto& [name, gate] : gates[dtype]) {
+    for (const auto& [name, gate] : judged) {
       Rule r;
       r.max_rel_rms = gate;
       p.tensors.emplace_back(name, r);
     }
-    const cp::MicroBatchRun run = assemble_run(dir, mode, k);
     compare_files(oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size), answer_file(run.answer), p, mode,
                   out);
     if (!out.divergence)
-      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, gates[dtype]), oracle, run, k)) {
+      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, judged), oracle, run, k)) {
         out.divergence = std::move(d);
         out.divergence_in = mode;
       }

@@ -29,6 +29,13 @@ struct CrossMode {
 };
 CrossMode cross_mode(const std::string& dir, const Policy& policy);
 
-Comparison judge_with_oracle(const std::string& dir);
+// The tensors outside the oracle gates of one decay class (docs/DESIGN.md §4).
+struct ClassVerdict {
+  cp::DecayClass decays;
+  int outside = 0;
+};
+// Judged under the gates of the class the image declares (declared_decay_class); `classes`, when given,
+// receives the verdict under each class's gates, so a report says which class the image meets.
+Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* classes = nullptr);
 
 }  // namespace gdnv::probes

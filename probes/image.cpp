@@ -226,6 +226,7 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
     meta["versions"] = build_info();
     meta["backend"] = spec.backend;
     meta["geometry"] = geometry(rs);
+    meta["decay_class"] = cp::decay_class_name(cp::DecayClass::ProductOfDecays);  // docs/DESIGN.md §4
     meta["modes"] = json::object();
   }
   meta["modes"][spec.mode] = {
@@ -310,6 +311,16 @@ TensorFile answer_file(const cp::Answer& a) {
 
 TensorFile assemble(const std::string& dir, const std::string& mode, const cp::Case& k) {
   return answer_file(assemble_run(dir, mode, k).answer);
+}
+
+cp::DecayClass declared_decay_class(const std::string& dir) {
+  const json meta = read_meta(dir);
+  if (!meta.contains("decay_class")) return cp::DecayClass::ProductOfDecays;
+  try {
+    return cp::parse_decay_class(meta["decay_class"].is_string() ? meta["decay_class"].get<std::string>() : "");
+  } catch (const ConfigError& e) {
+    throw FormatError(meta_path(dir) + ": " + e.what() + " (its decay_class)");
+  }
 }
 
 DType dumped_dtype(const std::string& dir, const std::string& mode) {

@@ -79,6 +79,10 @@ TensorFile answer_file(const cp::Answer& answer);
 bool has_stages(const std::string& dir, const std::string& mode);
 int world_of(const std::string& dir, const std::string& mode);
 
+// How the image's implementation forms its decays, as meta.json's "decay_class" declares it (absent:
+// product-of-decays, the class of this project's backends); FormatError for an unknown class.
+cp::DecayClass declared_decay_class(const std::string& dir);
+
 // The dtype the mode's out was stored in.
 DType dumped_dtype(const std::string& dir, const std::string& mode);
 

@@ -45,6 +45,7 @@ struct ChunkGrads {
   RowMatrix dq, dk;  // [c, K]  w.r.t. the (normalised) q, k
   RowMatrix dv;      // [c, V]
   Vec dg, dbeta;     // [c]
+  Vec dgamma_terms;  // [c], GdrGrads::dgamma_terms
 };
 
 Vec cumsum(const Vec& x) {
@@ -175,7 +176,13 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix dQK = dP.cwiseProduct(in.decay);  // P = (Q K^T) * decay
   product_into(dQK, x.k, d.dq, {.accumulate = true, .a = Triangle::Lower});
   d.dk = product(dQK.transpose(), x.q, kUpper);
-  Vec dg_spanning = spanning_sums(dP.cwiseProduct(P));
+  const RowMatrix H_out = dP.cwiseProduct(P);
+  Vec dg_spanning = spanning_sums(H_out);
+  // A cumsum-form kernel's dgamma_t: its own terms, then row t minus column t of each spanning H.
+  const auto row_and_column = [](const RowMatrix& H) -> Vec {
+    return H.cwiseAbs().rowwise().sum() + H.cwiseAbs().colwise().sum().transpose();
+  };
+  d.dgamma_terms = d_gamma.cwiseAbs() + row_and_column(H_out);
 
   // State: S_next = e^{gamma_C} S + k_tail^T V_new.
   dS_in += e_C * dS;
@@ -185,6 +192,8 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   d.dk += e_tail.asDiagonal() * d_ktail;
   // e^{gamma_C - gamma_i} = e^{sum_{t > i} g_t}.
   const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum();
+  d.dgamma_terms += tail.cwiseAbs();
+  d.dgamma_terms(c - 1) += std::abs(e_C * S.cwiseProduct(dS).sum()) + tail.cwiseAbs().sum();
 
   // V_new = U - W S.
   const RowMatrix dW = -product(dv_new, S.transpose());
@@ -208,7 +217,9 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   const RowMatrix dKK = (x.beta.asDiagonal() * dA).cwiseProduct(in.decay);
   product_into(dKK, x.k, d.dk, {.accumulate = true, .a = Triangle::Lower});
   product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true, .a = Triangle::Upper});
-  dg_spanning += spanning_sums(dA.cwiseProduct(in.A));
+  const RowMatrix H_A = dA.cwiseProduct(in.A);
+  dg_spanning += spanning_sums(H_A);
+  d.dgamma_terms += row_and_column(H_A) + x.beta.cwiseProduct(k_dbk).cwiseAbs();
 
   d.dg = reverse_cumsum(d_gamma) + dg_spanning + exclusive_cumsum(tail);  // gamma = cumsum(g)
   dS = dS_in;
@@ -268,6 +279,7 @@ void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, con
     head_rows(grads.dv, hd.s, hd.h, begin, c) = d.dv;
     head_gates(grads.dg, hd.s, hd.h, begin, c) = d.dg;
     head_gates(grads.dbeta, hd.s, hd.h, begin, c) = d.dbeta;
+    head_gates(grads.dgamma_terms, hd.s, hd.h, begin, c) = d.dgamma_terms;
   }
 }
 

@@ -137,6 +137,8 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
   m.core_in.k = cols(conv_y, qk, qk).reshaped({B, T, Hk, dk});
   m.core_in.v = cols(conv_y, 2 * qk, config.v_dim()).reshaped({B, T, Hv, dv});
   m.core_in.g = std::move(gates.g);
+  for (std::int64_t i = 0; i < options.gate_offset.numel(); ++i)
+    m.core_in.g.set(i, m.core_in.g.get(i) + options.gate_offset.get(i));
   m.core_in.beta = std::move(gates.beta);
   m.core_in.cu_seqlens = cu_seqlens;
   m.core_in.use_qk_l2norm = true;  // Megatron: fla l2norm(x) = x / sqrt(sum x^2 + 1e-6) on q and k
@@ -159,6 +161,8 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   if (stages) (*stages)["stage_grad::gated_norm"] = dy;
   GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy, out_norm_terms);
   GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
+  for (std::int64_t i = 0; i < options.gate_grad_offset.numel(); ++i)
+    core.dg.set(i, core.dg.get(i) + options.gate_grad_offset.get(i));
   done_with("stage_grad::core", norm.d_o);
   GateGrads gates = gates_backward(fwd.a, fwd.b, param(params, kALog), param(params, kDtBias), core.dg, core.dbeta);
   done_with("stage_grad::beta", core.dbeta);

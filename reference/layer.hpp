@@ -29,6 +29,10 @@ struct LayerOptions {
   CoreForm core = CoreForm::Chunked;
   int chunk_size = 64;  // chunked core only
   int threads = 0;      // 0: one per hardware thread; the results are bit-identical for any count
+  // Added to the gates g [B, T, Hv] before the core, and to their gradient dg after it, when not empty:
+  // how the harness measures a tensor's condition to the roundings of a chunk-local cumsum of g and of its
+  // backward, the reverse cumsum giving dg (docs/DESIGN.md §4, cumsum-decay).
+  Tensor gate_offset, gate_grad_offset;
 };
 
 using CuSeqlens = std::optional<std::vector<std::int64_t>>;

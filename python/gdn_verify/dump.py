@@ -161,7 +161,7 @@ def dump(args: argparse.Namespace) -> str:
     dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
                              {n: g.cpu() for n, g in result.grads.items()}, result.stages)
     extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
-             "versions": versions(args.adapter)}
+             "versions": versions(args.adapter), "decay_class": adapters.decay_class(adapter, result)}
     if result.algorithm_class:
         extra["algorithm_class"] = result.algorithm_class
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)

@@ -17,10 +17,10 @@ from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
 from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
 from gdn_verify.world import World  # noqa: E402
 
-# The cumsum_decay class (docs/DESIGN.md §4): both of Megatron's chunk forms take decays as exp of
-# differences of fp32 cumulative sums, so grad::A_log and grad::dt_bias sit above the fp32 floor (measured
-# 2.5e-5 SBHD torch-chunk, 1.6e-4 THD FLA). Every other tensor must pass its oracle gate.
-CUMSUM_CLASS = {"grad::A_log", "grad::dt_bias"}
+# Oracle verdicts under the cumsum-decay class the images declare (docs/DESIGN.md §4) that are measured
+# findings, not passes: Megatron's FLA path on thd-gva fp32 leaves grad::A_log at rel_rms 1.640e-4 and
+# grad::dt_bias just above the class's gates (A_log's 1.479e-4). Every other case passes outright.
+ORACLE_FINDINGS = {("thd-gva", "fp32", "fla-triton"): {"grad::A_log", "grad::dt_bias"}}
 # Parameter gradients: sums over tokens, which CP splits into per-rank partials (judged against cp1 by the
 # relative verdict where the stored dtype rounds each partial).
 WEIGHT_GRADS = {"grad::in_proj.weight", "grad::out_proj.weight", "grad::conv1d.weight", "grad::A_log",
@@ -78,9 +78,6 @@ def judge(gdnv, what: str, directory) -> str:
 def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, cp1, tmp_path, case, dtype, core):
     cp1(tmp_path, case, dtype, core)
     dump(worlds, tmp_path, case, dtype, "headwise", 2, core=core)
-    oracle = judge(gdnv, "oracle", tmp_path)
-    assert "58 tensors compared" in oracle  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
-    assert failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
     cross = judge(gdnv, "cross-mode", tmp_path)
     for exact in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
         assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross, cross[-3000:]
@@ -88,13 +85,21 @@ def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, cp1,
         assert cross.rstrip().endswith("PASS"), cross[-3000:]
     else:  # bf16 weight gradients are bf16 GEMMs per rank, summed in fp32: cp1's own sum rounds differently
         assert failing(cross) <= WEIGHT_GRADS, cross[-3000:]
+    oracle = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert "58 tensors compared" in oracle.stdout  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
+    assert "decay class (docs/DESIGN.md §4): declared cumsum-decay" in oracle.stdout
+    finding = ORACLE_FINDINGS.get((case, dtype, core))
+    if finding:
+        assert oracle.returncode == 1 and failing(oracle.stdout) == finding, oracle.stdout[-3000:]
+    else:
+        assert oracle.returncode == 0, oracle.stdout[-3000:]
 
 
 def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, cp1, tmp_path):
     cp1(tmp_path, "sbhd", "fp32", "torch-chunk", tp=2)
     dump(worlds, tmp_path, "sbhd", "fp32", "headwise", 4, tp=2, core="torch-chunk")
-    oracle = judge(gdnv, "oracle", tmp_path)
-    assert "58 tensors compared" in oracle and failing(oracle) <= CUMSUM_CLASS, oracle[-3000:]
+    oracle = gdnv("probe", "oracle", "--dir", tmp_path)
+    assert "58 tensors compared" in oracle.stdout and oracle.returncode == 0, oracle.stdout[-3000:]
     cross = judge(gdnv, "cross-mode", tmp_path)
     assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]
 

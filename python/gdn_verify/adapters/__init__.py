@@ -23,6 +23,10 @@ The contract every adapter module follows (python -m gdn_verify.dump calls exact
         dump's --core chooses one
     prepare(device: str, core: str | None) -> None (optional)
         runs before the library is imported (fla: enables Triton's interpreter on a CPU)
+    DECAY_CLASS (optional): how the library forms its decays, "cumsum-decay" (e^{gamma_i - gamma_j} of
+        fp32 chunk-local cumsums, as FLA's chunked kernels) or "product-of-decays" (the default); a Run
+        may name its own (an adapter whose core forms differ); meta.json records it and `gdn-verify probe
+        oracle` judges the image by that class's gates (docs/DESIGN.md §4)
 
 Gradients are under Megatron's names in Run.grads; an adapter whose mapping shifts a parameter (HF's
 zero-centred norm, w + 1) maps gradients without the shift.
@@ -48,6 +52,9 @@ ADAPTERS = {
     "megatron": "gdn_verify.adapters.megatron",
 }
 
+# How decays are formed (docs/DESIGN.md §4): the classes meta.json's "decay_class" may name.
+DECAY_CLASSES = ("product-of-decays", "cumsum-decay")
+
 # The package an adapter's library comes from, for the message when it is missing.
 PACKAGES = {"hf-qwen3-next": "transformers", "fla": "flash-linear-attention", "megatron": "megatron-core"}
 
@@ -67,6 +74,20 @@ class Run:
     path: str = "torch"
     notes: dict[str, str] = field(default_factory=dict)  # extra meta.json facts (e.g. how THD was run)
     algorithm_class: str | None = None  # meta.json's algorithm_class (docs/DESIGN.md §4), when declared
+    decay_class: str | None = None  # None: the adapter module's DECAY_CLASS (docs/DESIGN.md §4)
+
+
+def decay_class(adapter: ModuleType, run: Run) -> str:
+    """The decay class of one run: its own, else the adapter's DECAY_CLASS, else product-of-decays."""
+    declared = (run.decay_class or _ALGORITHM_CLASS_DECAYS.get(run.algorithm_class or "")
+                or getattr(adapter, "DECAY_CLASS", DECAY_CLASSES[0]))
+    if declared not in DECAY_CLASSES:
+        raise AdapterError(f"adapter {adapter.NAME} declares decay class '{declared}': use {' or '.join(DECAY_CLASSES)}")
+    return declared
+
+
+# A Run's algorithm_class (the fla adapter's name for it) as a decay class.
+_ALGORITHM_CLASS_DECAYS = {"cumsum_decay": "cumsum-decay", "product_of_decays": "product-of-decays"}
 
 
 def load(name: str) -> ModuleType:

@@ -21,15 +21,19 @@ the cases' weights (all 1); gradients are not shifted.
 
 The pure-PyTorch path of transformers (`torch_chunk_gated_delta_rule`, `causal_conv1d_fn`) has no varlen
 support: it ignores `cu_seqlens` and its conv would read across packed sequences. A THD case therefore
-runs one sequence at a time (batch 1 each), which meta.json records. On a CPU the adapter calls the
-pure-PyTorch functions even where flash-linear-attention is installed (Triton has no CPU driver); on a
-GPU it lets transformers pick its kernels and records which ran.
+runs one sequence at a time (batch 1 each), which meta.json records. On a CPU the layer is built from
+transformers' modeling module imported afresh with the kernel packages it dispatches to hidden, so by
+transformers' own fallback order (hub kernel if requested, else the original package, else PyTorch)
+every function runs its PyTorch code; nothing reaches into transformers' wrappers, whose form changes
+between releases (5.25 wraps them in kernel-hub modules). On a GPU it lets transformers pick its kernels.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
+import importlib.util
+import sys
+from types import ModuleType
 from typing import Iterator
 
 import torch
@@ -59,20 +63,55 @@ DIRECT = {  # Megatron name -> Hugging Face name, same tensor
     names.OUT_PROJ: "linear_attn.out_proj.weight",
 }
 
-# transformers' module-level functions as imported: wrappers that dispatch to a kernel package when one
-# is installed, with the pure-PyTorch function as __wrapped__. The layer calls the chunked core on a
-# sequence; the recurrent one (its decode path, a product of per-token decays) is offered as `core`.
-CORES = {"chunk": hf.torch_chunk_gated_delta_rule, "recurrent": hf.torch_recurrent_gated_delta_rule}
-_CONV = hf.causal_conv1d_fn
+# The core-op forms `run` offers, by the name of transformers' function: the layer calls the chunked one on
+# a sequence (decays from fp32 chunk-local cumsums: the cumsum-decay class, docs/DESIGN.md §4); the
+# recurrent one (its decode path, a product of per-token decays) is offered as `core`.
+CORES = {"chunk": "torch_chunk_gated_delta_rule", "recurrent": "torch_recurrent_gated_delta_rule"}
+DECAY_CLASSES = {"chunk": "cumsum-decay", "recurrent": "product-of-decays"}
+# The packages transformers' Qwen3-Next dispatches its functions to when they are importable.
+KERNEL_PACKAGES = ("fla", "causal_conv1d")
+
+
+def _torch_only_transformers() -> ModuleType:
+    """transformers' modeling_qwen3_next, executed afresh while KERNEL_PACKAGES cannot be imported: each
+    decorated function then binds its own PyTorch implementation (transformers' documented fallback)."""
+    saved = {n: m for n, m in sys.modules.items() if n.split(".")[0] in KERNEL_PACKAGES}
+    for name in saved:
+        del sys.modules[name]
+    sys.modules.update({name: None for name in KERNEL_PACKAGES})  # None: `import name` raises ImportError
+    try:
+        spec = importlib.util.find_spec(hf.__name__)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        for name in KERNEL_PACKAGES:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
+_TORCH_ONLY: list[ModuleType] = []
+
+
+def transformers_module(device: str) -> ModuleType:
+    """The modeling module a layer on `device` is built from: the torch-only one on a CPU (FLA's Triton
+    kernels have no CPU driver), transformers' own elsewhere."""
+    if torch.device(device).type != "cpu":
+        return hf
+    if not _TORCH_ONLY:
+        _TORCH_ONLY.append(_torch_only_transformers())
+    return _TORCH_ONLY[0]
 
 
 class Qwen3NextGdnLayer(nn.Module):
-    """Megatron's GatedDeltaNet layer in Qwen3-Next: the decoder layer's pre-norm and linear attention."""
+    """Megatron's GatedDeltaNet layer in Qwen3-Next: the decoder layer's pre-norm and linear attention, from
+    the modeling module `transformers` (transformers_module)."""
 
-    def __init__(self, config: Qwen3NextConfig) -> None:
+    def __init__(self, config: Qwen3NextConfig, transformers: ModuleType = hf) -> None:
         super().__init__()
-        self.input_layernorm = hf.Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.linear_attn = hf.Qwen3NextGatedDeltaNet(config, layer_idx=0)
+        self.transformers = transformers
+        self.input_layernorm = transformers.Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.linear_attn = transformers.Qwen3NextGatedDeltaNet(config, layer_idx=0)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """[B, T, hidden] -> [B, T, hidden], one sequence per batch row."""
@@ -92,7 +131,7 @@ def hf_config(geometry: Geometry) -> Qwen3NextConfig:
 
 
 def build_module(geometry: Geometry, dtype: torch.dtype, device: str = "cpu") -> Qwen3NextGdnLayer:
-    return Qwen3NextGdnLayer(hf_config(geometry)).to(device=device, dtype=dtype)
+    return Qwen3NextGdnLayer(hf_config(geometry), transformers_module(device)).to(device=device, dtype=dtype)
 
 
 def qkvz_rows(geometry: Geometry) -> list[int]:
@@ -151,16 +190,10 @@ def load_megatron_params(module: Qwen3NextGdnLayer, params: dict[str, torch.Tens
     module.load_state_dict(state, strict=True)
 
 
-def _dispatches_to_kernel(wrapper) -> bool:
-    """Whether transformers' wrapper calls a kernel package rather than its own PyTorch function."""
-    closure = inspect.getclosurevars(wrapper).nonlocals
-    return closure.get("implementation", wrapper.__wrapped__) is not wrapper.__wrapped__
-
-
 def path(module: Qwen3NextGdnLayer, core: str = "chunk") -> str:
-    """'torch' on a CPU (and wherever no kernel package is installed), else 'fla-triton' (the core op)."""
-    on_cpu = next(module.parameters()).device.type == "cpu"
-    return "torch" if on_cpu or not _dispatches_to_kernel(CORES[core]) else "fla-triton"
+    """'torch' for the torch-only module (a CPU) or where FLA is not installed, else 'fla-triton': the
+    package transformers dispatches the core op to first when no hub kernel is requested."""
+    return "torch" if module.transformers is not hf or importlib.util.find_spec("fla") is None else "fla-triton"
 
 
 def _rows(case: Case, begin: int, end: int) -> list[int]:
@@ -171,13 +204,12 @@ def _rows(case: Case, begin: int, end: int) -> list[int]:
 
 @contextlib.contextmanager
 def _instrumented(module: Qwen3NextGdnLayer, recorder: StageRecorder | None, rows: list[list[int]],
-                  on_cpu: bool, core_name: str) -> Iterator[None]:
-    """While active: the layer's chunked core calls the `core_name` one, transformers' conv and core
-    functions are the pure-PyTorch ones on a CPU, and, with a recorder, every stage of each call is
+                  core_name: str) -> Iterator[None]:
+    """While active: the layer's chunked core calls the `core_name` one and, with a recorder, every stage of each call is
     recorded at rows[-1] (the current call's token rows)."""
     geo = geometry_of(module)
-    core = CORES[core_name].__wrapped__ if on_cpu else CORES[core_name]
-    conv = _CONV.__wrapped__ if on_cpu else _CONV
+    mod = module.transformers
+    core, conv = getattr(mod, CORES[core_name]), mod.causal_conv1d_fn
     attn = module.linear_attn
     split = attn.fix_query_key_value_ordering
 
@@ -212,13 +244,13 @@ def _instrumented(module: Qwen3NextGdnLayer, recorder: StageRecorder | None, row
             lambda _m, _i, y: recorder.record("x_norm", y, rows[-1], range(geo.hidden_size))))
         hooks.append(attn.norm.register_forward_hook(
             lambda _m, _i, y: recorder.record("gated_norm", y, rows[-1], range(geo.v_dim))))
-    saved = hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn
-    hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn = core_fn, conv_fn
+    saved = mod.torch_chunk_gated_delta_rule, mod.causal_conv1d_fn
+    mod.torch_chunk_gated_delta_rule, mod.causal_conv1d_fn = core_fn, conv_fn
     attn.fix_query_key_value_ordering = split_fn
     try:
         yield
     finally:
-        hf.torch_chunk_gated_delta_rule, hf.causal_conv1d_fn = saved
+        mod.torch_chunk_gated_delta_rule, mod.causal_conv1d_fn = saved
         del attn.fix_query_key_value_ordering
         for h in hooks:
             h.remove()
@@ -235,7 +267,7 @@ def run(module: Qwen3NextGdnLayer, case: Case, stages: bool = True, core: str = 
     recorder = StageRecorder() if stages else None
     rows: list[list[int]] = []
     outs = []
-    with _instrumented(module, recorder, rows, ref.device.type == "cpu", core):
+    with _instrumented(module, recorder, rows, core):
         if case.cu_seqlens is not None:
             for begin, end in case.sequences():
                 rows.append(_rows(case, begin, end))
@@ -248,4 +280,5 @@ def run(module: Qwen3NextGdnLayer, case: Case, stages: bool = True, core: str = 
     grads = to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module), gradients=True)
     thd = "one sequence per call (transformers' PyTorch path has no varlen)" if case.cu_seqlens is not None else ""
     notes = {"core": core} | ({"thd": thd} if thd else {})
-    return Run(out.detach(), hidden.grad, grads, recorder.stages() if recorder else None, path(module, core), notes)
+    return Run(out.detach(), hidden.grad, grads, recorder.stages() if recorder else None, path(module, core), notes,
+               DECAY_CLASSES[core])

@@ -120,8 +120,8 @@ def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dic
 
 NAME = "megatron"
 # Both of Megatron's chunk forms (FLA's kernels, torch_chunk_gated_delta_rule) take decays as exp of
-# differences of fp32 chunk-local cumsums of g: meta.json's algorithm class (docs/DESIGN.md §4).
-ALGORITHM_CLASS = "cumsum_decay"
+# differences of fp32 chunk-local cumsums of g (docs/DESIGN.md §4).
+DECAY_CLASS = "cumsum-decay"
 
 # Where Megatron's CP algorithm choice lives: Megatron-LM's development branch adds
 # TransformerConfig.linear_cp_mode = "headwise" | "chunkwise"; no PyPI release (0.19.2 included) has it.
@@ -487,7 +487,7 @@ def run(module: torch.nn.Module, case: Case, stages: bool = True):
         raise ValueError("megatron.run is the one-process cp1 run; across ranks use rank_run")
     d = rank_run(module, case, "cp1", stages)
     return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=path(module),
-               notes={"megatron_path": _PATH_NOTE[path(module)]}, algorithm_class=ALGORITHM_CLASS)
+               notes={"megatron_path": _PATH_NOTE[path(module)]}, decay_class=DECAY_CLASS)
 
 
 _PATH_NOTE = {
@@ -572,7 +572,7 @@ def dump_world(world, directory, case: Case, image: str, backend: str, mode: str
     answers = world.run(_rank_dump, case, mode, tp, core, stages, megatron_path)
     dumps = [d for d, _ in answers if d is not None]
     ran = answers[0][1]
-    meta = dict(extra_meta or {}, path=ran, algorithm_class=ALGORITHM_CLASS, tp=tp,
+    meta = dict(extra_meta or {}, path=ran, decay_class=DECAY_CLASS, tp=tp,
                 notes={"megatron_path": _PATH_NOTE[ran]})
     images.write_image(directory, case, image, backend, dumps, transport="gloo", extra_meta=meta)
     return ran
