@@ -1,8 +1,6 @@
 """The megatron adapter against Megatron-Core's own sharded-checkpoint code.
 
-Megatron-Core's GatedDeltaNet cannot be built on a CPU (its constructor allocates on
-`torch.cuda.current_device()` and its in_proj exists only as Transformer Engine's CUDA module), so the
-TP layout is checked against the code that defines it in Megatron's checkpoints: each TP rank's
+The TP layout is checked against the code that defines it in Megatron's checkpoints: each TP rank's
 shard goes through `GatedDeltaNet.sharded_state_dict`'s own splitting (`_split_tensor_factory` for the
 sectioned tensors, `ShardedTensor` rank offsets for the rest), and the global tensors that Megatron
 would save must equal `gather_tp` of the shards.
@@ -17,8 +15,10 @@ from gdn_verify import names
 from gdn_verify.adapters import megatron
 from gdn_verify.names import Geometry
 
-mcore_gdn = pytest.importorskip("megatron.core.ssm.gated_delta_net")
+pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from megatron.core.dist_checkpointing import ShardedTensor  # noqa: E402
+# GatedDeltaNet.sharded_state_dict splits with this (megatron.core.ssm.utils since 0.19)
+from megatron.core.ssm.utils import _split_tensor_factory  # noqa: E402
 
 GEOMETRY = Geometry(hidden_size=12, linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=3,
                     linear_value_head_dim=2, linear_conv_kernel_dim=4, conv_bias=True)
@@ -40,11 +40,11 @@ def megatron_sharded(shard: dict[str, torch.Tensor], rank: int, tp: int, g: Geom
     """Rank `rank`'s shard as Megatron's GatedDeltaNet.sharded_state_dict declares it to the checkpoint."""
     qk, v, hv = g.qk_dim // tp, g.v_dim // tp, g.Hv // tp
     in_proj = ShardedTensor.from_rank_offsets(names.IN_PROJ, shard[names.IN_PROJ], (0, rank, tp), replica_id=0)
-    out = mcore_gdn._split_tensor_factory(in_proj, [qk, qk, v, v, hv, hv],
+    out = _split_tensor_factory(in_proj, [qk, qk, v, v, hv, hv],
                                           ["query", "key", "value", "z", "beta", "alpha"], 0).build()
     for name in (names.CONV_WEIGHT, names.CONV_BIAS):
         t = ShardedTensor.from_rank_offsets(name, shard[name], (0, rank, tp), replica_id=0)
-        out += mcore_gdn._split_tensor_factory(t, [qk, qk, v], ["query", "key", "value"], 0).build()
+        out += _split_tensor_factory(t, [qk, qk, v], ["query", "key", "value"], 0).build()
     axes = {names.A_LOG: 0, names.DT_BIAS: 0, names.OUT_PROJ: 1}  # tensor_parallel_layers_axis_map, row-parallel
     for name, axis in axes.items():
         out.append(ShardedTensor.from_rank_offsets(name, shard[name], (axis, rank, tp), replica_id=0))
@@ -113,10 +113,3 @@ def test_replicated_norm_weight_differing_between_ranks_is_refused() -> None:
 def test_tp_size_not_dividing_the_heads_is_refused() -> None:
     with pytest.raises(megatron.MegatronAdapterError, match="TP size 3 does not divide Hk = 4"):
         megatron.shard_tp(full_params(GEOMETRY), GEOMETRY, 3)
-
-
-def test_building_on_cpu_is_refused_naming_why() -> None:
-    from gdn_verify.adapters import AdapterError
-
-    with pytest.raises(AdapterError, match="needs a CUDA device: its constructor allocates"):
-        megatron.build_module(GEOMETRY, torch.float32, "cpu")

@@ -1,0 +1,267 @@
+"""flash-linear-attention's context parallelism (KCP, `fla.ops.cp`) across local gloo ranks (docs/fla.md).
+
+    python -m gdn_verify.dump --adapter fla --mode chunkwise --world 4 --case thd-gva --out DIR
+
+Each rank of a `world.World` runs FLA's GatedDeltaNet layer on its contiguous span of the packed
+tokens (docs/DESIGN.md §2, THD contiguous: `[r T/W, (r+1) T/W)`, FLA's `build_cp_context` cut) under
+Triton's interpreter (`triton_cpu.enable_fla_cp`), with FLA's CP context handed to its Triton
+`causal_conv1d` (the conv halo) and `chunk_gated_delta_rule` (the state carried across ranks), forward
+and backward. The parent then puts the spans back in natural order and cuts each rank's zigzag shard of
+`out` and `grad_hidden` (docs/DESIGN.md §8; the route of a chunkwise mode, as a permutation), sums the
+parameter gradients over the ranks in rank order in fp32, and writes the image once.
+
+The layer runs `GatedDeltaNet.forward`'s steps on FLA's own modules (that forward takes no CP context):
+`attn_norm`, the six projections, the three `ShortConvolution`s, FLA's Triton gate `fused_gdn_gate`
+(`g = -exp(A_log) softplus(alpha + dt_bias)`), `beta = sigmoid(b)`, `chunk_gated_delta_rule` with the
+in-kernel L2 norm, `FusedRMSNormGated` and `o_proj`. g and beta are computed outside the chunk kernel,
+as Megatron-Core calls it, rather than inside (`use_gate_in_kernel`), so that every named stage of
+docs/DESIGN.md §1.3 is observable; `--world 1` writes the same forward's cp1, the reference `probe
+cross-mode` compares the CP run with. Stages: each rank records its span's rows, and
+`stage::boundary_state` row r is the state FLA's KCP hands rank r's first sequence (the return of
+`chunk_gated_delta_rule_fwd_h_pre_process`), `stage_grad::boundary_state` row r+1 the gradient rank r's
+backward fold computes for the next rank's (`chunk_gated_delta_rule_bwd_dhu_pre_process`), so `probe
+oracle` names the rank whose carried state is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gdn_verify import images, names
+from gdn_verify.cases import Case
+from gdn_verify.layouts import contiguous_rows, zigzag_rows
+from gdn_verify.stages import StageRecorder, l2_normalised
+from gdn_verify.world import Rank
+
+ENV = {"TRITON_INTERPRET": "1"}  # set before the rank imports triton (triton_cpu.enable checks it)
+PATH = "fla-triton-interpreter"
+
+
+@dataclass
+class SpanRun:
+    """One rank's answer: its natural rows and what it computed on them (module dtype), its partial
+    parameter gradients under Megatron's names, its stages, and the shims in force."""
+
+    rows: list[int]
+    out: torch.Tensor
+    grad_hidden: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    stages: list[images.Stage] | None
+    shims: list[str]
+    versions: dict[str, str]  # gdn_verify, torch, triton, fla and where fla was imported from
+    cpu_s: float  # this rank's CPU seconds for the forward and backward
+
+
+_groups: dict[int, object] = {}
+
+
+def cp_groups(rank: Rank) -> dict[int, object]:
+    """The process group of ranks 0..n-1 for every n in 2..W (the whole world at n == W). Every rank
+    creates each group once, in the same order, as torch.distributed requires, so one world serves every
+    smaller CP size."""
+    import torch.distributed as dist
+
+    if not _groups and rank.world > 1:
+        for n in range(2, rank.world):
+            _groups[n] = dist.new_group(list(range(n)))
+        _groups[rank.world] = dist.group.WORLD
+    return _groups
+
+
+def cp_context(case: Case, rank: Rank, cp: int):
+    """FLA's CP context for the case's packing on this rank of the CP group of ranks 0..cp-1 (contiguous
+    layout); None at cp == 1 (FLA's layer without CP)."""
+    groups = cp_groups(rank)
+    if cp == 1 or rank.rank >= cp:
+        return None
+    from fla.ops.cp import build_cp_context
+
+    return build_cp_context(cu_seqlens(case), group=groups[cp], conv1d_kernel_size=case.geometry.linear_conv_kernel_dim)
+
+
+def cu_seqlens(case: Case) -> torch.Tensor:
+    """The packed sequences' boundaries (SBHD B = 1: one sequence of S tokens)."""
+    return torch.tensor([0] + [e for _, e in case.sequences()], dtype=torch.int32)
+
+
+def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
+    """Rank r < cp's span through FLA's layer, forward and backward, under FLA's KCP over ranks 0..cp-1
+    (a World rank function; cp == 1: the whole case on rank 0, no CP); None on the ranks left out."""
+    from gdn_verify import triton_cpu
+
+    shims = triton_cpu.enable_fla_cp()
+    context = cp_context(case, rank, cp)
+    if rank.rank >= cp:
+        return None
+    from gdn_verify.adapters import fla
+
+    start = time.process_time()
+    model = fla.build_module(case.geometry, case.torch_dtype, "cpu")
+    fla.load_megatron_params(model, case.params)
+    rows = list(contiguous_rows(tokens(case), cp, rank.rank))
+    flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
+    hidden = flat[rows].to(case.torch_dtype).requires_grad_()
+    recorder = StageRecorder() if stages else None
+    with boundary_taps(recorder, Rank(rank.rank, cp), case):
+        out = layer_forward(model, hidden, context, cu_seqlens(case), recorder, rows)
+        out.backward(case.grad_output.reshape(flat.shape)[rows].to(out.dtype))
+    grads = fla.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry)
+    return SpanRun(rows, out.detach(), hidden.grad, {n: g.detach() for n, g in grads.items()},
+                   recorder.stages() if recorder else None, shims, versions(), time.process_time() - start)
+
+
+def versions() -> dict[str, str]:
+    """What computed the image (meta.json `versions`), fla's path included: a user's checkout or a planted copy
+    on PYTHONPATH is told apart from the installed package."""
+    import fla
+    import triton
+
+    import gdn_verify
+
+    return {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__, "triton": triton.__version__,
+            "fla": str(getattr(fla, "__version__", "unknown")), "fla_path": str(Path(fla.__file__).parent)}
+
+
+def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, recorder: StageRecorder | None,
+                  rows: list[int]) -> torch.Tensor:
+    """`out` [L, hidden] of FLA's layer on the rank's span (module docstring), recording the stages."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule.gate import fused_gdn_gate
+
+    layer = model.attn
+    from gdn_verify.adapters.fla import CONV, PROJ, geometry_of
+
+    geo = geometry_of(model)
+    L = hidden.shape[0]
+    local_cu = context.cu_seqlens if context is not None else cu
+
+    def record(stage: str, t: torch.Tensor, value: torch.Tensor | None = None) -> None:
+        if recorder is not None:
+            recorder.record(stage, t, rows, range(t[0].numel()), value)
+
+    x = model.attn_norm(hidden)
+    record("x_norm", x)
+
+    in_proj = torch.cat([getattr(layer, PROJ[s])(x) for s in names.IN_PROJ_SECTIONS], dim=-1)
+    record("in_proj", in_proj)
+    sections = dict(zip(names.IN_PROJ_SECTIONS, torch.split(in_proj, list(geo.section_widths().values()), dim=-1)))
+    conv = torch.cat([getattr(layer, CONV[s])(x=sections[s].unsqueeze(0), cu_seqlens=local_cu, cp_context=context)[0][0]
+                      for s in names.CONV_SECTIONS], dim=-1)
+    record("conv", conv)
+    q, k, v = torch.split(conv, [geo.qk_dim, geo.qk_dim, geo.v_dim], dim=-1)
+    q, k, v = q.reshape(L, geo.Hk, geo.dk), k.reshape(L, geo.Hk, geo.dk), v.reshape(L, geo.Hv, geo.dv)
+    record("q", q, l2_normalised(q))
+    record("k", k, l2_normalised(k))
+    record("v", v)
+    g = fused_gdn_gate(sections["alpha"], layer.A_log, layer.dt_bias)
+    beta = sections["beta"].float().sigmoid()
+    record("g", g)
+    record("beta", beta)
+    core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None], use_qk_l2norm_in_kernel=True,
+                                     cu_seqlens=local_cu, cp_context=context)
+    core = core[0]
+    record("core", core)
+    gated = layer.o_norm(core, sections["z"].reshape(L, geo.Hv, geo.dv))
+    record("gated_norm", gated)
+    return layer.o_proj(gated.reshape(L, geo.v_dim))
+
+
+class boundary_taps:
+    """While active, records the state FLA's KCP carries into this rank's span (stage::boundary_state row
+    r) and the gradient its backward fold sends to the next rank's (stage_grad::boundary_state row r+1)
+    by wrapping the two `fla.ops.cp` steps the chunk op calls; the values are returned unchanged."""
+
+    def __init__(self, recorder: StageRecorder | None, rank: Rank, case: Case) -> None:
+        self.recorder, self.rank, self.case = recorder, rank, case
+        self.undo: list = []
+
+    def __enter__(self) -> boundary_taps:
+        if self.recorder is None or self.rank.world == 1:
+            return self
+        from fla.ops.gated_delta_rule import chunk
+
+        g = self.case.geometry
+        cols = range(g.Hv * g.dk * g.dv)
+        r = self.rank.rank
+
+        def tap(name: str, row: int, state: torch.Tensor | None) -> None:
+            value = torch.zeros(g.Hv, g.dk, g.dv) if state is None else state.detach()
+            self.recorder._add(name, value, (row,), list(cols))
+
+        def wrap(attr: str, pick):
+            original = getattr(chunk, attr)
+
+            @functools.wraps(original)
+            def wrapped(*args, **kwargs):
+                result = original(*args, **kwargs)
+                pick(result)
+                return result
+
+            setattr(chunk, attr, wrapped)
+            self.undo.append(lambda: setattr(chunk, attr, original))
+
+        wrap("chunk_gated_delta_rule_fwd_h_pre_process",
+             lambda h0: tap("stage::boundary_state", r, None if h0 is None else h0[0]))
+        if r + 1 < self.rank.world:
+            wrap("chunk_gated_delta_rule_bwd_dhu_pre_process",
+                 lambda res: tap("stage_grad::boundary_state", r + 1, None if res[0] is None else res[0][-1]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for undo in reversed(self.undo):
+            undo()
+
+
+def tokens(case: Case) -> int:
+    return case.hidden_states.shape[0] * case.hidden_states.shape[1]
+
+
+def check_world(case: Case, cp: int) -> None:
+    """ValueError naming the fix when the case cannot run at CP size `cp`: FLA's contiguous cut needs
+    T % W == 0, the image's zigzag shards every sequence divisible by 2W (docs/DESIGN.md §2)."""
+    if cp < 1:
+        raise ValueError(f"--world {cp}: give a CP size of at least 1")
+    contiguous_rows(tokens(case), cp, 0)
+    zigzag_rows(case, cp, 0)
+
+
+def rank_dumps(case: Case, runs: list[SpanRun]) -> list[images.RankDump]:
+    """Each rank's RankDump from the spans: out and grad_hidden back in natural order, then cut into the
+    rank's zigzag shard (docs/DESIGN.md §8); the parameter gradients summed in rank order in fp32. One
+    span is the cp1 dump, several the chunkwise one."""
+    W = len(runs)
+    mode = "cp1" if W == 1 else "chunkwise"
+    out = torch.empty(tokens(case), case.geometry.hidden_size, dtype=runs[0].out.dtype)
+    grad_hidden = torch.empty_like(out)
+    for run in runs:
+        out[run.rows], grad_hidden[run.rows] = run.out, run.grad_hidden
+    grads = {n: functools.reduce(lambda a, b: a + b, [run.grads[n].float() for run in runs]) for n in runs[0].grads}
+    dumps = []
+    for r, run in enumerate(runs):
+        shard = zigzag_rows(case, W, r)
+        dumps.append(images.RankDump(mode, r, W, out[shard], grad_hidden[shard], grads, run.stages))
+    return dumps
+
+
+def dump(world, directory, case: Case, cp: int, stages: bool = True, image: str = "fla",
+         extra_meta: dict | None = None) -> list[images.RankDump]:
+    """Runs the case at CP size `cp` on the first `cp` ranks of `world` (a world.World under ENV) and
+    writes the cp1 (cp == 1) or chunkwise image into `directory`, once; returns the dumps."""
+    check_world(case, cp)
+    runs = [r for r in world.run(rank_run, case, stages, cp) if r is not None]
+    dumps = rank_dumps(case, runs)
+    meta = {"adapter": "fla", "path": PATH, "device": "cpu", "shims": runs[0].shims, "versions": runs[0].versions,
+            "notes": {"fla_path": NOTE}, **(extra_meta or {})}
+    images.write_image(directory, case, image, "fla:cpu", dumps, transport="gloo" if cp > 1 else "inproc",
+                       extra_meta=meta)
+    return dumps
+
+
+NOTE = ("FLA's GatedDeltaNet modules step by step with fla.ops.cp's context (contiguous spans): Triton "
+        "causal_conv1d, fused_gdn_gate, chunk_gated_delta_rule (in-kernel L2 norm), FusedRMSNormGated, under "
+        "Triton's interpreter on the CPU")
