@@ -143,8 +143,8 @@ TensorFile run_conv_case(const ConvCase& c) {
     if (d.dh0) file.tensors.emplace("dh0", std::move(*d.dh0));
   }
   file.metadata = {
-      {"source", "gdn-verify " GDNV_VERSION " fp64 reference oracle (causal conv1d)"},
-      {"oracle_version", GDNV_VERSION},
+      {"source", "gdn-verify fp64 reference oracle " + std::string(kOracleVersion) + " (causal conv1d)"},
+      {"oracle_version", kOracleVersion},
       {"activation", c.in.activation == Activation::Silu ? "silu" : "none"},
   };
   return file;
