@@ -1,6 +1,7 @@
-// gdn-verify reference --in IN --out OUT: the fp64 oracle on a kernel-level file (gated delta rule) or
-// a layer-level file (GatedDeltaNet layer, when IN holds hidden_states), docs/DESIGN.md §5. Forward always;
-// the backward when IN holds do (kernel) or grad_output (layer); with --stages (layer files) also the
+// gdn-verify reference --in IN --out OUT: the fp64 oracle on a kernel-level file (gated delta rule, or the
+// causal conv1d when IN holds x and weight) or a layer-level file (GatedDeltaNet layer, when IN holds
+// hidden_states), docs/DESIGN.md §5. Forward always; the backward when IN holds do or dy (kernel) or
+// grad_output (layer); with --stages (layer files) also the
 // layer's named stages, stage::<s> and stage_grad::<s> (docs/DESIGN.md §1.3).
 #include <ostream>
 #include <utility>
@@ -32,12 +33,13 @@ int write_result(const TensorFile& result, const std::string& out_path, std::ost
 int reference_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("reference options");
   options.add_options()("in", po::value<std::string>()->required(),
-                        "kernel-level input: q k v g beta [initial_state cu_seqlens do dht]; or layer-level: "
-                        "hidden_states, the parameters by name [cu_seqlens grad_output], config in metadata")(
+                        "kernel-level input: q k v g beta [initial_state cu_seqlens do dht], or conv1d: x weight "
+                        "[bias initial_state cu_seqlens dy dht]; or layer-level: hidden_states, the parameters by "
+                        "name [cu_seqlens grad_output], config in metadata")(
       "out", po::value<std::string>()->required(),
-      "output, all F64: o final_state [dq dk dv dg dbeta dh0]; or out [grad_hidden grad::<param>]")(
-      "form", po::value<std::string>()->default_value("chunked"),
-      "chunked (WY/UT, the fast oracle) or recurrent (token by token)")(
+      "output, all F64: o final_state [dq dk dv dg dbeta dh0]; conv1d: y final_state [dx dweight dbias dh0]; "
+      "or out [grad_hidden grad::<param>]")("form", po::value<std::string>()->default_value("chunked"),
+                                            "chunked (WY/UT, the fast oracle) or recurrent (token by token)")(
       "stages", po::bool_switch(),
       "layer-level input only: also write the named stages, stage::<s> [N, ...] and (with grad_output) "
       "stage_grad::<s>, token rows in the order of out");
@@ -58,6 +60,8 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
       throw ConfigError(in_path +
                         ": --stages names the layer's stages and needs a layer-level input (with hidden_states); "
                         "drop --stages for a kernel-level file");
+    if (ref::is_conv_file(input))
+      return write_result(ref::run_conv_case(ref::take_conv_case(input, in_path)), out_path, out);
     c = ref::take_gdr_case(input, in_path);
   }
   return write_result(ref::run_gdr_case(c, form), out_path, out);

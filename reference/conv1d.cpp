@@ -1,7 +1,7 @@
 // Causal depthwise conv1d (docs/DESIGN.md §1.2), token by token:
 //   y[t] = act(bias + sum_{i<W} w[:, i] * x[t - (W-1) + i]),
 // tokens before a sequence's start read initial_state slot (token - (-W)) or zero; nothing crosses
-// from one packed sequence into the next.
+// from one packed sequence into the next. The final state's slot s is token len - W + s, read the same way.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -55,11 +55,22 @@ struct Window {
   const ConvGeometry& geo;
   const Sequence& s;
 
+  // Flat offset of channel 0 of token tau, tau in [-W, len), in x (tau >= 0) or initial_state (tau < 0).
+  std::int64_t offset(std::int64_t tau) const {
+    return tau >= 0 ? (s.b * geo.T + s.begin + tau) * geo.D : s.n * geo.D * geo.W + (tau + geo.W);
+  }
+
   // Pointer to channel 0 of token tau and the stride between channels; null for a zero token.
   std::pair<const double*, std::int64_t> token(std::int64_t tau) const {
-    if (tau >= 0) return {in.x.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D, 1};
+    if (tau >= 0) return {in.x.data<double>() + offset(tau), 1};
     if (!in.initial_state) return {nullptr, 0};
-    return {in.initial_state->data<double>() + s.n * geo.D * geo.W + (tau + geo.W), geo.W};
+    return {in.initial_state->data<double>() + offset(tau), geo.W};
+  }
+
+  // Where token tau's gradient accumulates (dx or dh0, same layout as token()); null for a zero token.
+  double* grad(Conv1dGrads& grads, std::int64_t tau) const {
+    if (tau >= 0) return grads.dx.data<double>() + offset(tau);
+    return grads.dh0 ? grads.dh0->data<double>() + offset(tau) : nullptr;
   }
 
   // Pre-activation of token t, channels [d0, d1), into pre[d - d0].
@@ -106,9 +117,26 @@ Tensor conv1d_forward(const Conv1dInputs& in) {
   return y;
 }
 
-Conv1dGrads conv1d_backward(const Conv1dInputs& in, const Tensor& dy) {
+Tensor conv1d_final_state(const Conv1dInputs& in) {
+  const ConvGeometry geo = conv_geometry(in);
+  Tensor state(DType::F64, {static_cast<std::int64_t>(geo.seqs.size()), geo.D, geo.W});
+  for (const Sequence& s : geo.seqs) {
+    const Window win{in, geo, s};
+    for (std::int64_t slot = 0; slot < geo.W; ++slot) {
+      const auto [x, stride] = win.token(s.len - geo.W + slot);
+      if (!x) continue;
+      for (std::int64_t d = 0; d < geo.D; ++d) state.data<double>()[(s.n * geo.D + d) * geo.W + slot] = x[d * stride];
+    }
+  }
+  return state;
+}
+
+Conv1dGrads conv1d_backward(const Conv1dInputs& in, const Tensor& dy, const std::optional<Tensor>& dht) {
   const ConvGeometry geo = conv_geometry(in);
   check_tensor(dy, "dy", {geo.B, geo.T, geo.D}, "[B, T, D] (the shape of x)");
+  if (dht)
+    check_tensor(*dht, "dht", {static_cast<std::int64_t>(geo.seqs.size()), geo.D, geo.W},
+                 "[N, D, W] (the shape of the final state)");
   Conv1dGrads grads{Tensor(DType::F64, in.x.shape()), Tensor(DType::F64, in.weight.shape()), std::nullopt,
                     std::nullopt};
   if (in.bias) grads.dbias = Tensor(DType::F64, in.bias->shape());
@@ -132,13 +160,21 @@ Conv1dGrads conv1d_backward(const Conv1dInputs& in, const Tensor& dy) {
           const std::int64_t tau = t - (geo.W - 1) + i;
           const auto [x, stride] = win.token(tau);
           if (!x) continue;
-          double* dx = tau >= 0 ? grads.dx.data<double>() + (s.b * geo.T + s.begin + tau) * geo.D
-                                : grads.dh0->data<double>() + s.n * geo.D * geo.W + (tau + geo.W);
+          double* dx = win.grad(grads, tau);
           for (std::int64_t d = d0; d < d1; ++d) {
             dw[d * geo.W + i] += d_pre[d - d0] * x[d * stride];
             dx[d * stride] += d_pre[d - d0] * w[d * geo.W + i];
           }
         }
+      }
+      if (!dht) continue;
+      for (std::int64_t slot = 0; slot < geo.W; ++slot) {  // the final state's slots, after every dy term
+        const std::int64_t tau = s.len - geo.W + slot;
+        double* dx = win.grad(grads, tau);
+        if (!dx) continue;
+        const std::int64_t stride = tau >= 0 ? 1 : geo.W;
+        const double* g = dht->data<double>() + s.n * geo.D * geo.W + slot;
+        for (std::int64_t d = d0; d < d1; ++d) dx[d * stride] += g[d * geo.W];
       }
     }
   });

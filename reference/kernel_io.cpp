@@ -21,11 +21,12 @@ std::optional<Tensor> take_f64(TensorFile& file, const std::string& name, const 
   return t.to(DType::F64);
 }
 
-Tensor take_required(TensorFile& file, const std::string& name, const std::string& source) {
+Tensor take_required(TensorFile& file, const std::string& name, const std::string& source,
+                     const std::string& needs = "q k v g beta") {
   auto t = take_f64(file, name, source);
   if (!t)
-    throw FormatError(source + ": tensor '" + name + "' is missing; a kernel-level input needs q k v g beta " +
-                      "(docs/DESIGN.md §5)");
+    throw FormatError(source + ": tensor '" + name + "' is missing; a kernel-level input needs " + needs +
+                      " (docs/DESIGN.md §5)");
   return std::move(*t);
 }
 
@@ -100,6 +101,51 @@ TensorFile run_gdr_case(const GdrCase& c, GdrForm form) {
       {"use_qk_l2norm", format_bool(c.in.use_qk_l2norm)},
   };
   if (chunked) file.metadata["chunk_size"] = std::to_string(c.chunk_size);
+  return file;
+}
+
+bool is_conv_file(const TensorFile& file) { return file.has("x") && file.has("weight"); }
+
+ConvCase take_conv_case(TensorFile& file, const std::string& source) {
+  ConvCase c;
+  c.in.x = take_required(file, "x", source, "x weight");
+  c.in.weight = take_required(file, "weight", source, "x weight");
+  c.in.bias = take_f64(file, "bias", source);
+  c.in.initial_state = take_f64(file, "initial_state", source);
+  if (file.has("cu_seqlens")) c.in.cu_seqlens = take_cu_seqlens(file, source);
+  c.dy = take_f64(file, "dy", source);
+  c.dht = take_f64(file, "dht", source);
+  if (c.dht && !c.dy) throw FormatError(source + ": tensor 'dht' is given without 'dy'; add dy to get gradients");
+  const auto act = file.metadata.find("activation");
+  const std::string name = act == file.metadata.end() ? "silu" : act->second;
+  if (name != "silu" && name != "swish" && name != "none")
+    throw ConfigError(source + ": metadata 'activation' = '" + name + "'; it must be silu (or swish) or none");
+  c.in.activation = name == "none" ? Activation::None : Activation::Silu;
+  try {  // all checks now, so that a bad dy or dht fails before any math
+    conv1d_final_state(c.in);
+    if (c.dy) conv1d_backward(c.in, *c.dy, c.dht);
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + ": " + e.what());
+  }
+  return c;
+}
+
+TensorFile run_conv_case(const ConvCase& c) {
+  TensorFile file;
+  file.tensors.emplace("y", conv1d_forward(c.in));
+  file.tensors.emplace("final_state", conv1d_final_state(c.in));
+  if (c.dy) {
+    Conv1dGrads d = conv1d_backward(c.in, *c.dy, c.dht);
+    file.tensors.emplace("dx", std::move(d.dx));
+    file.tensors.emplace("dweight", std::move(d.dweight));
+    if (d.dbias) file.tensors.emplace("dbias", std::move(*d.dbias));
+    if (d.dh0) file.tensors.emplace("dh0", std::move(*d.dh0));
+  }
+  file.metadata = {
+      {"source", "gdn-verify " GDNV_VERSION " fp64 reference oracle (causal conv1d)"},
+      {"oracle_version", GDNV_VERSION},
+      {"activation", c.in.activation == Activation::Silu ? "silu" : "none"},
+  };
   return file;
 }
 

@@ -1,11 +1,12 @@
 #pragma once
-// Kernel-level safetensors files of the gated delta rule (docs/DESIGN.md §5): q k v g beta in (initial_state,
+// Kernel-level safetensors files (docs/DESIGN.md §5). The gated delta rule: q k v g beta in (initial_state,
 // cu_seqlens, do, dht optional; metadata scale, use_qk_l2norm, chunk_size), o final_state and the
-// gradients dq dk dv dg dbeta dh0 out.
+// gradients dq dk dv dg dbeta dh0 out. The causal conv1d: below.
 #include <optional>
 #include <string>
 
 #include "core/safetensors.hpp"
+#include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 
 namespace gdnv::ref {
@@ -30,5 +31,18 @@ int chunk_size_of(const Metadata& metadata, const std::string& source);
 // Runs the oracle: forward, then the backward when the case has do. Returns o, final_state and the
 // gradients, all F64, with metadata naming the oracle (version, form, chunk size, scale, L2 norm).
 TensorFile run_gdr_case(const GdrCase& c, GdrForm form);
+
+// Kernel-level files of the causal conv1d (docs/DESIGN.md §5): x weight in (bias, initial_state,
+// cu_seqlens, dy, dht optional; metadata activation "silu" (default) or "none"), y final_state and the
+// gradients dx dweight [dbias] [dh0] out.
+struct ConvCase {
+  Conv1dInputs in;
+  std::optional<Tensor> dy;   // [B, T, D]
+  std::optional<Tensor> dht;  // [N, D, W]
+};
+
+bool is_conv_file(const TensorFile& file);  // holds x and weight
+ConvCase take_conv_case(TensorFile& file, const std::string& source);
+TensorFile run_conv_case(const ConvCase& c);
 
 }  // namespace gdnv::ref

@@ -1,5 +1,6 @@
 // The causal conv1d oracle (reference/conv1d): a hand-computed case, finite differences against every
-// gradient, no bleed across packed sequences, FLA's initial_state slot convention, input errors.
+// gradient (the final state's included), no bleed across packed sequences, FLA's initial_state slot
+// convention, the final state as the next call's initial state, input errors.
 #include <functional>
 #include <limits>
 
@@ -64,14 +65,17 @@ TEST(Conv1dTiny, TwoTokensMatchClosedForm) {
 // 1e-6 relative RMS has >= 1e3 headroom.
 constexpr double kFdStep = 1e-5, kFdTol = 1e-6;
 
-Tensor fd_gradient(const Conv1dInputs& base, const std::function<Tensor&(Conv1dInputs&)>& field, const Tensor& dy) {
+// d/d field of sum(y * dy) + sum(final_state * dht).
+Tensor fd_gradient(const Conv1dInputs& base, const std::function<Tensor&(Conv1dInputs&)>& field, const Tensor& dy,
+                   const Tensor& dht) {
   Conv1dInputs in = base;
   Tensor& x = field(in);
   Tensor grad(DType::F64, x.shape());
   auto loss = [&] {
-    const Tensor y = ref::conv1d_forward(in);
+    const Tensor y = ref::conv1d_forward(in), state = ref::conv1d_final_state(in);
     double l = 0;
     for (std::int64_t i = 0; i < y.numel(); ++i) l += y.get(i) * dy.get(i);
+    for (std::int64_t i = 0; i < state.numel(); ++i) l += state.get(i) * dht.get(i);
     return l;
   };
   for (std::int64_t i = 0; i < x.numel(); ++i) {
@@ -88,25 +92,26 @@ Tensor fd_gradient(const Conv1dInputs& base, const std::function<Tensor&(Conv1dI
 
 class Conv1dFiniteDifferences : public ::testing::TestWithParam<Activation> {};
 
+// Sequence 0 (2 tokens) is shorter than the window: its final state reads initial_state slots 2 and 3.
 TEST_P(Conv1dFiniteDifferences, GradientsMatchCentralDifferences) {
   const Conv1dInputs in = random_conv(1, 11, 3, 4, true, true, std::vector<std::int64_t>{0, 2, 11}, GetParam(), 21);
-  const Tensor dy = random_normal(in.x.shape(), 21, "dy");
-  const ref::Conv1dGrads d = ref::conv1d_backward(in, dy);
+  const Tensor dy = random_normal(in.x.shape(), 21, "dy"), dht = random_normal({2, 3, 4}, 21, "dht");
+  const ref::Conv1dGrads d = ref::conv1d_backward(in, dy, dht);
   EXPECT_TRUE(close("dx", d.dx,
                     fd_gradient(
-                        in, [](Conv1dInputs& c) -> Tensor& { return c.x; }, dy),
+                        in, [](Conv1dInputs& c) -> Tensor& { return c.x; }, dy, dht),
                     kFdTol));
   EXPECT_TRUE(close("dweight", d.dweight,
                     fd_gradient(
-                        in, [](Conv1dInputs& c) -> Tensor& { return c.weight; }, dy),
+                        in, [](Conv1dInputs& c) -> Tensor& { return c.weight; }, dy, dht),
                     kFdTol));
   EXPECT_TRUE(close("dbias", *d.dbias,
                     fd_gradient(
-                        in, [](Conv1dInputs& c) -> Tensor& { return *c.bias; }, dy),
+                        in, [](Conv1dInputs& c) -> Tensor& { return *c.bias; }, dy, dht),
                     kFdTol));
-  // Slot 0 of initial_state is never read: its gradient is exactly zero, the rest must match.
+  // Slot 0 of initial_state is read by nothing here (no empty sequence): its gradient is exactly zero.
   const Tensor fd_h0 = fd_gradient(
-      in, [](Conv1dInputs& c) -> Tensor& { return *c.initial_state; }, dy);
+      in, [](Conv1dInputs& c) -> Tensor& { return *c.initial_state; }, dy, dht);
   EXPECT_TRUE(close("dh0", *d.dh0, fd_h0, kFdTol));
   for (std::int64_t i = 0; i < d.dh0->numel(); i += 4) EXPECT_EQ(d.dh0->get(i), 0.0) << "slot 0 at " << i;
 }
@@ -158,6 +163,41 @@ TEST(Conv1dInitialState, SlotsActAsPrependedTokens) {
   for (std::int64_t dd = 0; dd < D; ++dd)
     for (std::int64_t j = 1; j < W; ++j) dh0_want.set(dd * W + j, dl.dx.get((j - 1) * D + dd));
   EXPECT_TRUE(close("dh0", *d.dh0, dh0_want, 1e-15));
+}
+
+// T = 2 < W = 3, D = 1: the extended sequence is h0_0 h0_1 h0_2 x_0 x_1 and slot s of the final state is
+// its token T + s: h0_2, x_0, x_1. A longer sequence's slots are its last W tokens, slot 0 included.
+TEST(Conv1dFinalState, SlotsHoldTheLastWTokensOfTheExtendedSequence) {
+  const Conv1dInputs in{Tensor::from(std::vector<double>{0.7, -1.2, 2.5, 0.25, -3.0}, {1, 5, 1}),
+                        Tensor::from(std::vector<double>{0.3, -0.8, 0.5}, {1, 3}),
+                        std::nullopt,
+                        Tensor::from(std::vector<double>{9.0, 8.0, 7.0, 6.0, 5.0, 4.0}, {2, 1, 3}),
+                        std::vector<std::int64_t>{0, 2, 5},
+                        Activation::Silu};
+  const Tensor state = ref::conv1d_final_state(in);
+  const std::vector<double> want{7.0, 0.7, -1.2, 2.5, 0.25, -3.0};
+  for (std::int64_t i = 0; i < 6; ++i) EXPECT_EQ(state.get(i), want[static_cast<std::size_t>(i)]) << i;
+  // Its gradient reaches exactly the token each slot holds: slot 0 of sequence 1 is x_2.
+  const Tensor dht = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 1, 3});
+  const ref::Conv1dGrads with = ref::conv1d_backward(in, Tensor(DType::F64, {1, 5, 1}), dht);
+  const std::vector<double> dx{2, 3, 4, 5, 6}, dh0{0, 0, 1, 0, 0, 0};
+  for (std::int64_t i = 0; i < 5; ++i) EXPECT_EQ(with.dx.get(i), dx[static_cast<std::size_t>(i)]) << i;
+  for (std::int64_t i = 0; i < 6; ++i) EXPECT_EQ(with.dh0->get(i), dh0[static_cast<std::size_t>(i)]) << i;
+}
+
+// Two calls chained through the state equal one call on the concatenation (the state's purpose).
+TEST(Conv1dFinalState, ChainedCallsEqualOneCall) {
+  const std::int64_t T = 9, D = 3, W = 4, cut = 5;
+  const Conv1dInputs whole = random_conv(1, T, D, W, true, true, std::nullopt, Activation::Silu, 51);
+  const Conv1dInputs first{rows(whole.x, 0, cut), whole.weight, whole.bias,
+                           whole.initial_state,   std::nullopt, Activation::Silu};
+  const Conv1dInputs second{rows(whole.x, cut, T - cut),    whole.weight, whole.bias,
+                            ref::conv1d_final_state(first), std::nullopt, Activation::Silu};
+  const Tensor y = ref::conv1d_forward(whole);
+  // Identical arithmetic: bit-for-bit equal results.
+  EXPECT_TRUE(close("y first", rows(y, 0, cut), ref::conv1d_forward(first), 1e-300));
+  EXPECT_TRUE(close("y second", rows(y, cut, T - cut), ref::conv1d_forward(second), 1e-300));
+  EXPECT_TRUE(close("final_state", ref::conv1d_final_state(whole), ref::conv1d_final_state(second), 1e-300));
 }
 
 void expect_conv_error(const Conv1dInputs& in, const std::string& message) {

@@ -118,6 +118,45 @@ TEST_F(ReferenceCli, UpcastsF32InputsAndWritesOnlyForwardWithoutDo) {
   EXPECT_TRUE(testing::nontrivial(want.at("o", "want")));
 }
 
+// A conv1d kernel-level file (x and weight): y, final_state and the gradients, as the oracle computes them.
+TEST_F(ReferenceCli, ConvFileGivesTheConvOracleWithFinalState) {
+  TensorFile f;
+  f.tensors.emplace("x", testing::random_normal({1, 7, 3}, 6, "x").to(DType::F32));
+  f.tensors.emplace("weight", testing::random_normal({3, 4}, 6, "w"));
+  f.tensors.emplace("initial_state", testing::random_normal({2, 3, 4}, 6, "h0"));
+  f.tensors.emplace("cu_seqlens", Tensor::from(std::vector<std::int64_t>{0, 2, 7}, {3}));
+  f.tensors.emplace("dy", testing::random_normal({1, 7, 3}, 6, "dy"));
+  f.tensors.emplace("dht", testing::random_normal({2, 3, 4}, 6, "dht"));
+  write_safetensors(path("in.safetensors"), f);
+  const auto r = run_cli("reference --in " + path("in.safetensors") + " --out " + path("out.safetensors"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const TensorFile got = read_safetensors(path("out.safetensors"));
+  EXPECT_EQ(got.tensors.size(), 5u) << "y final_state dx dweight dh0 (no bias)";
+  TensorFile again = f;
+  const ref::ConvCase c = ref::take_conv_case(again, "in");
+  const ref::Conv1dGrads d = ref::conv1d_backward(c.in, *c.dy, c.dht);
+  EXPECT_TRUE(got.at("y", "out").bitwise_equal(ref::conv1d_forward(c.in)));
+  EXPECT_TRUE(got.at("final_state", "out").bitwise_equal(ref::conv1d_final_state(c.in)));
+  EXPECT_TRUE(got.at("dx", "out").bitwise_equal(d.dx));
+  EXPECT_TRUE(got.at("dh0", "out").bitwise_equal(*d.dh0));
+  EXPECT_TRUE(testing::nontrivial(d.dx));
+  EXPECT_EQ(got.metadata.at("activation"), "silu");
+}
+
+TEST_F(ReferenceCli, BadConvFilesAreRejected) {
+  TensorFile f;
+  f.tensors.emplace("x", testing::random_normal({1, 7, 3}, 6, "x"));
+  f.tensors.emplace("weight", testing::random_normal({3, 4}, 6, "w"));
+  f.tensors.emplace("dht", testing::random_normal({1, 3, 4}, 6, "dht"));
+  expect_rejected(f, "tensor 'dht' is given without 'dy'; add dy to get gradients");
+  f.tensors.emplace("dy", testing::random_normal({1, 7, 3}, 6, "dy"));
+  f.tensors.insert_or_assign("dht", testing::random_normal({1, 3, 3}, 6, "dht"));
+  expect_rejected(f, "dht has shape [1, 3, 3], expected [N, D, W] (the shape of the final state) = [1, 3, 4]");
+  f.tensors.erase("dht");
+  f.metadata["activation"] = "relu";
+  expect_rejected(f, "metadata 'activation' = 'relu'; it must be silu (or swish) or none");
+}
+
 TEST_F(ReferenceCli, MissingTensorIsRejected) {
   TensorFile f = valid_file();
   f.tensors.erase("beta");

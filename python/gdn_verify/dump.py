@@ -51,7 +51,8 @@ def parser() -> Parser:
     p.add_argument("--image", default=None, help="image label (default: the adapter's name)")
     p.add_argument("--device", default="cpu", help="torch device the module runs on (default cpu)")
     p.add_argument("--core", default=None,
-                   help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent)")
+                   help="the adapter's core-op form where it has several (hf-qwen3-next: chunk | recurrent; "
+                        "fla: triton | torch)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
     p.add_argument("--world", default=None, type=int,
                    help="run on N local gloo processes (fla: FLA's KCP, gdn_verify.fla_cp); N > 1 needs --mode chunkwise")
@@ -140,6 +141,8 @@ def dump(args: argparse.Namespace) -> str:
     options = run_options(adapter, args.core)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image = args.image or args.adapter
+    if hasattr(adapter, "prepare"):
+        adapter.prepare(args.device, args.core)
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
     module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
@@ -149,6 +152,8 @@ def dump(args: argparse.Namespace) -> str:
                              {n: g.cpu() for n, g in result.grads.items()}, result.stages)
     extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
              "versions": versions(args.adapter)}
+    if result.algorithm_class:
+        extra["algorithm_class"] = result.algorithm_class
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
     return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
             f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")

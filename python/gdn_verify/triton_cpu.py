@@ -12,6 +12,7 @@ the shim is not applied. `applied()` lists the ones in force (written into an im
 | `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
+| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic and comparisons run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
 | `cp-device-cpu` | `RuntimeError: CP affine chains require NVIDIA Ampere or newer ...` | `fla.ops.cp`'s `_check_cp_device` refuses a CPU tensor; the shim lets CPU pass, nothing else |
 | `gloo-all-gather-view` | `RuntimeError: ProcessGroupGloo::allgather: invalid tensor size ...` | FLA passes an `[W, n, ...]` output, gloo wants `[W*n, ...]`: the same memory, viewed flat |
 
@@ -186,6 +187,82 @@ def _splat_patch() -> Callable[[], None]:
     return _set(interpreter.InterpreterBuilder, "create_splat", create_splat)
 
 
+# (6) The interpreter keeps bf16 as its uint16 bits, and three of its paths treat those bits as numbers:
+# `tl.dot` (create_dot converts only fp8) and bf16 arithmetic (binary_op, unary_op) compute on the
+# integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
+# No error, wrong values. The shim computes bf16 operands on their values, widened exactly to fp32, and
+# rounds bf16 results to nearest even (fp32 has 24 >= 2 * 8 + 2 bits, so the one op in fp32 then the
+# rounding to bf16 is the correctly rounded bf16 op, as on a GPU).
+BF16_WRONG = "bf16 computed on its uint16 storage"
+
+
+def _bf16_needed() -> bool:
+    import torch
+
+    from gdn_verify import triton_probes
+
+    return triton_probes.bf16_ops() != triton_probes.BF16_OPS_COMPILED
+
+
+def _bf16_patch() -> Callable[[], None]:
+    import numpy as np
+    import torch
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    B = interpreter.InterpreterBuilder
+    dot, binary, unary, cast, fp_to_fp = B.create_dot, B.binary_op, B.unary_op, B.cast_impl, B.create_fp_to_fp
+
+    def is_bf16(x) -> bool:
+        return x.dtype.scalar == tl.bfloat16
+
+    def value(x):  # a bf16 handle as fp32 values (exact), any other as it is
+        if not is_bf16(x):
+            return x
+        data = (np.asarray(x.data).astype(np.uint32) << 16).view(np.float32)
+        return interpreter.TensorHandle(data, tl.float32)
+
+    def rounded(data) -> np.ndarray:  # float values -> bf16 bits, round to nearest even (torch's rounding)
+        f32 = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
+        return f32.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+    def as_bf16(out):
+        if out.data.dtype == np.bool_ or not np.issubdtype(out.data.dtype, np.floating):
+            return out
+        return interpreter.TensorHandle(rounded(out.data), tl.bfloat16)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return dot(self, value(a), value(b), d, input_precision, max_num_imprecise_acc)
+
+    def binary_op(self, lhs, rhs, op):
+        if not (is_bf16(lhs) or is_bf16(rhs)):
+            return binary(self, lhs, rhs, op)
+        out = binary(self, value(lhs), value(rhs), op)
+        if out.data.dtype == np.bool_:  # a comparison: int1, as compiled Triton types it
+            return interpreter.TensorHandle(out.data, tl.int1)
+        return as_bf16(out) if is_bf16(lhs) else interpreter.TensorHandle(out.data, lhs.dtype.scalar)
+
+    def unary_op(self, arg, op):
+        return as_bf16(unary(self, value(arg), op)) if is_bf16(arg) else unary(self, arg, op)
+
+    def cast_impl(self, src, dst_type):
+        if dst_type.scalar == tl.bfloat16 and src.dtype.scalar != tl.bfloat16:
+            return interpreter.TensorHandle(rounded(np.asarray(src.data, dtype=np.float64)), tl.bfloat16)
+        return cast(self, value(src), dst_type) if is_bf16(src) else cast(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        default = rounding_mode in (None, interpreter._ir.ROUNDING_MODE.RTNE)
+        if default and tl.bfloat16 in (src.dtype.scalar, dst_type.scalar) and not dst_type.scalar.is_fp8():
+            return cast_impl(self, src, dst_type)
+        return fp_to_fp(self, src, dst_type, rounding_mode)
+
+    undos = [_set(B, name, f) for name, f in (("create_dot", create_dot), ("binary_op", binary_op),
+                                               ("unary_op", unary_op), ("cast_impl", cast_impl),
+                                               ("create_fp_to_fp", create_fp_to_fp))]
+    # the casts are bound to cast_impl as lambdas; rebinding cast_impl reaches them
+    return lambda: [undo() for undo in undos]
+
+
 # (4) fla.ops.cp checks for an Ampere-or-newer CUDA device (or Ascend) before its CP kernels; under the
 # interpreter the tensors are on the CPU. The shim passes CPU devices and defers to FLA's check otherwise.
 CP_DEVICE_ERROR = "CP affine chains require NVIDIA Ampere or newer"
@@ -248,6 +325,7 @@ TRITON_SHIMS = (
     Shim("autotune-one-config", AUTOTUNE_ERROR, _autotune_needed, _autotune_patch),
     Shim("range-var-tensor", RANGE_ERROR, _range_needed, _range_patch),
     Shim("splat-keeps-dtype", SPLAT_ERROR, _splat_needed, _splat_patch),
+    Shim("bf16-values", BF16_WRONG, _bf16_needed, _bf16_patch),
 )
 # gloo's refusal is detected at the first stacked call (it needs a process group), so the wrapper is
 # installed whenever CP runs on a CPU and passes every call through unchanged until gloo refuses.

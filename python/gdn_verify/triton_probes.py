@@ -76,3 +76,45 @@ def scaled(x: torch.Tensor, one_config: bool = False) -> torch.Tensor:
     kernel = _scaled_one_config_kernel if one_config else _scaled_kernel
     kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
     return y
+
+
+@triton.jit
+def _bf16_kernel(a, b, x, c, prod, lt, rounded, BN: tl.constexpr):
+    o = tl.arange(0, BN)
+    blk = o[:, None] * BN + o[None, :]
+    tl.store(c + blk, tl.dot(tl.load(a + blk), tl.load(b + blk)))  # bf16 x bf16 -> fp32
+    va, vb = tl.load(a + o), tl.load(b + o)  # bf16 rows: 1, 0, ... and 2.0
+    tl.store(prod + o, va * vb * va)  # bf16 arithmetic
+    tl.store(lt + o, (-vb < va).to(tl.int32))  # a bf16 comparison with a negative value
+    tl.store(rounded + o, tl.load(x + o).to(tl.bfloat16))  # fp32 -> bf16
+
+
+BF16_OPS_COMPILED = {"dot": 2.0, "product": [2.0] + [0.0] * 15, "less": [1] * 16, "rounded": 1.0078125}
+
+
+def bf16_ops() -> dict:
+    """Compiled Triton's answers are BF16_OPS_COMPILED: identity x 2.0 through tl.dot is 2.0; the bf16
+    product a b a is 2.0 then 0; -2 < a holds; fp32 1 + 3 2^-9 rounds to nearest even, to 1 + 2^-7."""
+    a = torch.eye(16, dtype=torch.bfloat16)
+    b = torch.full((16, 16), 2.0, dtype=torch.bfloat16)
+    x = torch.full((16,), 1.0 + 3 * 2.0**-9, dtype=torch.float32)
+    c, prod = torch.empty(16, 16), torch.empty(16, dtype=torch.bfloat16)
+    lt, rounded = torch.empty(16, dtype=torch.int32), torch.empty(16, dtype=torch.bfloat16)
+    _bf16_kernel[(1,)](a, b, x, c, prod, lt, rounded, BN=16)
+    return {"dot": float(c.max()) if bool((c == c.max()).all()) else c.tolist(), "product": prod.float().tolist(),
+            "less": lt.tolist(), "rounded": float(rounded.float().max()) if bool((rounded == rounded.max()).all())
+            else rounded.float().tolist()}
+
+
+@triton.jit
+def _dot_kernel(a, b, c, BN: tl.constexpr):
+    o = tl.arange(0, BN)
+    blk = o[:, None] * BN + o[None, :]
+    tl.store(c + blk, tl.dot(tl.load(a + blk), tl.load(b + blk)))
+
+
+def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """tl.dot of two [16, 16] blocks, fp32 result."""
+    c = torch.empty(16, 16, dtype=torch.float32)
+    _dot_kernel[(1,)](a, b, c, BN=16)
+    return c

@@ -23,7 +23,7 @@ def image(tmp_path, case_name: str, dtype: str, module=None):
     case = make_case(case_name, 0, dtype)
     m = module or fla.build_module(case.geometry, case.torch_dtype)
     fla.load_megatron_params(m, case.params)
-    r = fla.run(m, case)
+    r = fla.run(m, case, core="torch")
     write_image(tmp_path, case, "fla", "cpu", [RankDump("cp1", 0, 1, r.out, r.grad_hidden, r.grads, r.stages)],
                 extra_meta={"adapter": "fla", "path": r.path})
     return tmp_path, r

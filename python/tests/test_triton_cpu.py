@@ -42,13 +42,17 @@ TRITON_SHIMS = """
         return None
 
     x, rows = torch.arange(1.0, 9.0), torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
+    square = torch.linspace(-3.0, 2.0, 256).reshape(16, 16)
     probes = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0)),
               "range-var-tensor": lambda: p.range_index(torch.zeros(4, dtype=torch.int64)),
-              "splat-keeps-dtype": lambda: p.masked_copy(x, 1)}
+              "splat-keeps-dtype": lambda: p.masked_copy(x, 1),
+              "bf16-values": p.bf16_ops}
     unneeded = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0), one_config=True),
                 "range-var-tensor": lambda: p.weighted_rows(rows, 0.375),
-                "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375)}
-    out = {"unshimmed": {n: error(f) for n, f in probes.items()},
+                "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375),
+                "bf16-values": lambda: torch.cat([p.weighted_rows(rows, 0.375),
+                                                  p.dot(square, square.t().contiguous()).flatten()])}
+    out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
            "needed": {s.name: s.needed() for s in triton_cpu.TRITON_SHIMS}, "same_bits": {}}
     for shim in triton_cpu.TRITON_SHIMS:
         before = unneeded[shim.name]()
@@ -56,7 +60,8 @@ TRITON_SHIMS = """
         out["same_bits"][shim.name] = bool(torch.equal(before, unneeded[shim.name]()) and before.abs().sum() > 0)
     out["shimmed"] = {"autotune-one-config": p.scaled(torch.arange(6.0)).tolist(),
                       "range-var-tensor": p.range_index(torch.zeros(4, dtype=torch.int64)).tolist(),
-                      "splat-keeps-dtype": [p.masked_copy(x, 1).tolist(), p.masked_copy(x, 2).tolist()]}
+                      "splat-keeps-dtype": [p.masked_copy(x, 1).tolist(), p.masked_copy(x, 2).tolist()],
+                      "bf16-values": p.bf16_ops()}
     print(json.dumps(out))
 """
 
@@ -71,7 +76,12 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
         "autotune-one-config": "RuntimeError: 0 active drivers ([]). There should only be one.",
         "range-var-tensor": "InterpreterError: AttributeError(\"'int' object has no attribute 'to'\")",
         "splat-keeps-dtype": "InterpreterError: ValueError('mask has unsupported dtype')",
+        "bf16-values": None,  # no error: wrong values, below
     }
+    # bf16 computed on its uint16 bits: 0x3F80 * 0x4000 summed once for identity x 2.0, the product's
+    # integers wrapped, -2.0 (0xC000) not below 1.0 (0x3F80), 1 + 3 2^-9 truncated to 1.0
+    assert triton_shims["bf16_unshimmed"] == {"dot": 0x3F80 * 0x4000, "product": [0.0] * 16, "less": [0] * 16,
+                                              "rounded": 1.0}
     assert triton_shims["needed"] == {n: True for n in triton_shims["unshimmed"]}
 
 
@@ -81,6 +91,7 @@ def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_
         "autotune-one-config": [3.0 * i - 1.0 for i in range(6)],
         "range-var-tensor": [0, 3, 6, 9],
         "splat-keeps-dtype": [x + [0.0] * 8, x + x],
+        "bf16-values": {"dot": 2.0, "product": [2.0] + [0.0] * 15, "less": [1] * 16, "rounded": 1.0 + 2**-7},
     }
 
 

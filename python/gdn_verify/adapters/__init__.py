@@ -21,6 +21,8 @@ The contract every adapter module follows (python -m gdn_verify.dump calls exact
         recorded in meta.json
     CORES (optional): the core-op forms `run(..., core=NAME)` accepts, the first the default; the
         dump's --core chooses one
+    prepare(device: str, core: str | None) -> None (optional)
+        runs before the library is imported (fla: enables Triton's interpreter on a CPU)
 
 Gradients are under Megatron's names in Run.grads; an adapter whose mapping shifts a parameter (HF's
 zero-centred norm, w + 1) maps gradients without the shift.
@@ -64,6 +66,7 @@ class Run:
     stages: list[Stage] | None = None  # captured stage pieces (docs/DESIGN.md §8), None when not captured
     path: str = "torch"
     notes: dict[str, str] = field(default_factory=dict)  # extra meta.json facts (e.g. how THD was run)
+    algorithm_class: str | None = None  # meta.json's algorithm_class (docs/DESIGN.md §4), when declared
 
 
 def load(name: str) -> ModuleType:

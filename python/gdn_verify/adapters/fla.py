@@ -18,16 +18,24 @@ Geometry: `num_heads` = Hk, `num_v_heads` = Hv, `head_dim` = dk, `head_dim * exp
 `norm_eps` = `layernorm_epsilon` (both norms). Options whose math differs from Megatron's layer are
 refused (`unmappable`).
 
-Triton has no CPU driver, and every compute part of FLA's layer forward is a Triton kernel (the short
-convolutions' `causal_conv1d`, the in-kernel L2 norm, `chunk_gated_delta_rule`, `FusedRMSNormGated`).
-On a CPU `torch_forward` therefore runs the layer's own torch submodules (`attn_norm`, the projections,
-each `ShortConvolution` as the `nn.Conv1d` it is) and FLA's pure-torch references
-(`naive_recurrent_gated_delta_rule`, `rms_norm_ref`), one packed sequence at a time, in GatedDeltaNet's
-forward order; `path` says which ran ("torch" or "fla-triton"). FLA's references compute in fp32.
+Every compute part of FLA's layer forward is a Triton kernel (the short convolutions' `causal_conv1d`,
+the in-kernel L2 norm, `chunk_gated_delta_rule`, `FusedRMSNormGated`). Two cores (`--core`):
+
+- `triton` (the default): FLA's own `GatedDeltaNet.forward` with `cu_seqlens`, its Triton kernels
+  compiled on a CUDA device, or run by Triton's interpreter on a CPU (`gdn_verify.triton_cpu`, enabled by
+  `prepare` before FLA is imported); path "fla-triton". FLA forms each chunk's decays from chunk-local
+  fp32 cumsums of g, so the image declares the algorithm class `cumsum_decay` (docs/DESIGN.md §4).
+- `torch`: the layer's own torch submodules (`attn_norm`, the projections, each `ShortConvolution` as
+  the `nn.Conv1d` it is) and FLA's pure-torch references (`naive_recurrent_gated_delta_rule`,
+  `rms_norm_ref`), one packed sequence at a time, in GatedDeltaNet's forward order; path "torch",
+  algorithm class `product_of_decays` (the recurrent form multiplies one decay per token).
+
+FLA computes in fp32 on either core.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import torch
@@ -164,34 +172,63 @@ def load_megatron_params(module: FlaGdn, params: Mapping[str, torch.Tensor]) -> 
     module.load_state_dict({n: t.to(dtype) for n, t in state.items()})
 
 
-def path(module: FlaGdn) -> str:
-    """"fla-triton" on a CUDA device (FLA's own forward), else "torch" (see the module docstring)."""
-    return "fla-triton" if module.attn.o_proj.weight.is_cuda else "torch"
+CORES = {"triton": "FLA's GatedDeltaNet.forward with cu_seqlens (its Triton kernels; on a CPU under Triton's "
+                    "interpreter)",
+         "torch": "FLA's layer's torch submodules with FLA's naive_recurrent_gated_delta_rule and rms_norm_ref, "
+                  "per sequence"}
+ALGORITHM_CLASS = {"triton": "cumsum_decay", "torch": "product_of_decays"}
 
 
-def run(module: FlaGdn, case: Case, stages: bool = True) -> Run:
-    """Forward and backward of the case, THD one sequence at a time (so the convs never cross sequences)."""
+def prepare(device: str, core: str | None) -> None:
+    """Before FLA is imported: on a CPU the triton core needs Triton's interpreter (gdn_verify.triton_cpu)."""
+    if (core or "triton") == "triton" and torch.device(device).type == "cpu":
+        from gdn_verify import triton_cpu
+
+        try:
+            triton_cpu.enable()
+        except triton_cpu.TritonCpuError as e:
+            raise FlaAdapterError(str(e)) from e
+
+
+def path(module: FlaGdn, core: str = "triton") -> str:
+    """"fla-triton" for FLA's own forward, "torch" for the references (see the module docstring)."""
+    return "fla-triton" if core == "triton" else "torch"
+
+
+def run(module: FlaGdn, case: Case, stages: bool = True, core: str = "triton") -> Run:
+    """Forward and backward of the case: FLA's forward with cu_seqlens (triton), or THD one sequence at a
+    time (torch, so the convs never cross sequences)."""
     if case.spec.format != "thd" and case.spec.batch != 1:
         raise AdapterError("fla: SBHD with batch > 1 is not mapped; use a THD case or batch 1")
+    if core not in CORES:
+        raise AdapterError(f"fla: unknown core '{core}': use {' or '.join(CORES)}")
+    if core == "triton" and module.attn.o_proj.weight.device.type == "cpu":
+        _check_interpreter()
     dtype, device = module.attn.o_proj.weight.dtype, module.attn.o_proj.weight.device
     hidden = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(device=device, dtype=dtype)
     hidden.requires_grad_()
-    recorder = _recorder() if stages and path(module) == "torch" else None
+    recorder = _recorder() if stages and core == "torch" else None
     module.zero_grad(set_to_none=True)
-    out = _forward(module, hidden, case.sequences(), recorder)
+    out = _forward(module, hidden, case.sequences(), recorder, core)
     out.backward(case.grad_output.reshape(out.shape).to(device=device, dtype=dtype))
     grads = to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module))
     shape = case.hidden_states.shape
+    notes = {"fla_path": CORES[core]}
+    if core == "triton" and device.type == "cpu":
+        from gdn_verify import triton_cpu
+
+        notes["triton_cpu_shims"] = ", ".join(triton_cpu.applied()) or "none"
     return Run(out=out.detach().reshape(shape), grad_hidden=hidden.grad.reshape(shape), grads=grads,
-               stages=recorder.stages() if recorder else None, path=path(module),
-               notes={"fla_path": _PATH_NOTE[path(module)]})
+               stages=recorder.stages() if recorder else None, path=path(module, core), notes=notes,
+               algorithm_class=ALGORITHM_CLASS[core])
 
 
-_PATH_NOTE = {
-    "torch": "FLA's layer forward needs Triton (causal_conv1d, l2norm, chunk_gated_delta_rule, FusedRMSNormGated); "
-             "ran its torch submodules with FLA's naive_recurrent_gated_delta_rule and rms_norm_ref, per sequence",
-    "fla-triton": "FLA's GatedDeltaNet.forward with cu_seqlens (Triton kernels)",
-}
+def _check_interpreter() -> None:
+    """FLA's kernels on a CPU tensor need Triton's interpreter, enabled before FLA was imported."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise FlaAdapterError("fla --core triton on a CPU needs Triton's interpreter: call "
+                              "gdn_verify.adapters.fla.prepare(device, core) (or gdn_verify.triton_cpu.enable()) "
+                              "before importing fla, or use --core torch")
 
 
 def _recorder():
@@ -200,9 +237,10 @@ def _recorder():
     return StageRecorder()
 
 
-def _forward(module: FlaGdn, hidden: torch.Tensor, sequences: list[tuple[int, int]], recorder) -> torch.Tensor:
-    """`out` [T, hidden] from FLA's own forward (CUDA) or the torch path, sequence by sequence."""
-    if path(module) == "fla-triton":
+def _forward(module: FlaGdn, hidden: torch.Tensor, sequences: list[tuple[int, int]], recorder,
+             core: str) -> torch.Tensor:
+    """`out` [T, hidden] from FLA's own forward (triton) or the torch path, sequence by sequence."""
+    if core == "triton":
         cu = torch.tensor([0] + [e for _, e in sequences], dtype=torch.int32, device=hidden.device)
         out, _, _ = module.attn(module.attn_norm(hidden).unsqueeze(0), cu_seqlens=cu)
         return out.squeeze(0)
