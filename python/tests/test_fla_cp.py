@@ -33,19 +33,24 @@ def env_with(*paths: Path) -> dict[str, str]:
 
 def test_the_gate_passes_the_installed_fla_and_writes_junit(gdnv_bin, tmp_path):
     out = io.StringIO()
-    args = Namespace(quick=False, junit=str(tmp_path / "fla.xml"), keep=str(tmp_path / "images"),
+    args = Namespace(quick=False, dtypes="fp32", junit=str(tmp_path / "fla.xml"), keep=str(tmp_path / "images"),
                      binary=str(gdnv_bin))
     rc = fla_gate.run(args, out)
     text = out.getvalue()
     assert rc == 0, text
-    assert "fla_gate: 4 steps, 0 failed" in text and text.rstrip().endswith("PASS")
-    for dtype in ("fp32", "bf16"):
-        assert f"FLA layer cp1 ({dtype})" in text and f"FLA KCP W=2,4 ({dtype})" in text
-        assert sorted(p.name for p in (tmp_path / "images").iterdir() if dtype in p.name) == [
-            f"fla-spans-{dtype}-w1", f"fla-spans-{dtype}-w2", f"fla-spans-{dtype}-w4"]
+    assert "fla_gate: 2 steps, 0 failed" in text and text.rstrip().endswith("PASS")
+    assert "FLA layer cp1 (fp32) ... ok" in text and "FLA KCP W=2,4 (fp32) ... ok" in text
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == ["fla-spans-fp32-w1", "fla-spans-fp32-w2",
+                                                                        "fla-spans-fp32-w4"]
     assert len(list((tmp_path / "images" / "fla-spans-fp32-w4").glob("chunkwise.rank*.safetensors"))) == 4
     junit = (tmp_path / "fla.xml").read_text()
-    assert 'tests="4" failures="0" skipped="0"' in junit and 'name="FLA KCP W=2,4 (bf16)"' in junit
+    assert 'tests="2" failures="0" skipped="0"' in junit and 'name="FLA KCP W=2,4 (fp32)"' in junit
+
+
+def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
+    assert fla_gate.main(["--dtypes", "fp16"]) == 3
+    err = capsys.readouterr().err
+    assert err == "error: --dtypes fp16: give a comma-separated list of fp32, bf16\n"
 
 
 # (file under fla/, its source text, the planted text, the first-divergence lines the gate must print:
