@@ -1,4 +1,4 @@
-"""Kernel-level dumps of a gated delta rule call (docs/DESIGN.md §5).
+"""Kernel-level dumps (docs/DESIGN.md §5): a gated delta rule call, or a causal conv1d call.
 
 `dump_kernel` runs one call of a kernel with flash-linear-attention's `chunk_gated_delta_rule`
 signature, forward and backward, and writes two files into a directory:
@@ -8,18 +8,27 @@ signature, forward and backward, and writes two files into a directory:
 - `outputs.safetensors`: `o final_state` and, with `do`, `dq dk dv dg dbeta dh0`, widened exactly to F64
   (the dtype `reference` writes, so `gdn-verify compare` matches them tensor by tensor).
 
-Judge it with::
+`dump_conv` does the same for FLA's `causal_conv1d`: `x weight [bias initial_state cu_seqlens dy dht]`
+in (metadata `activation`), `y final_state [dx dweight dbias dh0]` out.
+
+Judge either with::
 
     gdn-verify reference --in DIR/inputs.safetensors --out DIR/reference.safetensors
     gdn-verify compare DIR/reference.safetensors DIR/outputs.safetensors --policy POLICY
 
-On a CUDA tensor the default kernel is FLA's Triton `chunk_gated_delta_rule`; Triton has no CPU
-driver, so on the CPU the default is `fla_torch_kernel`, FLA's own pure-torch references behind the same
-signature. The metadata `path` says which ran.
+or in one command, FLA's Triton kernels (on a CPU under Triton's interpreter, gdn_verify.triton_cpu) on
+seeded inputs::
+
+    python -m gdn_verify.kernel --op chunk|fused_recurrent|conv1d --dtype fp32|bf16 --out DIR
+
+The default kernel is FLA's Triton `chunk_gated_delta_rule` on a CUDA tensor or under Triton's
+interpreter, else `fla_torch_kernel`, FLA's own pure-torch references behind the same signature. The
+metadata `path` says which ran.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -29,6 +38,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+
+from gdn_verify import triton_cpu
 
 Kernel = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -101,14 +112,29 @@ def fla_torch_kernel(form: str = "recurrent") -> Kernel:
     return kernel
 
 
-def default_kernel(device: torch.device) -> Kernel:
-    """FLA's Triton kernel where Triton can run (a CUDA device), else FLA's pure-torch reference."""
-    if device.type == "cuda":
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+def fla_triton_kernel(op: str = "chunk") -> Kernel:
+    """FLA's Triton `chunk_gated_delta_rule`, or `fused_recurrent_gated_delta_rule` (op "fused_recurrent",
+    forward only in FLA) behind `chunk_gated_delta_rule`'s signature."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
-        chunk_gated_delta_rule.path = "triton"  # type: ignore[attr-defined]
-        chunk_gated_delta_rule.source = "flash-linear-attention chunk_gated_delta_rule"  # type: ignore[attr-defined]
-        return chunk_gated_delta_rule
+    if op not in ("chunk", "fused_recurrent"):
+        raise KernelDumpError(f"fla_triton_kernel: op '{op}' is not one of chunk, fused_recurrent")
+
+    def kernel(q, k, v, g, beta, chunk_size=64, **options):
+        if op == "chunk":
+            return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size, **options)
+        return fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **options)
+
+    kernel.path = "triton"  # type: ignore[attr-defined]
+    kernel.source = f"flash-linear-attention {op}_gated_delta_rule"  # type: ignore[attr-defined]
+    return kernel
+
+
+def default_kernel(device: torch.device) -> Kernel:
+    """FLA's Triton kernel where Triton can run (a CUDA device, or its interpreter), else FLA's pure-torch
+    reference."""
+    if device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return fla_triton_kernel("chunk")
     return fla_torch_kernel("recurrent")
 
 
@@ -236,3 +262,178 @@ def policy_for(dtype: torch.dtype) -> dict:
 def write_policy(path: str | os.PathLike, dtype: torch.dtype) -> None:
     """`policy_for(dtype)` as a JSON file for `gdn-verify compare --policy`."""
     Path(path).write_text(json.dumps(policy_for(dtype)) + "\n")
+
+
+CONV_GRADS = ("dx", "dweight", "dbias", "dh0")
+
+
+def dump_conv(out_dir: str | os.PathLike, x: torch.Tensor, weight: torch.Tensor, *, bias: torch.Tensor | None = None,
+              initial_state: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
+              dy: torch.Tensor | None = None, dht: torch.Tensor | None = None,
+              activation: str = "silu") -> dict[str, torch.Tensor]:
+    """FLA's Triton `causal_conv1d` on the call, forward (with the final state) and with `dy` backward
+    (`dht` the final state's gradient); writes the §5 conv kernel files. Returns the outputs."""
+    from fla.modules.causal_conv1d import causal_conv1d
+
+    if dht is not None and dy is None:
+        raise KernelDumpError("dht is given without dy: give dy to get gradients")
+    named = {"x": x, "weight": weight, "bias": bias, "initial_state": initial_state}
+    leaves = {n: t.detach().clone().requires_grad_(dy is not None) for n, t in named.items() if t is not None}
+    with torch.set_grad_enabled(dy is not None):
+        y, final_state = causal_conv1d(leaves["x"], leaves["weight"], leaves.get("bias"),
+                                       initial_state=leaves.get("initial_state"), output_final_state=True,
+                                       activation=activation, cu_seqlens=cu_seqlens)
+        out = {"y": y.detach(), "final_state": final_state.detach()}
+        if dy is not None:
+            loss = (y * dy.to(y.dtype)).sum()
+            if dht is not None:
+                loss = loss + (final_state * dht.to(final_state.dtype)).sum()
+            grads = torch.autograd.grad(loss, list(leaves.values()))
+            out.update({CONV_GRADS[list(named).index(n)]: g for n, g in zip(leaves, grads)})
+    inputs = {n: t for n, t in named.items() if t is not None}
+    inputs.update({n: t for n, t in (("dy", dy), ("dht", dht)) if t is not None})
+    if cu_seqlens is not None:
+        inputs["cu_seqlens"] = cu_seqlens.to(torch.int64)
+    meta = {"activation": activation, "path": "triton", "source": "flash-linear-attention causal_conv1d",
+            "dtype": str(x.dtype).removeprefix("torch.")}
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    _save_atomic(inputs, meta, directory / "inputs.safetensors")
+    _save_atomic({n: t.to(torch.float64) for n, t in out.items()}, meta, directory / "outputs.safetensors")
+    return out
+
+
+# python -m gdn_verify.kernel: FLA's Triton kernels on seeded inputs, dumped and judged in one command.
+# Small geometry (the interpreter costs ~1-3 CPU-s a kernel call): packed sequences shorter than the
+# conv window, within one 64-token chunk and across two; GVA; initial states; do/dy and dht.
+GDR_GEOMETRY = {"cu_seqlens": (0, 37, 100), "Hk": 2, "Hv": 4, "K": 32, "V": 32}
+CONV_GEOMETRY = {"cu_seqlens": (0, 2, 37, 100), "D": 16, "W": 4}
+OPS = ("chunk", "fused_recurrent", "conv1d")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise KernelDumpError(f"{message}: see python -m gdn_verify.kernel --help")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m gdn_verify.kernel",
+                description="Dump one call of FLA's Triton kernel on seeded inputs and judge it with gdn-verify "
+                            "reference + compare (exit code: compare's).")
+    p.add_argument("--op", required=True, help=" | ".join(OPS))
+    p.add_argument("--dtype", default="fp32", help=" | ".join(DTYPES))
+    p.add_argument("--seed", default="0", help="seed of the inputs (a non-negative integer)")
+    p.add_argument("--out", required=True, help="directory for inputs, outputs, reference and policy")
+    p.add_argument("--gdn-verify", default=os.environ.get("GDNV_BIN", "gdn-verify"),
+                   help="the gdn-verify binary (default $GDNV_BIN, else gdn-verify on PATH)")
+    return p
+
+
+def _seeded_inputs(op: str, dtype: torch.dtype, seed: int) -> dict[str, torch.Tensor]:
+    """The call's tensors from torch's generator seeded with `seed`; storage tensors rounded to `dtype`,
+    states in fp32 as FLA keeps them."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int, scale: float = 1.0, dt: torch.dtype = dtype) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dt)
+
+    if op == "conv1d":
+        g = CONV_GEOMETRY
+        cu = torch.tensor(g["cu_seqlens"], dtype=torch.int64)
+        N, T, D, W = len(cu) - 1, int(cu[-1]), g["D"], g["W"]
+        return {"x": randn(1, T, D), "weight": randn(D, W, scale=0.5), "bias": randn(D, scale=0.3),
+                "initial_state": randn(N, D, W), "cu_seqlens": cu, "dy": randn(1, T, D), "dht": randn(N, D, W)}
+    g = GDR_GEOMETRY
+    cu = torch.tensor(g["cu_seqlens"], dtype=torch.int64)
+    N, T, Hk, Hv, K, V = len(cu) - 1, int(cu[-1]), g["Hk"], g["Hv"], g["K"], g["V"]
+    call = {"q": randn(1, T, Hk, K), "k": randn(1, T, Hk, K), "v": randn(1, T, Hv, V),
+            "g": (-torch.nn.functional.softplus(randn(1, T, Hv, dt=torch.float64)) * 0.5).to(dtype),
+            "beta": torch.sigmoid(randn(1, T, Hv, dt=torch.float64)).to(dtype),
+            "initial_state": randn(N, Hv, K, V, scale=0.1, dt=torch.float32), "cu_seqlens": cu}
+    if op == "chunk":  # FLA's fused_recurrent has no backward
+        call.update(do=randn(1, T, Hv, V), dht=randn(N, Hv, K, V, scale=0.1, dt=torch.float32))
+    return call
+
+
+def _differing_rows(directory: Path, policy: dict, cu_seqlens: torch.Tensor) -> list[str]:
+    """For each conv tensor over its gate, the rows whose own rel_rms (against the tensor's reference RMS) is
+    over it: tokens as (sequence, position) for [B, T, D] tensors, (sequence, slot) for [N, D, W] states,
+    slots for the [D, W] weight."""
+    from safetensors.torch import load_file
+
+    ref, cand = load_file(directory / "reference.safetensors"), load_file(directory / "outputs.safetensors")
+    gate = policy["default"]["max_rel_rms"]
+    starts = cu_seqlens.tolist()[:-1]
+    lines = []
+    for name in sorted(ref):
+        r, c = ref[name], cand[name]
+        scale = r.pow(2).mean().sqrt()
+        if name in cand and ((c - r).pow(2).mean().sqrt() > gate * scale):
+            if name in ("final_state", "dh0"):  # [N, D, W]: per (sequence, slot) over the channels
+                row_err, label = (c - r).pow(2).mean(dim=1).sqrt(), lambda i: f"(sequence {i[0]}, slot {i[1]})"
+            elif name == "dweight":  # [D, W]: per slot
+                row_err, label = (c - r).pow(2).mean(dim=0).sqrt(), lambda i: f"slot {i[0]}"
+            elif r.dim() == 3:  # [1, T, D]: per token
+                row_err = (c - r)[0].pow(2).mean(dim=1).sqrt()
+
+                def label(i, starts=starts):
+                    n = max(j for j, s in enumerate(starts) if s <= i[0])
+                    return f"token {i[0]} (sequence {n}, position {i[0] - starts[n]})"
+            else:
+                continue
+            rows = [label(tuple(i)) for i in (row_err > gate * scale).nonzero().tolist()]
+            lines.append(f"{name}: rows over the gate {gate:g} (per-row rms error / tensor rms): {', '.join(rows)}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import shutil
+    import subprocess
+    import sys
+
+    try:
+        args = _parser().parse_args(argv)
+        if args.op not in OPS:
+            raise KernelDumpError(f"unknown --op '{args.op}': use {', '.join(OPS)}")
+        if args.dtype not in DTYPES:
+            raise KernelDumpError(f"unknown --dtype '{args.dtype}': use {', '.join(DTYPES)}")
+        if not args.seed.isdigit() or int(args.seed) >= 2**63:
+            raise KernelDumpError(f"--seed '{args.seed}' is not an integer in [0, 2^63): e.g. --seed 0")
+        binary = shutil.which(args.gdn_verify)
+        if binary is None:
+            raise KernelDumpError(f"--gdn-verify '{args.gdn_verify}' is not an executable: build gdn-verify and "
+                                  "pass its path (or set GDNV_BIN)")
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise KernelDumpError(f"--out '{out}' is a file: give a directory")
+        triton_cpu.enable()
+    except (KernelDumpError, triton_cpu.TritonCpuError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    dtype = DTYPES[args.dtype]
+    call = _seeded_inputs(args.op, dtype, int(args.seed))
+    if args.op == "conv1d":
+        dump_conv(out, **call)
+    else:
+        q, k, v, g, beta = (call.pop(n) for n in ("q", "k", "v", "g", "beta"))
+        dump_kernel(out, q, k, v, g, beta, use_qk_l2norm_in_kernel=True, kernel=fla_triton_kernel(args.op), **call)
+    write_policy(out / "policy.json", dtype)
+    print(f"gdn_verify.kernel: FLA's Triton {args.op} ({args.dtype}, seed {args.seed}, Triton interpreter shims: "
+          f"{', '.join(triton_cpu.applied()) or 'none'}) -> {out}")
+    ref = subprocess.run([binary, "reference", "--in", out / "inputs.safetensors", "--out",
+                          out / "reference.safetensors"], capture_output=True, text=True)
+    if ref.returncode != 0:
+        print(ref.stdout + ref.stderr, end="", file=sys.stderr)
+        return ref.returncode
+    cmp = subprocess.run([binary, "compare", out / "reference.safetensors", out / "outputs.safetensors",
+                          "--policy", out / "policy.json"], capture_output=True, text=True)
+    print(cmp.stdout + cmp.stderr, end="")
+    if cmp.returncode == 1 and args.op == "conv1d":
+        for line in _differing_rows(out, policy_for(dtype), call["cu_seqlens"]):
+            print(line)
+    return cmp.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Triton's interpreter on a CPU, with only the shims this installation needs (docs/fla.md).
+"""Triton's interpreter on a CPU, with only the shims this installation needs (docs/triton_cpu.md).
 
 `enable()` sets `TRITON_INTERPRET=1` (read when `@triton.jit` decorates a kernel, so it must run before
 triton or any kernel library is imported) and applies each triton shim whose failure it reproduces here;
@@ -12,7 +12,7 @@ the shim is not applied. `applied()` lists the ones in force (written into an im
 | `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
-| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic and comparisons run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
+| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic, comparisons and reductions run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
 | `cp-device-cpu` | `RuntimeError: CP affine chains require NVIDIA Ampere or newer ...` | `fla.ops.cp`'s `_check_cp_device` refuses a CPU tensor; the shim lets CPU pass, nothing else |
 | `gloo-all-gather-view` | `RuntimeError: ProcessGroupGloo::allgather: invalid tensor size ...` | FLA passes an `[W, n, ...]` output, gloo wants `[W*n, ...]`: the same memory, viewed flat |
 
@@ -123,7 +123,8 @@ def _autotune_patch() -> Callable[[], None]:
 # (2) Compiled Triton's loop variable of `for i in range(...)` / `tl.range(...)` is a scalar tensor; the
 # interpreter runs the loop with Python's range, so `i.to(...)` fails. The shim rebinds the variable to a
 # tensor at the top of the body (`i = i`, which the interpreter's own Assign rewrite turns into
-# to_tensor(i): int32 as compiled Triton types an in-range index). `tl.static_range` stays an int.
+# to_tensor(i): int32, as compiled Triton types it for int32 bounds; for int64 bounds it would be int64,
+# the same values while they fit in int32). `tl.static_range` stays an int.
 RANGE_ERROR = "'int' object has no attribute 'to'"
 
 
@@ -187,9 +188,9 @@ def _splat_patch() -> Callable[[], None]:
     return _set(interpreter.InterpreterBuilder, "create_splat", create_splat)
 
 
-# (6) The interpreter keeps bf16 as its uint16 bits, and three of its paths treat those bits as numbers:
-# `tl.dot` (create_dot converts only fp8) and bf16 arithmetic (binary_op, unary_op) compute on the
-# integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
+# (6) The interpreter keeps bf16 as its uint16 bits, and several of its paths treat those bits as numbers:
+# `tl.dot` (create_dot converts only fp8), bf16 arithmetic and comparisons (binary_op, unary_op) and the
+# tl.sum / tl.max / tl.min reductions compute on the integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
 # No error, wrong values. The shim computes bf16 operands on their values, widened exactly to fp32, and
 # rounds bf16 results to nearest even (fp32 has 24 >= 2 * 8 + 2 bits, so the one op in fp32 then the
 # rounding to bf16 is the correctly rounded bf16 op, as on a GPU).
@@ -197,8 +198,6 @@ BF16_WRONG = "bf16 computed on its uint16 storage"
 
 
 def _bf16_needed() -> bool:
-    import torch
-
     from gdn_verify import triton_probes
 
     return triton_probes.bf16_ops() != triton_probes.BF16_OPS_COMPILED
@@ -256,9 +255,32 @@ def _bf16_patch() -> Callable[[], None]:
             return cast_impl(self, src, dst_type)
         return fp_to_fp(self, src, dst_type, rounding_mode)
 
+    R = interpreter.ReduceOps
+    reduce_sum, reduce_min_max = R.sum, R.min_max
+
+    def as_values(x):  # a bf16 tl.tensor as an fp32 one (exact)
+        return tl.core.tensor(value(x.handle), x.type.with_element_ty(tl.float32)) if is_bf16(x.handle) else x
+
+    def as_bf16_tensor(x):
+        return tl.core.tensor(as_bf16(x.handle), x.type.with_element_ty(tl.bfloat16))
+
+    def sum_values(self, input):
+        return as_bf16_tensor(reduce_sum(self, as_values(input))) if is_bf16(input.handle) else \
+            reduce_sum(self, input)
+
+    def min_max_values(self, input, val_reduce_op, idx_reduce_op=None):
+        val = input[0] if isinstance(input, tuple) else input
+        if not is_bf16(val.handle):
+            return reduce_min_max(self, input, val_reduce_op, idx_reduce_op)
+        out = reduce_min_max(self, as_values(val), val_reduce_op, idx_reduce_op)
+        if val_reduce_op is None:
+            return out
+        return (as_bf16_tensor(out[0]), out[1]) if isinstance(out, tuple) else as_bf16_tensor(out)
+
     undos = [_set(B, name, f) for name, f in (("create_dot", create_dot), ("binary_op", binary_op),
                                                ("unary_op", unary_op), ("cast_impl", cast_impl),
                                                ("create_fp_to_fp", create_fp_to_fp))]
+    undos += [_set(R, "sum", sum_values), _set(R, "min_max", min_max_values)]
     # the casts are bound to cast_impl as lambdas; rebinding cast_impl reaches them
     return lambda: [undo() for undo in undos]
 

@@ -25,6 +25,8 @@ the in-kernel L2 norm, `chunk_gated_delta_rule`, `FusedRMSNormGated`). Two cores
   compiled on a CUDA device, or run by Triton's interpreter on a CPU (`gdn_verify.triton_cpu`, enabled by
   `prepare` before FLA is imported); path "fla-triton". FLA forms each chunk's decays from chunk-local
   fp32 cumsums of g, so the image declares the algorithm class `cumsum_decay` (docs/DESIGN.md §4).
+  No stages: g and beta are formed inside the Triton core (`use_gate_in_kernel`,
+  `use_beta_sigmoid_in_kernel`), and an image must hold every stage or none.
 - `torch`: the layer's own torch submodules (`attn_norm`, the projections, each `ShortConvolution` as
   the `nn.Conv1d` it is) and FLA's pure-torch references (`naive_recurrent_gated_delta_rule`,
   `rms_norm_ref`), one packed sequence at a time, in GatedDeltaNet's forward order; path "torch",
