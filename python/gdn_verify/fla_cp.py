@@ -40,6 +40,7 @@ from gdn_verify.world import Rank
 
 ENV = {"TRITON_INTERPRET": "1"}  # set before the rank imports triton (triton_cpu.enable checks it)
 PATH = "fla-triton-interpreter"
+DECAY_CLASS = "cumsum-decay"  # FLA's chunk kernel: decays from chunk-local fp32 cumsums (docs/DESIGN.md §4)
 
 
 @dataclass
@@ -256,6 +257,7 @@ def dump(world, directory, case: Case, cp: int, stages: bool = True, image: str 
     runs = [r for r in world.run(rank_run, case, stages, cp) if r is not None]
     dumps = rank_dumps(case, runs)
     meta = {"adapter": "fla", "path": PATH, "device": "cpu", "shims": runs[0].shims, "versions": runs[0].versions,
+            "decay_class": DECAY_CLASS,
             "notes": {"fla_path": NOTE}, **(extra_meta or {})}
     images.write_image(directory, case, image, "fla:cpu", dumps, transport="gloo" if cp > 1 else "inproc",
                        extra_meta=meta)

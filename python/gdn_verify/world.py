@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -43,8 +43,8 @@ FIXED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 600.0  # seconds a `run` may take on one rank; collectives give up 10% earlier
 START_TIMEOUT = 300.0  # seconds the ranks may take to start (spawn, import torch) and join the group
-EXIT_BAD_INPUT = 3  # docs/DESIGN.md §5
-EXIT_UNCAUGHT = 1  # what Python exits with on an uncaught exception
+EXIT_ERROR = 3  # docs/DESIGN.md §5: an error is one line, exit 3
+EXIT_UNCAUGHT = 1  # a rank that dies or hangs: what Python exits with on an uncaught exception
 STOP_GRACE = 5.0  # seconds a stopped rank gets before it is killed
 
 
@@ -66,14 +66,12 @@ class Rank:
     world: int
 
 
-def exit_code_of(e: BaseException, bad_input: tuple[type[BaseException], ...]) -> int:
-    """The code a one-process command would exit with on `e`: SystemExit's own, 3 for bad input (ValueError,
-    the caller's `bad_input` types), else Python's 1 for an uncaught exception."""
+def exit_code_of(e: BaseException) -> int:
+    """The code the command exits with on a rank's exception: SystemExit's own, else 3, as every
+    `gdn-verify` command ends on an exception (one `error:` line, exit 3)."""
     if isinstance(e, SystemExit):
         return e.code if isinstance(e.code, int) else EXIT_UNCAUGHT
-    if isinstance(e, (ValueError, *bad_input)):
-        return EXIT_BAD_INPUT
-    return EXIT_UNCAUGHT
+    return EXIT_ERROR
 
 
 def _one_line(text: str) -> str:
@@ -83,13 +81,11 @@ def _one_line(text: str) -> str:
 def _serve(rank: int, size: int, port: int, timeout: float, read_fd: int, write_fd: int) -> None:
     """A rank's process: joins the gloo group, then runs each (fn, args) it is sent until it is sent None."""
     conn_in, conn_out = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-    bad_input = pickle.loads(conn_in.recv_bytes())
-
     def answer(kind: str, *what: Any) -> None:
         conn_out.send_bytes(pickle.dumps((kind, *what)))  # tensors by value: nothing shared outlives a run
 
     def failure(e: BaseException, doing: str = "") -> None:
-        answer("error", f"{doing}{type(e).__name__}: {_one_line(e)}", exit_code_of(e, bad_input), traceback.format_exc())
+        answer("error", f"{doing}{type(e).__name__}: {_one_line(e)}", exit_code_of(e), traceback.format_exc())
 
     import torch
     import torch.distributed as dist
@@ -118,14 +114,12 @@ def _serve(rank: int, size: int, port: int, timeout: float, read_fd: int, write_
 class World:
     """`size` local processes in one gloo group, started once, reused by every `run` (see module doc)."""
 
-    def __init__(self, size: int, *, env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 bad_input: Sequence[type[BaseException]] = ()) -> None:
+    def __init__(self, size: int, *, env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         if size < 1:
             raise ValueError(f"a world of {size} ranks: give at least 1")
         self.size = size
         self.env = {**FIXED_ENV, **(env or {})}
         self.timeout = timeout
-        self.bad_input = tuple(bad_input)
         self._procs: list[subprocess.Popen] = []
         self._conns: list[tuple[Connection, Connection]] = []  # (to the rank, from the rank)
         self._store = None
@@ -169,7 +163,6 @@ class World:
             os.close(to_rank[0])
             os.close(from_rank[1])
             self._conns.append((Connection(to_rank[1], readable=False), Connection(from_rank[0], writable=False)))
-            self._conns[-1][0].send_bytes(pickle.dumps(self.bad_input))
         self._gather("starting the world", START_TIMEOUT)
 
     def close(self) -> None:
