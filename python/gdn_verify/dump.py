@@ -185,11 +185,11 @@ def dump(args: argparse.Namespace) -> str:
     """Builds, loads, runs and writes; returns the summary line."""
     check_out(Path(args.out))
     spec, seed = checked(args)
-    check_device(args.device)
-    if args.adapter == "megatron":
+    if args.adapter == "megatron":  # gloo ranks on the CPU: its own --device rule
         return dump_megatron(args, spec, seed)
     if args.world is not None:
         return dump_world(args, spec, seed)
+    check_device(args.device)
     if args.mode not in (None, "cp1"):
         raise BadInput(f"--mode {args.mode} needs --world N (the CP ranks); without it the dump is cp1")
     adapter = adapters.load(args.adapter)
@@ -227,7 +227,7 @@ def dump_megatron(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> 
     image, backend = args.image or args.adapter, "megatron:cpu"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
     extra = {"adapter": args.adapter, "device": args.device, "versions": versions(args.adapter)}
-    with World(world, env=adapter.RANK_ENV, bad_input=(adapters.AdapterError,)) as w:
+    with World(world, env=adapter.RANK_ENV) as w:
         ran = adapter.dump_world(w, Path(args.out), case, image, backend, mode, tp, core, not args.no_stages, extra)
     return (f"gdn_verify.dump: megatron ({ran} path) {mode} on {world} rank(s) (TP {tp}, CP {world // tp}), case "
             f"{spec.name}, seed {seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, "

@@ -130,8 +130,7 @@ class Gate:
             if path:
                 sys.path.insert(0, path)  # ranks start with the parent's path: they import this Megatron
             try:
-                self.worlds[(size, path)] = World(size, env=self.adapter.RANK_ENV,
-                                                  bad_input=(AdapterError,)).__enter__()
+                self.worlds[(size, path)] = World(size, env=self.adapter.RANK_ENV).__enter__()
             finally:
                 if path:
                     sys.path.remove(path)
@@ -165,9 +164,10 @@ def reproduce(c: Case, modes: list[str], reader: str, megatron_path: str | None)
     return "\n".join(lines)
 
 
-def last_line(report: str) -> str:
+def verdict_line(report: str) -> str:
+    """A reader's first-divergence line, else its last line (the counts line follows the verdict)."""
     lines = [line for line in report.splitlines() if line.strip()]
-    return lines[-1] if lines else "(no report)"
+    return next((line for line in lines if line.startswith("first divergence")), lines[-1] if lines else "(no report)")
 
 
 def run_cases(gate: Gate, step: Step, cases: list[Case], mode: str, reader: str) -> None:
@@ -179,7 +179,7 @@ def run_cases(gate: Gate, step: Step, cases: list[Case], mode: str, reader: str)
             for m in modes:
                 gate.dump(c, m, directory)
             r = gate.judge(reader, directory)
-            ok, why = r.returncode == 0, last_line(r.stdout or r.stderr)
+            ok, why = r.returncode == 0, verdict_line(r.stdout or r.stderr)
         except Exception as e:  # noqa: BLE001 - a case that cannot run is a failing case, named
             ok, why = False, f"{type(e).__name__}: {' '.join(str(e).split())}"
         step.cases += 1
@@ -198,9 +198,9 @@ def run_controls(gate: Gate, step: Step, megatron_dir: Path) -> None:
         r = gate.judge("cross-mode", directory)
         caught = r.returncode == 1 and first in r.stdout
         step.cases += 1
-        print(f"  controls {bug} ({c.label}): {'caught' if caught else 'MISSED'}: {last_line(r.stdout)}", flush=True)
+        print(f"  controls {bug} ({c.label}): {'caught' if caught else 'MISSED'}: {verdict_line(r.stdout)}", flush=True)
         if not caught:
-            step.failed.append(f"{bug}: expected '{first}', got: {last_line(r.stdout or r.stderr)}")
+            step.failed.append(f"{bug}: expected '{first}', got: {verdict_line(r.stdout or r.stderr)}")
 
 
 def table(steps: list[Step]) -> str:

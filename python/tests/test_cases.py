@@ -119,7 +119,7 @@ def test_a_bad_geometry_is_one_error_line_exit_3_in_both_commands(gdnv, capsys, 
 
 def test_the_dump_module_judges_a_geometry_with_conv_bias(python_dump, gdnv, tmp_path):
     geometry = ["--lengths", "12,5", "--hidden", "32", "--key-head-dim", "8", "--value-head-dim", "8", "--conv-bias"]
-    r = python_dump("--adapter", "fla", "--image", "x", "--out", tmp_path / "fla", *geometry)
+    r = python_dump("--adapter", "fla", "--core", "torch", "--image", "x", "--out", tmp_path / "fla", *geometry)
     assert r.returncode == 0, r.stderr
     c = gdnv("probe", "dump", "--mode", "cp1", "--image", "x", "--out", tmp_path / "cpp", *geometry)
     assert c.returncode == 0, c.stderr

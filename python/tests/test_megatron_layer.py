@@ -34,7 +34,7 @@ def worlds():
 
     def get(size: int) -> World:
         if size not in started:
-            started[size] = World(size, env=megatron.RANK_ENV, bad_input=(AdapterError,)).__enter__()
+            started[size] = World(size, env=megatron.RANK_ENV).__enter__()
         return started[size]
 
     yield get
@@ -82,11 +82,11 @@ def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, cp1,
     for exact in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
         assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross, cross[-3000:]
     if dtype == "fp32":
-        assert cross.rstrip().endswith("PASS"), cross[-3000:]
+        assert "\nPASS\n" in cross, cross[-3000:]
     else:  # bf16 weight gradients are bf16 GEMMs per rank, summed in fp32: cp1's own sum rounds differently
         assert failing(cross) <= WEIGHT_GRADS, cross[-3000:]
     oracle = gdnv("probe", "oracle", "--dir", tmp_path)
-    assert "58 tensors compared" in oracle.stdout  # out, grad_hidden, 7 grads, 10 stages, 10 stage grads; 2 modes
+    assert "65 tensors compared" in oracle.stdout  # 29 per mode, 2 modes, rank 1's 7 grads vs rank 0's
     assert "decay class (docs/DESIGN.md §4): declared cumsum-decay" in oracle.stdout
     finding = ORACLE_FINDINGS.get((case, dtype, core))
     if finding:
@@ -99,7 +99,7 @@ def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv,
     cp1(tmp_path, "sbhd", "fp32", "torch-chunk", tp=2)
     dump(worlds, tmp_path, "sbhd", "fp32", "headwise", 4, tp=2, core="torch-chunk")
     oracle = gdnv("probe", "oracle", "--dir", tmp_path)
-    assert "58 tensors compared" in oracle.stdout and oracle.returncode == 0, oracle.stdout[-3000:]
+    assert "65 tensors compared" in oracle.stdout and oracle.returncode == 0, oracle.stdout[-3000:]
     cross = judge(gdnv, "cross-mode", tmp_path)
     assert "0 outside tolerance" in cross and "headwise vs cp1:out: pass, bitwise yes" in cross, cross[-3000:]
 
