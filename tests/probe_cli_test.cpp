@@ -398,7 +398,9 @@ TEST(ProbeCli, ARedumpOnFewerRanksLeavesNoOrphans) {
 }
 
 // The deviation ratio needs headwise and another CP mode: the skip line says which is missing.
-TEST(ProbeCli, CrossModeSaysWhyTheDeviationRatioIsSkipped) {
+// Headwise alone leaves nothing to measure against it; without headwise the deviation is bounded by the
+// same image's cp1 band (docs/DESIGN.md §4), never skipped.
+TEST(ProbeCli, CrossModeSaysWhichDeviationBoundItApplies) {
   const auto dir = testing::temp_dir("probe_skip");
   dump(dir, "x", {"cp1", "headwise"});
   const auto r = run_cli("probe cross-mode --dir " + dir.string());
@@ -409,7 +411,11 @@ TEST(ProbeCli, CrossModeSaysWhyTheDeviationRatioIsSkipped) {
   fs::remove_all(dir);
   dump(dir, "x", {"cp1", "chunkwise"});
   const auto c = run_cli("probe cross-mode --dir " + dir.string());
-  EXPECT_TRUE(contains(c.out, "deviation ratio: skipped (no headwise dump to measure against)")) << c.out;
+  EXPECT_EQ(c.code, 0) << c.out << c.err;
+  EXPECT_TRUE(contains(c.out,
+                       "deviation ratio (<= sqrt((13 + W)/14) (1 + 3/sqrt(n)) x cp1's, docs/DESIGN.md §4, "
+                       "floor 1e-6): 9 checked, 0 outside"))
+      << c.out;
   fs::remove_all(dir);
 }
 
