@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace gdnv::cp {
 struct Answer;
 }
@@ -58,6 +60,17 @@ struct StepResult {
     label = case_label;
     detail = case_label + (why.empty() ? "" : ": " + why);
     reproduce = command;
+  }
+  // Runs a selected case whose check returns "" when it holds, else why not (an Error is a failure too).
+  void check_case(const std::string& case_label, const std::function<std::string()>& why) {
+    if (!selected(case_label)) return;
+    std::string what;
+    try {
+      what = why();
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    check(what.empty(), case_label, what);
   }
   void add_note(const std::string& text) {
     if (notes++ == 0) first_note = text;

@@ -318,26 +318,16 @@ std::string gates_from_formula() {
 
 StepResult verdict_known_answers(const StepOptions& options) {
   StepResult r(options);
-  const auto run = [&r](const std::string& label, const std::function<std::string()>& why) {
-    if (!r.selected(label)) return;
-    std::string what;
-    try {
-      what = why();
-    } catch (const Error& e) {
-      what = e.what();
-    }
-    r.check(what.empty(), label, what);
-  };
-  run("metrics sign flip", sign_flip);
-  run("metrics doubled", doubled);
-  run("metrics single NaN", single_nan);
-  run("policy element inside its bound", [] { return element_at_bound(-1); });
-  run("policy element just past its bound", [] { return element_at_bound(1); });
-  run("policy bitwise signed zero", signed_zero);
-  run("policy norm-wise bound", normwise_bound);
-  run("policy cosine and rel_rms rules", cosine_and_rel_rms_rules);
-  run("tolerances and their histogram", tolerance_histogram);
-  run("compare missing, extra and permuted-shape tensors", structure);
+  r.check_case("metrics sign flip", sign_flip);
+  r.check_case("metrics doubled", doubled);
+  r.check_case("metrics single NaN", single_nan);
+  r.check_case("policy element inside its bound", [] { return element_at_bound(-1); });
+  r.check_case("policy element just past its bound", [] { return element_at_bound(1); });
+  r.check_case("policy bitwise signed zero", signed_zero);
+  r.check_case("policy norm-wise bound", normwise_bound);
+  r.check_case("policy cosine and rel_rms rules", cosine_and_rel_rms_rules);
+  r.check_case("tolerances and their histogram", tolerance_histogram);
+  r.check_case("compare missing, extra and permuted-shape tensors", structure);
   std::optional<DivergenceCase> c;
   const auto with_case = [&](std::string (*f)(const DivergenceCase&)) {
     return [&c, f] {
@@ -345,13 +335,13 @@ StepResult verdict_known_answers(const StepOptions& options) {
       return f(*c);
     };
   };
-  run("first divergence identical", with_case(identical));
-  run("first divergence one rank scaled", with_case(rank_scaled));
-  run("first divergence ranks swapped", with_case(ranks_swapped));
-  run("first divergence gradient negated", with_case(gradient_flipped));
-  run("first divergence single NaN", with_case(nan_in_rank));
-  run("CP matrix judgement at its gates", with_case(matrix_judge));
-  run("oracle gates from their formula", gates_from_formula);
+  r.check_case("first divergence identical", with_case(identical));
+  r.check_case("first divergence one rank scaled", with_case(rank_scaled));
+  r.check_case("first divergence ranks swapped", with_case(ranks_swapped));
+  r.check_case("first divergence gradient negated", with_case(gradient_flipped));
+  r.check_case("first divergence single NaN", with_case(nan_in_rank));
+  r.check_case("CP matrix judgement at its gates", with_case(matrix_judge));
+  r.check_case("oracle gates from their formula", gates_from_formula);
   return r;
 }
 

@@ -805,38 +805,28 @@ StepResult precision_rules(const StepOptions& options) {
 // model predicts them (each mode at W = 2, 4, fp32 and bf16). The same cases with --quick (0.3 s).
 StepResult communicator_semantics(const StepOptions& options) {
   StepResult r(options);
-  const auto run = [&r](const std::string& label, const std::function<std::string()>& why) {
-    if (!r.selected(label)) return;
-    std::string what;
-    try {
-      what = why();
-    } catch (const Error& e) {
-      what = e.what();
-    }
-    r.check(what.empty(), label, what);
-  };
   for (int n = 2; n <= 8; ++n)
     for (DType dtype : {DType::BF16, DType::F32, DType::F64}) {
       const std::string at = std::string(dtype_name(dtype)) + " W=" + std::to_string(n);
       for (const SumCollective& sum : kSums) {
         const std::string label = std::string(sum.name) + " " + at + " rank-ordered sum";
-        run(label, [&] { return sum_is_rank_ordered(label, sum.kind, dtype, n); });
+        r.check_case(label, [&] { return sum_is_rank_ordered(label, sum.kind, dtype, n); });
       }
       const std::string label = "all_reduce " + at + " same bits on every rank and call";
-      run(label, [&] { return all_reduce_is_deterministic(label, dtype, n); });
+      r.check_case(label, [&] { return all_reduce_is_deterministic(label, dtype, n); });
     }
   for (int W = 2; W <= 8; ++W)
     for (std::int64_t n :
          {std::int64_t{1}, std::int64_t{W - 1}, std::int64_t{W + 1}, std::int64_t{25}, std::int64_t{1000003}})
-      run("balanced partition of " + std::to_string(n) + " over W=" + std::to_string(W),
-          [=] { return partition_is_balanced(n, W); });
+      r.check_case("balanced partition of " + std::to_string(n) + " over W=" + std::to_string(W),
+                   [=] { return partition_is_balanced(n, W); });
   for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
     for (int W : {2, 4})
       for (DType dtype : {DType::F32, DType::BF16}) {
         const cp::RunSpec spec = bytes_spec(mode, W, dtype);
-        run(std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " " + std::string(dtype_name(dtype)) +
-                " thd bytes against the cost model",
-            [&] { return bytes_match_cost_model(spec); });
+        r.check_case(std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " " +
+                         std::string(dtype_name(dtype)) + " thd bytes against the cost model",
+                     [&] { return bytes_match_cost_model(spec); });
       }
   return r;
 }

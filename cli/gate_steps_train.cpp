@@ -234,14 +234,7 @@ StepResult training_known_answers(const StepOptions& options) {
         {"padding mask, real tokens at the pad id", padding_known_answer},
         {"vocabulary of 2: effective tokens and loss", pad_id_vocabulary},
         {"training verdict limits on hand-made curves", verdict_known_answer}}) {
-    if (!r.selected(label)) continue;
-    std::string what;
-    try {
-      what = why();
-    } catch (const Error& e) {
-      what = e.what();
-    }
-    r.check(what.empty(), label, what);
+    r.check_case(label, why);
   }
   return r;
 }
