@@ -247,9 +247,11 @@ void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
 // last (it starts inside rank 0's span and ends on the last rank), THD and, for chunkwise, SBHD. Every
 // rank's first local sequence is longer than a chunk, so a chunk-level slip in the span maps, the folds
 // or the chunk backward shows (docs/DESIGN.md §3); lengths are multiples of 2W.
-void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
-  const std::vector<std::pair<int, std::vector<std::int64_t>>> packings = {
-      {3, {480, 48, 12}}, {3, {12, 48, 480}}, {4, {560, 48, 32}}, {4, {32, 48, 560}}};
+using Packings = std::vector<std::pair<int, std::vector<std::int64_t>>>;  // (W, THD lengths)
+
+// Every legal mode on each THD packing and dtype, labelled "<mode> <what> W=<W> lengths <l> <dtype>".
+void judge_packings(StepResult& r, const Packings& packings, const std::string& what, const std::vector<DType>& dtypes,
+                    const MatrixBackend& backend) {
   for (const auto& [W, lengths] : packings)
     for (DType dtype : dtypes) {
       std::map<std::int64_t, Judged> cache;
@@ -258,11 +260,16 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
         spec.lengths = lengths;
         if (cp::is_legal(spec))
           judge_selected(r,
-                         std::string(cp::mode_name(mode)) + " multi-chunk spans W=" + std::to_string(W) + " lengths " +
+                         std::string(cp::mode_name(mode)) + " " + what + " W=" + std::to_string(W) + " lengths " +
                              comma_list(lengths) + " " + std::string(dtype_name(dtype)),
                          spec, backend, cache);
       }
     }
+}
+
+void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
+  judge_packings(r, {{3, {480, 48, 12}}, {3, {12, 48, 480}}, {4, {560, 48, 32}}, {4, {32, 48, 560}}},
+                 "multi-chunk spans", dtypes, backend);
   for (DType dtype : dtypes)
     for (int W : {3, 4}) {
       cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
@@ -281,21 +288,8 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
 // the first local sequence shows. W = 2, lengths 8, 4, 4, 4 (spans of 10: the second sequence starts at
 // 8); W = 4, five sequences of 8 (spans of 10: starts 2, 4 and 6 tokens before the boundaries).
 void span_boundaries(StepResult& r, const std::vector<DType>& dtypes, const MatrixBackend& backend) {
-  const std::vector<std::pair<int, std::vector<std::int64_t>>> packings = {{2, {8, 4, 4, 4}}, {4, {8, 8, 8, 8, 8}}};
-  for (const auto& [W, lengths] : packings)
-    for (DType dtype : dtypes) {
-      std::map<std::int64_t, Judged> cache;
-      for (cp::CpMode mode : kModes) {
-        cp::RunSpec spec = cp::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
-        spec.lengths = lengths;
-        if (cp::is_legal(spec))
-          judge_selected(r,
-                         std::string(cp::mode_name(mode)) +
-                             " sequence 2 tokens before a span boundary W=" + std::to_string(W) + " lengths " +
-                             comma_list(lengths) + " " + std::string(dtype_name(dtype)),
-                         spec, backend, cache);
-      }
-    }
+  judge_packings(r, {{2, {8, 4, 4, 4}}, {4, {8, 8, 8, 8, 8}}}, "sequence 2 tokens before a span boundary", dtypes,
+                 backend);
 }
 
 const MatrixBackend kCpu{"cpu", cpu::make_backend};
