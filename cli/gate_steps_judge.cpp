@@ -22,7 +22,8 @@
 namespace gdnv::cli {
 namespace {
 
-std::string sci(double x) {
+// x with every digit that tells it apart (%.17g): known answers print the exact values they compare.
+std::string round_trip(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
@@ -31,7 +32,7 @@ std::string sci(double x) {
 // |got - want| <= tol |want| (tol 0: equal), else "<what> <got>, expected <want>".
 std::string expect_near(const std::string& what, double got, double want, double tol = 0) {
   if (std::abs(got - want) <= tol * std::abs(want)) return "";
-  return what + " " + sci(got) + ", expected " + sci(want);
+  return what + " " + round_trip(got) + ", expected " + round_trip(want);
 }
 std::string expect_eq(const std::string& what, const std::string& got, const std::string& want) {
   return got == want ? "" : what + " '" + got + "', expected '" + want + "'";

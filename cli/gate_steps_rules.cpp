@@ -103,27 +103,26 @@ class StateJudge {
   explicit StateJudge(cp::Backend& be) : be_(be) {}
 
   void check(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
-    if (!why_.empty()) return;
-    if (got.dtype() != be_.state_dtype()) {
-      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not the state dtype " +
-             std::string(dtype_name(be_.state_dtype()));
-      return;
-    }
-    judge(name, be_.download(got).to(DType::F64), want, bound, "fp32 bound");
+    check_as(name, got, want, bound, be_.state_dtype(), "the state dtype ", "fp32 bound");
   }
   // An output stored in the activation dtype.
   void check_stored(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound) {
-    if (!why_.empty()) return;
-    if (got.dtype() != be_.dtype()) {
-      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not " +
-             std::string(dtype_name(be_.dtype()));
-      return;
-    }
-    judge(name, be_.download(got).to(DType::F64), want, bound, "bound");
+    check_as(name, got, want, bound, be_.dtype(), "", "bound");
   }
   const std::string& why() const { return why_; }
 
  private:
+  // `got` must be stored in `dtype` (else that is the case's why), then within `bound` of `want`.
+  void check_as(const std::string& name, const cp::Buffer& got, const Tensor& want, double bound, DType dtype,
+                const std::string& dtype_words, const char* bound_words) {
+    if (!why_.empty()) return;
+    if (got.dtype() != dtype) {
+      why_ = name + " is stored as " + std::string(dtype_name(got.dtype())) + ", not " + dtype_words +
+             std::string(dtype_name(dtype));
+      return;
+    }
+    judge(name, be_.download(got).to(DType::F64), want, bound, bound_words);
+  }
   void judge(const std::string& name, const Tensor& t, const Tensor& want, double bound, const char* kind) {
     const Metrics m = compare(want.reshaped(t.shape()), t);
     if (m.nan_cand == 0 && m.inf_cand == 0 && m.rel_rms <= bound) return;
