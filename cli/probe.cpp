@@ -166,6 +166,14 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
       probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
   const probes::TextOptions options = listing(r.vs_cp1, *vm, start);
   probes::write_rows(r.vs_cp1, out, options);
+  for (const auto& b : r.band_only) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "band only %s: cp1 itself rel_rms %.3e vs oracle > kernel gate %.0e; bound: the band or its "
+                  "class's oracle gate %.3e (docs/DESIGN.md §4)\n",
+                  b.tensor.c_str(), b.cp1_rel_rms, b.gate, b.class_gate);
+    out << line;
+  }
   if (r.ratios.empty()) out << "deviation ratio: skipped (" << r.skipped << ")\n";
   int outside = 0;
   for (const auto& d : r.ratios) {

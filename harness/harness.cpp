@@ -350,11 +350,12 @@ std::vector<std::pair<std::int64_t, std::int64_t>> sequence_spans(const Case& k,
 // start as FLA and transformers cut them) and takes its decays as e^{gamma_i - gamma_j}, e^{gamma_i},
 // e^{gamma_C - gamma_i}. Forward: partial sum s rounds by r_s, RMS delta |gamma_s| (delta = 2^-24/sqrt(3));
 // the rounded gamma_i is gamma_i + sum_{s <= i} r_s, so every decay it forms is exactly the decay of the
-// gates g_s + r_s. Backward, the adjoint: the kernel sums dgamma_s from every term carrying gamma_s (their
-// magnitudes add to m_s, GdrGrads::dgamma_terms: near the diagonal they are O(1) and cancel), rounding by
-// RMS delta m_s, and reverse-cumsums dgamma into dg_t = sum_{s >= t in the chunk} dgamma_s, whose partial
-// sum s is dg_s: dg_t carries sum_{s >= t} r'_s with r'_s of RMS delta sqrt(m_s^2 + dg_s^2). The oracle is
-// rerun with both (N(0, 1) draws; largest change of three): kappa^gamma_t = rel_rms(change) / delta.
+// gates g_s + r_s. Backward, the adjoint: the kernel sums dgamma_s from every product carrying gamma_s
+// (their magnitudes add to m_s, GdrGrads::dgamma_terms: near the diagonal they are O(1) and cancel), in
+// an order of its own; a sequential sum of terms of random sign rounds by RMS ~ delta m_s, and reverse-cumsums dgamma
+// into dg_t = sum_{s >= t in the chunk} dgamma_s, whose partial sum s is dg_s: dg_t carries sum_{s >= t} r'_s with r'_s
+// of RMS delta sqrt(m_s^2 + dg_s^2). The oracle is rerun with both (N(0, 1) draws; largest change of three):
+// kappa^gamma_t = rel_rms(change) / delta.
 std::map<std::string, double> cumsum_conditions(const Case& k, const Answer& oracle) {
   constexpr double delta = 0x1.0p-24 / 1.7320508075688772;
   constexpr std::int64_t chunk = 64;
@@ -430,15 +431,15 @@ std::map<std::string, double> oracle_gates(const Case& k, const Answer& oracle, 
     const double floor = dtype == DType::BF16 ? 2e-2 : 1e-5;
     for (const auto& [name, kap] : condition_numbers(k, oracle)) gates[name] = std::max(floor, 4.0 * delta * kap);
     // cumsum-decay (docs/DESIGN.md §4): the chunk-local cumsum's roundings and its backward's, emulated in
-    // the oracle (cumsum_conditions), add in quadrature to the roundings above. The emulation rounds each
-    // backward sum dgamma_s once at the scale m_s of its terms; a row holds ~4 terms of that scale (the
-    // decays e^{g} with |g| ~ 1-20 leave a few near-diagonal pairs), sqrt(4) = 2: gate_t =
-    // sqrt(gate_t^2 + (2 delta kappa^gamma_t)^2), delta = 2^-24/sqrt(3) whatever the storage dtype, since
-    // these kernels keep gamma in fp32. transformers' chunked core measured at 0.34-0.40 delta kappa^gamma
-    // on grad::A_log and grad::dt_bias (thd-gva, sbhd), the tensors it moves.
+    // the oracle (cumsum_conditions, each backward sum dgamma_s rounded at delta m_s, the RMS of a
+    // sequential sum of terms of random sign whose magnitudes add to m_s), add in quadrature to the
+    // roundings above: gate_t = hypot(gate_t, delta kappa^gamma_t), delta = 2^-24/sqrt(3) whatever the
+    // storage dtype, since these kernels keep gamma in fp32. Measured on grad::A_log and grad::dt_bias,
+    // the tensors it moves (thd-gva, sbhd): FLA's Triton kernels at 0.10, transformers' chunked core at
+    // 0.013 delta kappa^gamma.
     if (decays == DecayClass::CumsumDecay)
       for (const auto& [name, kap] : cumsum_conditions(k, oracle))
-        gates[name] = std::hypot(gates[name], 2.0 * 0x1.0p-24 / 1.7320508075688772 * kap);
+        gates[name] = std::hypot(gates[name], 0x1.0p-24 / 1.7320508075688772 * kap);
     return gates;
   }
   // fp64: the CP modes only reorder fp64 sums; the chunked core agrees with the recurrent oracle to

@@ -30,8 +30,17 @@ struct DeviationRatio {
   bool pass() const { return rel_rms <= bound; }
 };
 
+// A third-party image's tensor left out of the elementwise rule: its cp1 is `cp1_rel_rms` from the
+// oracle, beyond the kernel gate `gate` the rule presumes; its deviation bound is the band or
+// `class_gate`, its declared class's oracle gate (docs/DESIGN.md §4).
+struct BandOnly {
+  std::string tensor;
+  double cp1_rel_rms, gate, class_gate;
+};
+
 struct CrossMode {
   Comparison vs_cp1;
+  std::vector<BandOnly> band_only;     // judged by their deviation from the oracle alone
   std::vector<DeviationRatio> ratios;  // every CP mode's, vs headwise's where dumped, else vs cp1's
   std::string skipped;                 // why ratios is empty
   int exit_code() const;

@@ -504,4 +504,6 @@ cp::DecayClass declared_decay_class(const std::string& dir) {
   }
 }
 
+bool third_party_image(const std::string& dir) { return read_meta(dir).contains("adapter"); }
+
 }  // namespace gdnv::probes

@@ -113,5 +113,8 @@ bool has_stages(const std::string& dir, const std::string& mode);
 // How the image's implementation forms its decays, as meta.json's "decay_class" declares it (absent:
 // product-of-decays, the class of this project's backends); FormatError for an unknown class.
 cp::DecayClass declared_decay_class(const std::string& dir);
+// Whether DIR's meta.json names the adapter that wrote it: an image of a third-party implementation
+// (docs/DESIGN.md §4: its CP verdict is relative to its own cp1).
+bool third_party_image(const std::string& dir);
 
 }  // namespace gdnv::probes

@@ -32,8 +32,9 @@ struct GdrGrads {
   Tensor dg;      // [B, T, Hv]
   Tensor dbeta;   // [B, T, Hv]
   Tensor dh0;     // [N, Hv, K, V]
-  // [B, T, Hv], chunked backward only: sum of |terms| a kernel that forms its decays from a cumsum gamma of
-  // g adds into dgamma_t (every term carrying gamma_t; docs/DESIGN.md §4, cumsum-decay); zero otherwise.
+  // [B, T, Hv], chunked backward only: the magnitude of the sum dgamma_t that a kernel forming its decays
+  // from a cumsum gamma of g computes, every product carrying gamma_t counted with its absolute value
+  // (docs/DESIGN.md §4, cumsum-decay); zero otherwise.
   Tensor dgamma_terms;
 };
 

@@ -149,6 +149,46 @@ void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const Row
   o = scale * out;
 }
 
+// Magnitude m_s of the adjoint's dgamma_s (GdrGrads::dgamma_terms, docs/DESIGN.md §4 cumsum-decay): the
+// adjoint below run with every operand replaced by its absolute value, so every product that carries
+// gamma_s counts with its magnitude whatever order a kernel sums them in (transformers: row minus column
+// sums of dP * P and dA * A; FLA: q.dq - k.dk with dq, dk from GEMMs). S, dS: the state entering the
+// chunk and the gradient of the one leaving it; s_do = scale dO.
+Vec dgamma_magnitudes(const Chunk& x, const Intra& in, const RowMatrix& S, const RowMatrix& dS, const RowMatrix& v_new,
+                      const RowMatrix& s_do) {
+  const Index c = x.g.size();
+  const RowMatrix q = x.q.cwiseAbs(), k = x.k.cwiseAbs(), S_abs = S.cwiseAbs(), dS_abs = dS.cwiseAbs();
+  const RowMatrix d_o = s_do.cwiseAbs(), V_new = v_new.cwiseAbs();
+  const Vec e_gamma = in.gamma.array().exp(), e_tail = tail_sums(x.g).array().exp();
+  const RowMatrix k_tail = e_tail.asDiagonal() * k;
+  const auto row_and_column = [](const RowMatrix& H) -> Vec {
+    return H.rowwise().sum() + H.colwise().sum().transpose();
+  };
+
+  // Output: e^gamma q . d_qdec and dP * P.
+  const RowMatrix P = product(q, k.transpose()).cwiseProduct(in.decay);
+  Vec m = (e_gamma.asDiagonal() * q).cwiseProduct(product(d_o, S_abs.transpose())).rowwise().sum();
+  m += row_and_column(product(d_o, V_new.transpose()).cwiseProduct(P));
+
+  // State: e^{gamma_C} S . dS and k_tail . d_ktail.
+  const Vec tail = k_tail.cwiseProduct(product(V_new, dS_abs.transpose())).rowwise().sum();
+  m += tail;
+  m(c - 1) += e_gamma(c - 1) * S_abs.cwiseProduct(dS_abs).sum() + tail.sum();
+
+  // WY: dA * A and beta e^gamma k . d_bk.
+  const RowMatrix dv_new = product(P.transpose(), d_o) + product(k_tail, dS_abs);
+  const RowMatrix T = in.T.cwiseAbs();
+  const RowMatrix d_bv = product(T.transpose(), dv_new);
+  const RowMatrix d_bk = product(T.transpose(), product(dv_new, S_abs.transpose()));
+  const RowMatrix U = in.U.cwiseAbs(), W = in.W.cwiseAbs();
+  RowMatrix dA = product(d_bv, U.transpose());
+  product_into(d_bk, W.transpose(), dA, {.accumulate = true});
+  dA = dA.triangularView<Eigen::StrictlyLower>();
+  m += row_and_column(dA.cwiseProduct(RowMatrix(in.A.cwiseAbs())));
+  m += (x.beta.cwiseAbs().array() * e_gamma.array() * k.cwiseProduct(d_bk).rowwise().sum().array()).matrix();
+  return m;
+}
+
 // Backward of one chunk. S [K, V] is the state entering it, d_o [c, V] the output gradient; dS [K, V]
 // enters as the gradient of the state leaving the chunk and leaves as the gradient of S.
 ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, const RowMatrix& d_o, RowMatrix& dS) {
@@ -163,6 +203,7 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   RowMatrix P = product(x.q, x.k.transpose());
   P = P.cwiseProduct(in.decay);
   ChunkGrads d;
+  d.dgamma_terms = dgamma_magnitudes(x, in, S, dS, v_new, scale * d_o);
   Vec d_gamma = Vec::Zero(c);
 
   // Output: O = scale [q_decayed S + P V_new].
@@ -178,11 +219,6 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   d.dk = product(dQK.transpose(), x.q, kUpper);
   const RowMatrix H_out = dP.cwiseProduct(P);
   Vec dg_spanning = spanning_sums(H_out);
-  // A cumsum-form kernel's dgamma_t: its own terms, then row t minus column t of each spanning H.
-  const auto row_and_column = [](const RowMatrix& H) -> Vec {
-    return H.cwiseAbs().rowwise().sum() + H.cwiseAbs().colwise().sum().transpose();
-  };
-  d.dgamma_terms = d_gamma.cwiseAbs() + row_and_column(H_out);
 
   // State: S_next = e^{gamma_C} S + k_tail^T V_new.
   dS_in += e_C * dS;
@@ -192,8 +228,6 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   d.dk += e_tail.asDiagonal() * d_ktail;
   // e^{gamma_C - gamma_i} = e^{sum_{t > i} g_t}.
   const Vec tail = k_tail.cwiseProduct(d_ktail).rowwise().sum();
-  d.dgamma_terms += tail.cwiseAbs();
-  d.dgamma_terms(c - 1) += std::abs(e_C * S.cwiseProduct(dS).sum()) + tail.cwiseAbs().sum();
 
   // V_new = U - W S.
   const RowMatrix dW = -product(dv_new, S.transpose());
@@ -219,7 +253,6 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   product_into(dKK.transpose(), x.k, d.dk, {.accumulate = true, .a = Triangle::Upper});
   const RowMatrix H_A = dA.cwiseProduct(in.A);
   dg_spanning += spanning_sums(H_A);
-  d.dgamma_terms += row_and_column(H_A) + x.beta.cwiseProduct(k_dbk).cwiseAbs();
 
   d.dg = reverse_cumsum(d_gamma) + dg_spanning + exclusive_cumsum(tail);  // gamma = cumsum(g)
   dS = dS_in;

@@ -7,7 +7,8 @@ Runs the FLA matrix against whatever `fla` this interpreter imports (a checkout 
 included; the gate prints which): FLA's layer with its Triton kernels under Triton's interpreter at
 CP = 1 and FLA's context parallelism (KCP) at W = 2 and 4 over local gloo processes: fp32 on a case with
 a sequence spanning every rank, spans longer than a 64-token chunk, unequal sequences, GVA and a conv
-bias (fla-spans); with --dtypes fp32,bf16 also bf16 on a smaller packing (fla-quick). Each image is
+bias under weak gates (fla-spans), and again under the default gates (fla-strong); bf16 on a smaller
+packing (fla-quick). Each image is
 judged by `gdn-verify probe oracle` (every tensor and stage against the fp64 oracle) and each CP image
 also by `gdn-verify probe cross-mode` against the same FLA's cp1. One world of processes serves every CP
 size. Prints a progress line per step, the step table (step, cases,
@@ -37,16 +38,17 @@ EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 3
 
 # The spans case: at W = 4 the 264-token sequence runs through all four 80-token spans (more than one
 # 64-token chunk each), between a 40- and a 16-token one; GVA (Hv = 2 Hk) and a conv bias. Every length
-# is divisible by 2W = 8 (the image's zigzag shards). Weak gates: under default gates FLA's chunk-local
-# fp32 cumsum of the decays puts grad::A_log and grad::dt_bias outside the product-of-decays gates of
-# docs/DESIGN.md §4 at CP = 1 already (docs/fla.md), which is not what this gate is for.
+# is divisible by 2W = 8 (the image's zigzag shards). Weak gates (g ~ 0) keep the state alive across
+# every rank boundary, so a state carried wrongly moves every later token; fla-strong is the same packing
+# under the default gates (per-token decays down to e^-50): the production decay regime, where FLA's
+# chunk-local cumsums set its grad::A_log and grad::dt_bias errors (the cumsum-decay class, docs/DESIGN.md
+# §4), and where the carried state fades within a few tokens.
 _SMALL = Geometry(32, 1, 2, 16, 16, conv_bias=True)
 SPANS = cases.CaseSpec("fla-spans", "THD 40, 264, 16; hidden 32, Hk 1, Hv 2, dk = dv = 16, conv bias, weak gates",
                        _SMALL, "thd", (40, 264, 16), gates="weak")
+STRONG = cases.CaseSpec("fla-strong", "THD 40, 264, 16; as fla-spans, default gates", _SMALL, "thd", (40, 264, 16))
 # --quick and bf16: one 128-token packing; the 88-token sequence (two chunks) crosses every rank boundary
-# at W = 2 and 4. bf16 is opt-in (--dtypes fp32,bf16): FLA's chunk_gated_delta_rule backward in bf16
-# under the interpreter gives dg of order 1e11..1e35 on single 64-token chunks, already at CP = 1 and in a
-# direct kernel call (docs/fla.md, "bf16 finding"), not yet traced to FLA or to the interpreter.
+# at W = 2 and 4.
 QUICK = cases.CaseSpec("fla-quick", "THD 40, 88; as fla-spans", _SMALL, "thd", (40, 88), gates="weak")
 
 
@@ -174,23 +176,23 @@ class Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m gdn_verify.fla_gate", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fla-quick at W = 2, fp32 only (the negative controls' run)")
-    p.add_argument("--dtypes", default="fp32", help="fp32 | bf16 | fp32,bf16 (default fp32; bf16: docs/fla.md)")
+    p.add_argument("--dtypes", default="fp32,bf16", help="fp32 | bf16 | fp32,bf16 (default fp32,bf16)")
     p.add_argument("--junit", default=None, help="also write the result as JUnit XML to FILE")
     p.add_argument("--keep", default=None, help="write the images into DIR (a fresh directory) and keep them")
     p.add_argument("--gdn-verify", dest="binary", default=None, help="the gdn-verify binary (default $GDNV_BIN, PATH)")
     return p
 
 
-DTYPE_CASES = {"fp32": SPANS, "bf16": QUICK}
+DTYPE_CASES = {"fp32": [SPANS, STRONG], "bf16": [QUICK]}
 
 
-def plan(quick: bool, dtypes: str) -> tuple[list[tuple[cases.CaseSpec, str]], list[int]]:
-    """The (case, dtype) pairs and the CP sizes the gate runs; ValueError naming the fix for --dtypes."""
+def plan(quick: bool, dtypes: str) -> tuple[list[tuple[list[cases.CaseSpec], str]], list[int]]:
+    """The (cases, dtype) pairs and the CP sizes the gate runs; ValueError naming the fix for --dtypes."""
     wanted = dtypes.split(",")
     if not wanted or any(d not in DTYPE_CASES for d in wanted):
         raise ValueError(f"--dtypes {dtypes}: give a comma-separated list of {', '.join(DTYPE_CASES)}")
     if quick:
-        return [(QUICK, d) for d in wanted], [2]
+        return [([QUICK], d) for d in wanted], [2]
     return [(DTYPE_CASES[d], d) for d in wanted], [2, 4]
 
 
@@ -207,9 +209,9 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
         with World(max(worlds), env=fla_cp.ENV) as world:
             matrix, made = Matrix(world, root, binary), {}
             work = []
-            for spec, dtype in pairs:
-                work += [lambda s=spec, d=dtype: layer_step(matrix, [s], d, made),
-                         lambda s=spec, d=dtype: kcp_step(matrix, [s], d, worlds, made)]
+            for specs, dtype in pairs:
+                work += [lambda s=specs, d=dtype: layer_step(matrix, s, d, made),
+                         lambda s=specs, d=dtype: kcp_step(matrix, s, d, worlds, made)]
             for i, job in enumerate(work):
                 t0 = time.monotonic()
                 step = job()

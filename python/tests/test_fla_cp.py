@@ -33,18 +33,21 @@ def env_with(*paths: Path) -> dict[str, str]:
 
 def test_the_gate_passes_the_installed_fla_and_writes_junit(gdnv_bin, tmp_path):
     out = io.StringIO()
-    args = Namespace(quick=False, dtypes="fp32", junit=str(tmp_path / "fla.xml"), keep=str(tmp_path / "images"),
+    args = Namespace(quick=False, dtypes="fp32,bf16", junit=str(tmp_path / "fla.xml"), keep=str(tmp_path / "images"),
                      binary=str(gdnv_bin))
     rc = fla_gate.run(args, out)
     text = out.getvalue()
     assert rc == 0, text
-    assert "fla_gate: 2 steps, 0 failed" in text and text.rstrip().endswith("PASS")
-    assert "FLA layer cp1 (fp32) ... ok" in text and "FLA KCP W=2,4 (fp32) ... ok" in text
-    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == ["fla-spans-fp32-w1", "fla-spans-fp32-w2",
-                                                                        "fla-spans-fp32-w4"]
+    assert "fla_gate: 4 steps, 0 failed" in text and text.rstrip().endswith("PASS")
+    for step in ("FLA layer cp1 (fp32)", "FLA KCP W=2,4 (fp32)", "FLA layer cp1 (bf16)", "FLA KCP W=2,4 (bf16)"):
+        assert f"{step} ... ok" in text, text
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == [
+        "fla-quick-bf16-w1", "fla-quick-bf16-w2", "fla-quick-bf16-w4",
+        "fla-spans-fp32-w1", "fla-spans-fp32-w2", "fla-spans-fp32-w4",
+        "fla-strong-fp32-w1", "fla-strong-fp32-w2", "fla-strong-fp32-w4"]
     assert len(list((tmp_path / "images" / "fla-spans-fp32-w4").glob("chunkwise.rank*.safetensors"))) == 4
     junit = (tmp_path / "fla.xml").read_text()
-    assert 'tests="2" failures="0" skipped="0"' in junit and 'name="FLA KCP W=2,4 (fp32)"' in junit
+    assert 'tests="4" failures="0" skipped="0"' in junit and 'name="FLA KCP W=2,4 (bf16)"' in junit
 
 
 def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
@@ -92,7 +95,8 @@ def planted_copy(tmp_path: Path, name: str) -> Path:
 @pytest.mark.parametrize("plant", list(PLANTS))
 def test_a_bug_planted_in_a_copy_of_fla_fails_the_gate_at_its_stage_and_rank(gdnv_bin, tmp_path, plant):
     root = planted_copy(tmp_path, plant)
-    r = subprocess.run([sys.executable, "-m", "gdn_verify.fla_gate", "--quick", "--gdn-verify", str(gdnv_bin)],
+    r = subprocess.run([sys.executable, "-m", "gdn_verify.fla_gate", "--quick", "--dtypes", "fp32", "--gdn-verify",
+                        str(gdnv_bin)],
                        capture_output=True, text=True, timeout=900, env=env_with(root))
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"from {root / 'fla'}" in r.stdout  # the planted copy ran, not the installed package
