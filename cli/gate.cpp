@@ -7,15 +7,20 @@
 #include <sstream>
 
 #include "cli/command.hpp"
-#include "cli/gate_steps.hpp"
 #include "cli/lists.hpp"
-#include "cli/reproduce.hpp"
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
+#include "gate/reproduce.hpp"
+#include "gate/steps.hpp"
 
 namespace gdnv::cli {
 namespace {
+
+using gate::gate_case_command;
+using gate::Step;
+using gate::StepOptions;
+using gate::StepResult;
 
 struct Row {
   std::string name;
@@ -93,8 +98,8 @@ void list_faults(std::ostream& out) {
 }
 
 // The steps to run: all, or the one --step names.
-std::vector<GateStep> selected_steps(const po::variables_map& vm) {
-  const auto& steps = gate_steps();
+std::vector<Step> selected_steps(const po::variables_map& vm) {
+  const auto& steps = gate::steps();
   if (!vm.count("step")) {
     if (vm.count("case")) throw ConfigError("gate --case needs --step: give the step the case belongs to");
     return steps;
@@ -103,12 +108,12 @@ std::vector<GateStep> selected_steps(const po::variables_map& vm) {
   std::string known;
   for (const auto& step : steps) {
     if (step.name == name) return {step};
-    known += (known.empty() ? "'" : ", '") + step.name + "'";
+    known += std::string(known.empty() ? "'" : ", '") + step.name + "'";
   }
   throw ConfigError("gate --step '" + name + "' is not a gate step: use one of " + known);
 }
 
-void print_failure(std::ostream& out, const GateStep& step, const StepResult& result) {
+void print_failure(std::ostream& out, const Step& step, const StepResult& result) {
   out << "    " << result.failed << " of " << result.cases << " failed; first: " << result.detail << "\n"
       << "    reproduce: " << (result.reproduce.empty() ? gate_case_command(step.name, result.label) : result.reproduce)
       << "\n";
@@ -116,32 +121,6 @@ void print_failure(std::ostream& out, const GateStep& step, const StepResult& re
 }
 
 }  // namespace
-
-const std::vector<GateStep>& gate_steps() {
-  // clang-format off
-  static const std::vector<GateStep> table = {
-      {"safetensors round-trip", safetensors_round_trip},
-      {"reference vectors", reference_vectors},
-      {"verdict known answers", verdict_known_answers},
-      {"oracle self-checks", oracle_self_checks},
-      {"layout properties", layout_properties},
-      {"adjoint dot-products", adjoint_dot_products},
-      {"CP mode matrix (cpu)", cp_mode_matrix},
-      {"precision rules", precision_rules},
-      {"communicator semantics", communicator_semantics},
-      {"MPI transport", mpi_transport},
-      {"illegal combinations", illegal_combinations},
-      {"fixture verification", fixture_verification},
-      {"precision regression", precision_regression},
-      {"probe self-compare", probe_self_compare},
-      {"CP mode matrix (cuda)", gpu_mode_matrix},
-      {"CP mode matrix (emu)", emu_mode_matrix},
-      {"training known answers", training_known_answers},
-      {"training equivalence", training_equivalence},
-  };
-  // clang-format on
-  return table;
-}
 
 int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
@@ -170,7 +149,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   const StepOptions step_options{(*vm)["quick"].as<bool>(),
                                  vm->count("case") ? (*vm)["case"].as<std::string>() : std::string()};
   const bool quick = step_options.quick;
-  const std::vector<GateStep> steps = selected_steps(*vm);
+  const std::vector<Step> steps = selected_steps(*vm);
   std::vector<Row> rows;
   int failed_steps = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -189,7 +168,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     rows.push_back(
         {steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     if (!step_options.only.empty() && result.cases == 0 && result.skip_reason.empty())
-      throw ConfigError("gate step '" + steps[i].name + "' has no case '" + step_options.only +
+      throw ConfigError("gate step '" + std::string(steps[i].name) + "' has no case '" + step_options.only +
                         "': give a label exactly as a failing gate prints it");
     out << " " << (result.skip_reason.empty() ? (result.failed ? "FAIL" : "ok") : "skipped") << "\n";
     if (!result.skip_reason.empty()) out << "    " << result.skip_reason << "\n";

@@ -1,22 +1,17 @@
 #pragma once
-// The steps of `gdn-verify gate`, in the order it runs them. Each returns how many cases it checked,
-// how many failed (with the first failure's label, detail and reproduce command), or that it was
-// skipped and why. Every case has a label unique within its step, so `gate --step S --case LABEL`
-// runs that case alone.
+// What every step of `gdn-verify gate` shares: what it is asked to run, and what it returns: how many
+// cases it checked, how many failed (with the first failure's label, detail and reproduce command), or
+// that it was skipped and why. Every case has a label unique within its step, so
+// `gate --step S --case LABEL` runs that case alone.
 #include <cstdint>
 #include <functional>
-#include <iosfwd>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/tensor.hpp"
 
-namespace gdnv::cp {
-struct Answer;
-}
-
-namespace gdnv::cli {
+namespace gdnv::gate {
 
 // What a step is asked to run: the --quick matrix (a subset of the full one) or the full one, or,
 // from `gate --case LABEL`, only the full matrix's case of that label.
@@ -77,49 +72,18 @@ struct StepResult {
   }
 };
 
-struct GateStep {
-  std::string name;
-  std::function<StepResult(const StepOptions&)> run;
+// A step: its name as the gate prints it and what runs it. Each step's file (gate/<step>.cpp) ends in its
+// Step; gate/steps.cpp collects them in the order the gate runs them.
+struct Step {
+  const char* name;
+  StepResult (*run)(const StepOptions&);
 };
-
-const std::vector<GateStep>& gate_steps();
 
 // Seeded THD cu_seqlens for the gate's cases: 1..max_sequences sequences, each 2W times 1..max_units tokens
 // (zigzag needs multiples of 2W), drawn from the stream `stream` of `seed` (core/rng.hpp).
 std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* stream, int max_sequences, int max_units);
 
-// The CP matrices' judgement of one micro-batch (cli/gate_steps_cp.cpp): "" when out, grad_hidden and
-// every parameter gradient of `got` are within their gates and finite, else the first that is not,
-// "<name>: rel_rms <e> >= gate <g>", "<name>: <n> NaN, <m> Inf" or "<name>: missing from the run".
-std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
-                                      const std::map<std::string, double>& gates);
+// Counts the case `what`: the relative RMS of `got` against `ref` below `gate`.
+void check_rel_rms(StepResult& r, const std::string& what, const Tensor& ref, const Tensor& got, double gate);
 
-// Steps by theme (cli/gate_steps_*.cpp).
-StepResult safetensors_round_trip(const StepOptions& options);
-StepResult reference_vectors(const StepOptions& options);
-StepResult verdict_known_answers(const StepOptions& options);  // cli/gate_steps_judge.cpp
-StepResult oracle_self_checks(const StepOptions& options);
-StepResult layout_properties(const StepOptions& options);
-StepResult adjoint_dot_products(const StepOptions& options);
-StepResult cp_mode_matrix(const StepOptions& options);
-StepResult precision_rules(const StepOptions& options);         // cli/gate_steps_rules.cpp
-StepResult communicator_semantics(const StepOptions& options);  // cli/gate_steps_rules.cpp
-StepResult mpi_transport(const StepOptions& options);           // cli/gate_steps_rules.cpp
-StepResult illegal_combinations(const StepOptions& options);
-StepResult fixture_verification(const StepOptions& options);
-StepResult probe_self_compare(const StepOptions& options);
-StepResult gpu_mode_matrix(const StepOptions& options);
-StepResult emu_mode_matrix(const StepOptions& options);
-StepResult training_known_answers(const StepOptions& options);  // cli/gate_steps_train.cpp
-StepResult training_equivalence(const StepOptions& options);    // cli/gate_steps_train.cpp
-
-// Precision regression (cli/gate_steps_precision.cpp): the catalog's deviations from the oracle against
-// the committed baseline, or the one at `baseline_path`.
-StepResult precision_regression(const StepOptions& options);
-StepResult precision_regression_against(const StepOptions& options, const std::string& baseline_path);
-// The committed baseline in the source tree (fixtures/precision_baseline.json).
-std::string committed_precision_baseline();
-// Runs the whole catalog and writes its deviations to `path` atomically; a line per step on `log`.
-void write_precision_baseline(const std::string& path, std::ostream& log);
-
-}  // namespace gdnv::cli
+}  // namespace gdnv::gate
