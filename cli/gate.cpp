@@ -4,13 +4,13 @@
 #include <chrono>
 #include <iomanip>
 #include <ostream>
-#include <sstream>
 
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
+#include "gate/report.hpp"
 #include "gate/reproduce.hpp"
 #include "gate/steps.hpp"
 
@@ -18,79 +18,11 @@ namespace gdnv::cli {
 namespace {
 
 using gate::gate_case_command;
+using gate::junit_xml;
 using gate::Step;
 using gate::StepOptions;
 using gate::StepResult;
-
-struct Row {
-  std::string name;
-  StepResult result;
-  double seconds;
-  const char* verdict() const { return !result.skip_reason.empty() ? "skip" : result.failed ? "FAIL" : "pass"; }
-};
-
-std::string xml_escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// One testsuite: per step, a testcase for the step (its skip, or its failure when no case names it) and one
-// testcase per failing case, named by the case's label with the command that reproduces it alone, so a
-// CI page names the case. What GitLab, Jenkins and GitHub render.
-std::string junit(const std::vector<Row>& rows, double total) {
-  int tests = 0, failures = 0, skipped = 0;
-  std::ostringstream cases;
-  cases << std::fixed << std::setprecision(3);
-  for (const auto& row : rows) {
-    const StepResult& r = row.result;
-    const bool by_case = !r.failures.empty();
-    ++tests;
-    cases << "    <testcase classname=\"gate\" name=\"" << xml_escaped(row.name) << "\" time=\"" << row.seconds
-          << "\">";
-    if (!r.skip_reason.empty()) {
-      ++skipped;
-      cases << "<skipped message=\"" << xml_escaped(r.skip_reason) << "\"/>";
-    } else if (r.failed && !by_case) {
-      ++failures;
-      cases << "<failure message=\"" << r.failed << " of " << r.cases << " cases failed\">"
-            << xml_escaped(r.detail + "\nreproduce: " + gate_case_command(row.name, r.label)) << "</failure>";
-    }
-    cases << "<system-out>" << r.cases << " cases, " << r.failed << " failed</system-out></testcase>\n";
-    for (const auto& f : r.failures) {
-      ++tests, ++failures;
-      const std::string command = f.reproduce.empty() ? gate_case_command(row.name, f.label) : f.reproduce;
-      cases << "    <testcase classname=\"gate." << xml_escaped(row.name) << "\" name=\"" << xml_escaped(f.label)
-            << "\" time=\"0\"><failure message=\"" << xml_escaped(f.why) << "\">"
-            << xml_escaped("reproduce: " + command) << "</failure></testcase>\n";
-    }
-  }
-  std::ostringstream x;
-  x << std::fixed << std::setprecision(3) << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuites name=\"gdn-verify gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\""
-    << skipped << "\" time=\"" << total << "\">\n"
-    << "  <testsuite name=\"gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\"" << skipped
-    << "\" time=\"" << total << "\">\n"
-    << cases.str() << "  </testsuite>\n</testsuites>\n";
-  return x.str();
-}
+using Row = gate::StepRow;
 
 void list_faults(std::ostream& out) {
   out << "planted faults (GDNV_FAULT=<name>; honoured by the implementation under test, never by the oracle):\n";
@@ -189,7 +121,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   out << "gate" << (quick ? " --quick" : "") << ": " << rows.size() << " steps, " << failed_steps << " failed, "
       << std::setprecision(1) << total << " s\n"
       << (failed_steps ? "FAIL" : "PASS") << "\n";
-  if (vm->count("junit")) write_file_atomic((*vm)["junit"].as<std::string>(), junit(rows, total));
+  if (vm->count("junit")) write_file_atomic((*vm)["junit"].as<std::string>(), junit_xml(rows, total));
   return failed_steps ? kNumericFailure : kPass;
 }
 
