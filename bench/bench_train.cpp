@@ -11,7 +11,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "cli/gate_steps.hpp"
+#include "gate/steps.hpp"
 #include "train/oracle.hpp"
 #include "train/verdict.hpp"
 
@@ -20,7 +20,7 @@ namespace {
 
 void BM_TrainGateStep(benchmark::State& state) {
   for (auto _ : state) {
-    const cli::StepResult r = cli::training_equivalence(cli::StepOptions{});
+    const gate::StepResult r = gate::training_equivalence.run(gate::StepOptions{});
     state.counters["cases"] = r.cases;
     state.counters["failed"] = r.failed;
   }

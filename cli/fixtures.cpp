@@ -3,10 +3,10 @@
 #include <ostream>
 
 #include "cli/command.hpp"
-#include "cli/gate_steps.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "fixtures/fixtures.hpp"
+#include "gate/precision_regression.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -42,7 +42,7 @@ int verify_main(const std::vector<std::string>& args, std::ostream& out) {
       .exit_code();
 }
 
-// The gate's precision baseline (cli/gate_steps_precision.cpp): rerun its catalog, write the deviations.
+// The gate's precision baseline (gate/precision_regression.cpp): rerun its catalog, write the deviations.
 int precision_baseline_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("fixtures precision-baseline options");
   o.add_options()("write", po::value<std::string>()->required(),
@@ -55,9 +55,9 @@ int precision_baseline_main(const std::vector<std::string>& args, std::ostream& 
   if (file.filename().empty() || std::filesystem::is_directory(file) || !std::filesystem::is_directory(dir))
     throw ConfigError("fixtures precision-baseline --write '" + file.string() +
                       "' is not a file in an existing directory: give a FILE path such as " +
-                      committed_precision_baseline());
+                      gate::committed_precision_baseline());
   check_outputs({{"--write", file.string()}});
-  write_precision_baseline(file.string(), out);
+  gate::write_precision_baseline(file.string(), out);
   return kPass;
 }
 

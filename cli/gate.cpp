@@ -4,88 +4,25 @@
 #include <chrono>
 #include <iomanip>
 #include <ostream>
-#include <sstream>
 
 #include "cli/command.hpp"
-#include "cli/gate_steps.hpp"
 #include "cli/lists.hpp"
-#include "cli/reproduce.hpp"
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
+#include "gate/report.hpp"
+#include "gate/reproduce.hpp"
+#include "gate/steps.hpp"
 
 namespace gdnv::cli {
 namespace {
 
-struct Row {
-  std::string name;
-  StepResult result;
-  double seconds;
-  const char* verdict() const { return !result.skip_reason.empty() ? "skip" : result.failed ? "FAIL" : "pass"; }
-};
-
-std::string xml_escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
-// One testsuite: per step, a testcase for the step (its skip, or its failure when no case names it) and one
-// testcase per failing case, named by the case's label with the command that reproduces it alone, so a
-// CI page names the case. What GitLab, Jenkins and GitHub render.
-std::string junit(const std::vector<Row>& rows, double total) {
-  int tests = 0, failures = 0, skipped = 0;
-  std::ostringstream cases;
-  cases << std::fixed << std::setprecision(3);
-  for (const auto& row : rows) {
-    const StepResult& r = row.result;
-    const bool by_case = !r.failures.empty();
-    ++tests;
-    cases << "    <testcase classname=\"gate\" name=\"" << xml_escaped(row.name) << "\" time=\"" << row.seconds
-          << "\">";
-    if (!r.skip_reason.empty()) {
-      ++skipped;
-      cases << "<skipped message=\"" << xml_escaped(r.skip_reason) << "\"/>";
-    } else if (r.failed && !by_case) {
-      ++failures;
-      cases << "<failure message=\"" << r.failed << " of " << r.cases << " cases failed\">"
-            << xml_escaped(r.detail + "\nreproduce: " + gate_case_command(row.name, r.label)) << "</failure>";
-    }
-    cases << "<system-out>" << r.cases << " cases, " << r.failed << " failed</system-out></testcase>\n";
-    for (const auto& f : r.failures) {
-      ++tests, ++failures;
-      const std::string command = f.reproduce.empty() ? gate_case_command(row.name, f.label) : f.reproduce;
-      cases << "    <testcase classname=\"gate." << xml_escaped(row.name) << "\" name=\"" << xml_escaped(f.label)
-            << "\" time=\"0\"><failure message=\"" << xml_escaped(f.why) << "\">"
-            << xml_escaped("reproduce: " + command) << "</failure></testcase>\n";
-    }
-  }
-  std::ostringstream x;
-  x << std::fixed << std::setprecision(3) << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuites name=\"gdn-verify gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\""
-    << skipped << "\" time=\"" << total << "\">\n"
-    << "  <testsuite name=\"gate\" tests=\"" << tests << "\" failures=\"" << failures << "\" skipped=\"" << skipped
-    << "\" time=\"" << total << "\">\n"
-    << cases.str() << "  </testsuite>\n</testsuites>\n";
-  return x.str();
-}
+using gate::gate_case_command;
+using gate::junit_xml;
+using gate::Step;
+using gate::StepOptions;
+using gate::StepResult;
+using Row = gate::StepRow;
 
 void list_faults(std::ostream& out) {
   out << "planted faults (GDNV_FAULT=<name>; honoured by the implementation under test, never by the oracle):\n";
@@ -93,8 +30,8 @@ void list_faults(std::ostream& out) {
 }
 
 // The steps to run: all, or the one --step names.
-std::vector<GateStep> selected_steps(const po::variables_map& vm) {
-  const auto& steps = gate_steps();
+std::vector<Step> selected_steps(const po::variables_map& vm) {
+  const auto& steps = gate::steps();
   if (!vm.count("step")) {
     if (vm.count("case")) throw ConfigError("gate --case needs --step: give the step the case belongs to");
     return steps;
@@ -103,12 +40,12 @@ std::vector<GateStep> selected_steps(const po::variables_map& vm) {
   std::string known;
   for (const auto& step : steps) {
     if (step.name == name) return {step};
-    known += (known.empty() ? "'" : ", '") + step.name + "'";
+    known += std::string(known.empty() ? "'" : ", '") + step.name + "'";
   }
   throw ConfigError("gate --step '" + name + "' is not a gate step: use one of " + known);
 }
 
-void print_failure(std::ostream& out, const GateStep& step, const StepResult& result) {
+void print_failure(std::ostream& out, const Step& step, const StepResult& result) {
   out << "    " << result.failed << " of " << result.cases << " failed; first: " << result.detail << "\n"
       << "    reproduce: " << (result.reproduce.empty() ? gate_case_command(step.name, result.label) : result.reproduce)
       << "\n";
@@ -116,32 +53,6 @@ void print_failure(std::ostream& out, const GateStep& step, const StepResult& re
 }
 
 }  // namespace
-
-const std::vector<GateStep>& gate_steps() {
-  // clang-format off
-  static const std::vector<GateStep> table = {
-      {"safetensors round-trip", safetensors_round_trip},
-      {"reference vectors", reference_vectors},
-      {"verdict known answers", verdict_known_answers},
-      {"oracle self-checks", oracle_self_checks},
-      {"layout properties", layout_properties},
-      {"adjoint dot-products", adjoint_dot_products},
-      {"CP mode matrix (cpu)", cp_mode_matrix},
-      {"precision rules", precision_rules},
-      {"communicator semantics", communicator_semantics},
-      {"MPI transport", mpi_transport},
-      {"illegal combinations", illegal_combinations},
-      {"fixture verification", fixture_verification},
-      {"precision regression", precision_regression},
-      {"probe self-compare", probe_self_compare},
-      {"CP mode matrix (cuda)", gpu_mode_matrix},
-      {"CP mode matrix (emu)", emu_mode_matrix},
-      {"training known answers", training_known_answers},
-      {"training equivalence", training_equivalence},
-  };
-  // clang-format on
-  return table;
-}
 
 int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description options("gate options");
@@ -170,7 +81,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   const StepOptions step_options{(*vm)["quick"].as<bool>(),
                                  vm->count("case") ? (*vm)["case"].as<std::string>() : std::string()};
   const bool quick = step_options.quick;
-  const std::vector<GateStep> steps = selected_steps(*vm);
+  const std::vector<Step> steps = selected_steps(*vm);
   std::vector<Row> rows;
   int failed_steps = 0;
   const auto start = std::chrono::steady_clock::now();
@@ -189,7 +100,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     rows.push_back(
         {steps[i].name, result, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
     if (!step_options.only.empty() && result.cases == 0 && result.skip_reason.empty())
-      throw ConfigError("gate step '" + steps[i].name + "' has no case '" + step_options.only +
+      throw ConfigError("gate step '" + std::string(steps[i].name) + "' has no case '" + step_options.only +
                         "': give a label exactly as a failing gate prints it");
     out << " " << (result.skip_reason.empty() ? (result.failed ? "FAIL" : "ok") : "skipped") << "\n";
     if (!result.skip_reason.empty()) out << "    " << result.skip_reason << "\n";
@@ -210,7 +121,7 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   out << "gate" << (quick ? " --quick" : "") << ": " << rows.size() << " steps, " << failed_steps << " failed, "
       << std::setprecision(1) << total << " s\n"
       << (failed_steps ? "FAIL" : "PASS") << "\n";
-  if (vm->count("junit")) write_file_atomic((*vm)["junit"].as<std::string>(), junit(rows, total));
+  if (vm->count("junit")) write_file_atomic((*vm)["junit"].as<std::string>(), junit_xml(rows, total));
   return failed_steps ? kNumericFailure : kPass;
 }
 

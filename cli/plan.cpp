@@ -5,15 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <iomanip>
 #include <ostream>
 #include <sstream>
-#include <tuple>
 
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/file.hpp"
-#include "core/gnuplot.hpp"
+#include "cost/plan_report.hpp"
 #include "cost/roofline.hpp"
 #include "harness/harness.hpp"
 
@@ -22,10 +20,9 @@ namespace {
 
 using cp::CpMode;
 using cp::Format;
+using Row = cost::PlanRow;
 
 constexpr CpMode kModes[] = {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather};
-constexpr Collective kKinds[] = {Collective::AllToAllV, Collective::AllGather, Collective::ReduceScatter,
-                                 Collective::AllReduce};
 
 po::options_description plan_options() {
   po::options_description o("plan options");
@@ -186,18 +183,6 @@ cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   return s;
 }
 
-// One mode at one grid point and micro-batch: the busiest rank's cost, or why the mode is illegal.
-struct Row {
-  int cp = 0, mb_cp = 0, micro_batch = 0;
-  std::int64_t tokens = 0;
-  CpMode mode{};
-  std::string illegal;  // run's message; empty when legal
-  int world_rank = 0;
-  cost::RankCost cost;
-  cost::PhaseTime fwd, bwd;
-  double total_s() const { return fwd.total() + bwd.total(); }
-};
-
 std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile& hw) {
   std::vector<Row> rows;
   std::vector<cost::CostGeometry> geometries;
@@ -228,173 +213,6 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile
     rows.push_back(best);
   }
   return rows;
-}
-
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
-double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
-
-std::string traffic_cell(const Traffic& t) {
-  return t.calls ? std::to_string(t.calls) + " x " + fixed(mib(static_cast<double>(t.bytes_sent)), 2) + " MiB" : "-";
-}
-
-// nccl-tests' columns for the busiest rank's collectives, per mode, direction, kind and group: calls, the
-// bytes the time model charges (the larger of sent and received, summed over the calls), the modeled
-// time, algbw = bytes / time and busbw = algbw x the kind's bus factor (cost/roofline.hpp).
-void print_collectives(const std::vector<Row>& rows, const cost::HardwareProfile& hw, int tp, std::ostream& out) {
-  out << "collectives of that rank (nccl-tests columns: algbw = bytes / time, busbw = algbw x 2(n-1)/n for "
-         "all_reduce, x (n-1)/n otherwise)\n"
-      << std::left << std::setw(12) << "mode" << std::setw(5) << "dir" << std::setw(16) << "collective" << std::setw(7)
-      << "group" << std::right << std::setw(6) << "ranks" << std::setw(7) << "calls" << std::setw(14) << "bytes"
-      << std::setw(11) << "time us" << std::setw(12) << "algbw GB/s" << std::setw(12) << "busbw GB/s"
-      << "\n";
-  for (const Row& r : rows) {
-    if (!r.illegal.empty()) continue;
-    for (int dir = 0; dir < 2; ++dir) {
-      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      std::vector<std::tuple<Collective, cost::Group, int>> keys;
-      for (const auto& c : p.calls)
-        if (std::find(keys.begin(), keys.end(), std::tuple{c.kind, c.group, c.size}) == keys.end())
-          keys.emplace_back(c.kind, c.group, c.size);
-      for (const auto& [kind, group, size] : keys) {
-        int calls = 0;
-        double bytes = 0, seconds = 0;
-        for (const auto& c : p.calls)
-          if (c.kind == kind && c.group == group && c.size == size) {
-            ++calls;
-            bytes += static_cast<double>(std::max(c.sent, c.recv));
-            seconds += cost::call_time(c, hw, tp, r.mb_cp);
-          }
-        const double algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
-        out << std::left << std::setw(12) << cp::mode_name(r.mode) << std::setw(5) << (dir ? "bwd" : "fwd")
-            << std::setw(16) << collective_name(kind) << std::setw(7) << (group == cost::Group::Tp ? "tp" : "cp")
-            << std::right << std::setw(6) << size << std::setw(7) << calls << std::setw(14)
-            << static_cast<std::int64_t>(bytes) << std::setw(11) << fixed(seconds * 1e6, 1) << std::setw(12)
-            << fixed(algbw, 2) << std::setw(12) << fixed(algbw * cost::bus_factor(kind, size), 2) << "\n";
-      }
-    }
-  }
-}
-
-void print_table(const std::vector<Row>& rows, int layers, std::ostream& out) {
-  out << std::left << std::setw(12) << "mode" << std::setw(5) << "dir";
-  for (Collective k : kKinds) out << std::setw(18) << collective_name(k);
-  out << std::right << std::setw(6) << "syncs" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB"
-      << std::setw(10) << "comm ms" << std::setw(12) << "compute ms" << std::setw(10) << "total ms"
-      << "\n";
-  for (const Row& r : rows) {
-    const std::string mode(cp::mode_name(r.mode));
-    if (!r.illegal.empty()) {
-      out << std::left << std::setw(12) << mode << "illegal: " << r.illegal << "\n";
-      continue;
-    }
-    for (int dir = 0; dir < 2; ++dir) {
-      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      const cost::PhaseTime& t = dir ? r.bwd : r.fwd;
-      out << std::left << std::setw(12) << mode << std::setw(5) << (dir ? "bwd" : "fwd");
-      for (Collective k : kKinds) out << std::setw(18) << traffic_cell(p.comm[k]);
-      out << std::right << std::setw(6) << p.comm.host_syncs << std::setw(11) << fixed(p.flops() / 1e9, 1)
-          << std::setw(10) << (dir ? "-" : fixed(mib(static_cast<double>(r.cost.saved_bytes)), 1)) << std::setw(10)
-          << fixed(t.comm_s * 1e3, 3) << std::setw(12) << fixed(t.compute_s * 1e3, 3) << std::setw(10)
-          << fixed(t.total() * 1e3, 3) << "\n";
-    }
-  }
-  const Row* fastest = nullptr;
-  for (const Row& r : rows)
-    if (r.illegal.empty() && (!fastest || r.total_s() < fastest->total_s())) fastest = &r;
-  if (!fastest) return;
-  out << "fastest: " << cp::mode_name(fastest->mode) << ", " << fixed(fastest->total_s() * 1e3, 3)
-      << " ms per layer fwd+bwd; " << layers << " layer" << (layers == 1 ? "" : "s") << ": "
-      << fixed(fastest->total_s() * 1e3 * layers, 3) << " ms, activations "
-      << fixed(mib(static_cast<double>(fastest->cost.saved_bytes)) * layers / 1024.0, 3) << " GiB per rank\n";
-}
-
-void print_sweep(const std::vector<Row>& rows, std::ostream& out) {
-  out << std::right << std::setw(4) << "cp" << std::setw(6) << "mb cp" << std::setw(9) << "tokens"
-      << "  " << std::left << std::setw(12) << "mode" << std::right << std::setw(10) << "fwd ms" << std::setw(10)
-      << "bwd ms" << std::setw(10) << "total ms" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB"
-      << std::setw(11) << "comm MiB"
-      << "\n";
-  for (const Row& r : rows) {
-    out << std::right << std::setw(4) << r.cp << std::setw(6) << r.mb_cp << std::setw(9) << r.tokens << "  "
-        << std::left << std::setw(12) << cp::mode_name(r.mode) << std::right;
-    if (!r.illegal.empty()) {
-      out << "illegal: " << r.illegal << "\n";
-      continue;
-    }
-    const double sent = static_cast<double>(r.cost.forward.comm.bytes_sent() + r.cost.backward.comm.bytes_sent());
-    out << std::setw(10) << fixed(r.fwd.total() * 1e3, 3) << std::setw(10) << fixed(r.bwd.total() * 1e3, 3)
-        << std::setw(10) << fixed(r.total_s() * 1e3, 3) << std::setw(11)
-        << fixed((r.cost.forward.flops() + r.cost.backward.flops()) / 1e9, 1) << std::setw(10)
-        << fixed(mib(static_cast<double>(r.cost.saved_bytes)), 1) << std::setw(11) << fixed(mib(sent), 1) << "\n";
-  }
-}
-
-std::string csv_quoted(const std::string& s) {
-  std::string q = "\"";
-  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-  return q + "\"";
-}
-
-std::string csv(const std::vector<Row>& rows, int tp) {
-  std::ostringstream out;
-  out << "cp,tp,micro_batch,micro_batch_cp,tokens,mode,legal,busiest_world_rank";
-  for (const char* dir : {"fwd", "bwd"}) {
-    for (Collective k : kKinds)
-      out << "," << dir << "_" << collective_name(k) << "_calls," << dir << "_" << collective_name(k) << "_bytes_sent,"
-          << dir << "_" << collective_name(k) << "_bytes_recv";
-    out << "," << dir << "_host_syncs," << dir << "_flops," << dir << "_hbm_bytes," << dir << "_comm_ms," << dir
-        << "_compute_ms";
-  }
-  out << ",route_builds,saved_activation_bytes,total_ms,message\n";
-  for (const Row& r : rows) {
-    out << r.cp << "," << tp << "," << r.micro_batch << "," << r.mb_cp << "," << r.tokens << ","
-        << cp::mode_name(r.mode) << "," << (r.illegal.empty() ? "true" : "false") << "," << r.world_rank;
-    for (int dir = 0; dir < 2; ++dir) {
-      const cost::PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      const cost::PhaseTime& t = dir ? r.bwd : r.fwd;
-      for (Collective k : kKinds)
-        out << "," << p.comm[k].calls << "," << p.comm[k].bytes_sent << "," << p.comm[k].bytes_recv;
-      out << "," << p.comm.host_syncs << "," << p.flops() << "," << p.bytes() << "," << t.comm_s * 1e3 << ","
-          << t.compute_s * 1e3;
-    }
-    out << "," << r.cost.route_builds << "," << r.cost.saved_bytes << "," << r.total_s() * 1e3 << ","
-        << csv_quoted(r.illegal) << "\n";
-  }
-  return out.str();
-}
-
-// gnuplot draws one line per (mode, static CP size) of total ms per layer against tokens; returns the
-// SVG text (written by the caller, after everything that can fail).
-std::string render_svg(const std::vector<Row>& rows, const std::string& path) {
-  const GnuplotSvg svg("plan");
-  const std::string& data_file = svg.data_file();
-  std::ostringstream data, plot;
-  std::vector<int> cps;
-  for (const Row& r : rows)
-    if (std::find(cps.begin(), cps.end(), r.cp) == cps.end()) cps.push_back(r.cp);
-  int series = 0;
-  for (CpMode mode : kModes)
-    for (int cp_size : cps) {
-      std::ostringstream points;
-      for (const Row& r : rows)
-        if (r.mode == mode && r.cp == cp_size && r.illegal.empty() && r.micro_batch == 0)
-          points << r.tokens << " " << r.total_s() * 1e3 << "\n";
-      if (points.str().empty()) continue;
-      data << points.str() << "\n\n";
-      plot << (series ? ", " : "plot ") << "'" << data_file << "' index " << series
-           << " using 1:2 with linespoints title '" << cp::mode_name(mode) << " cp=" << cp_size << "'";
-      ++series;
-    }
-  return svg.render(data.str(), 960, 600,
-                    "set logscale xy 2\nset key left top\nset grid\nset xlabel 'sequence length (tokens per "
-                    "micro-batch)'\nset ylabel 'predicted ms per layer, fwd+bwd'\n" +
-                        plot.str() + "\n",
-                    "--svg " + path);
 }
 
 }  // namespace
@@ -441,7 +259,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
       << hw.gpus_per_node << " GPUs per node)\n"
       << "per rank (the busiest), per layer and micro-batch; bytes are those a rank sends\n";
   if (sweep) {
-    print_sweep(rows, out);
+    cost::print_plan_sweep(rows, out);
   } else {
     for (int m = 0, n = static_cast<int>(std::max<std::size_t>(1, base.micro_batches.size())); m < n; ++m) {
       std::vector<Row> of_mb;
@@ -457,16 +275,16 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
                   ? std::to_string(lengths.size()) + (lengths.size() == 1 ? " sequence" : " packed sequences") + ", THD"
                   : "SBHD " + std::to_string(base.seq_len) + " x " + std::to_string(base.batch))
           << ")\n";
-      print_table(of_mb, layers, out);
-      print_collectives(of_mb, hw, base.cp.tp, out);
+      cost::print_plan_table(of_mb, layers, out);
+      cost::print_plan_collectives(of_mb, hw, base.cp.tp, out);
     }
   }
   const bool any_legal = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.illegal.empty(); });
   if (!any_legal)
     throw ConfigError("no linear_cp_mode is legal for this geometry: change it as the messages above say");
-  const std::string svg = vm->count("svg") ? render_svg(rows, (*vm)["svg"].as<std::string>()) : "";
+  const std::string svg = vm->count("svg") ? cost::plan_svg(rows, (*vm)["svg"].as<std::string>()) : "";
   std::vector<std::pair<std::string, std::string>> files;
-  if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), csv(rows, base.cp.tp));
+  if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), cost::plan_csv(rows, base.cp.tp));
   if (vm->count("svg")) files.emplace_back((*vm)["svg"].as<std::string>(), svg);
   write_files_atomic(files);
   for (const char* file : {"csv", "svg"})

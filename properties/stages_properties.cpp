@@ -1,5 +1,5 @@
 // A clean build passes every named stage (reference/layer.hpp) in every mode, dtype, layout and TP size of
-// the gate's CP mode matrix (cli/gate_steps_cp.cpp), each stage within its oracle_gates gate.
+// the gate's CP mode matrix (gate/cp_mode_matrix.cpp), each stage within its oracle_gates gate.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 

@@ -1,29 +1,30 @@
-// The gate's "adjoint dot-products" step (cli/gate_steps_adjoint.cpp): it passes on the implementation as
+// The gate's "adjoint dot-products" step (gate/adjoint_dot_products.cpp): it passes on the implementation as
 // it is, and each planted fault in a hand-written backward (docs/DESIGN.md §10) fails it, in the full
 // matrix and in the --quick one, with a first failing case that reproduces alone.
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "cli/gate_steps.hpp"
 #include "core/faults.hpp"
+#include "gate/steps.hpp"
 
 namespace gdnv {
 namespace {
 
-using cli::adjoint_dot_products;
-using cli::StepOptions;
+using gate::adjoint_dot_products;
+using gate::StepOptions;
 
 TEST(AdjointDotProducts, PassWithNoFaultPlanted) {
   for (const bool quick : {false, true}) {
-    const cli::StepResult r = adjoint_dot_products(StepOptions{quick, ""});
+    const gate::StepResult r = adjoint_dot_products.run(StepOptions{quick, ""});
     EXPECT_GT(r.cases, 0);
     EXPECT_EQ(r.failed, 0) << r.detail;
   }
 }
 
 TEST(AdjointDotProducts, QuickMatrixIsSmallerThanTheFullOne) {
-  EXPECT_LT(adjoint_dot_products(StepOptions{true, ""}).cases, adjoint_dot_products(StepOptions{false, ""}).cases);
+  EXPECT_LT(adjoint_dot_products.run(StepOptions{true, ""}).cases,
+            adjoint_dot_products.run(StepOptions{false, ""}).cases);
 }
 
 // The fault's name without underscores (a gtest parameter name is alphanumeric).
@@ -38,9 +39,9 @@ class AdjointUnderFault : public ::testing::TestWithParam<Fault> {};
 TEST_P(AdjointUnderFault, QuickAndFullStepFailAndTheFirstFailureReproducesAlone) {
   const ScopedFault fault(GetParam());
   for (const bool quick : {false, true}) {
-    const cli::StepResult r = adjoint_dot_products(StepOptions{quick, ""});
+    const gate::StepResult r = adjoint_dot_products.run(StepOptions{quick, ""});
     ASSERT_GT(r.failed, 0) << fault_name(GetParam()) << (quick ? " --quick" : "");
-    const cli::StepResult alone = adjoint_dot_products(StepOptions{false, r.label});
+    const gate::StepResult alone = adjoint_dot_products.run(StepOptions{false, r.label});
     EXPECT_EQ(alone.cases, 1) << r.label;
     EXPECT_EQ(alone.failed, 1) << r.label;
   }

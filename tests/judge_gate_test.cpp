@@ -1,4 +1,4 @@
-// The gate's checks of the judge and of the less-travelled paths (cli/gate_steps_judge.cpp and the cases
+// The gate's checks of the judge and of the less-travelled paths (gate/verdict_known_answers.cpp and the cases
 // docs/DESIGN.md §11 lists under "the judge judged"), run in ctest through the same step functions: each
 // passes on the implementation as it is, with every case counted. The bugs each catches were planted
 // against these steps (docs/DESIGN.md §11).
@@ -6,21 +6,21 @@
 
 #include <cstdlib>
 
-#include "cli/gate_steps.hpp"
+#include "gate/steps.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
 
-StepResult only(StepResult (*step)(const StepOptions&), const std::string& label) { return step({false, label}); }
+StepResult only(const Step& step, const std::string& label) { return step.run({false, label}); }
 
 TEST(VerdictKnownAnswers, EveryMetricVerdictAndDivergenceLineIsTheOneWrittenFromItsDefinition) {
-  const StepResult r = verdict_known_answers({});
+  const StepResult r = verdict_known_answers.run({});
   EXPECT_EQ(r.cases, 17);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
 TEST(TrainingKnownAnswers, AdamWTheLossTheMaskAndTheVerdictLimitsAreTheFormulas) {
-  const StepResult r = training_known_answers({});
+  const StepResult r = training_known_answers.run({});
   EXPECT_EQ(r.cases, 5);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
@@ -41,7 +41,7 @@ TEST(OracleSelfChecks, KernelConvFromAStateIsItsRecurrenceAndSplitsAtTheState) {
 }
 
 TEST(IllegalCombinations, EveryRuleHoldsAtTheCpSizesDesignNames) {
-  const StepResult r = illegal_combinations({});
+  const StepResult r = illegal_combinations.run({});
   EXPECT_GE(r.cases, 51);  // the table's rows, and 28 rows at CP = 1, CP > 1 and under dynamic CP
   EXPECT_EQ(r.failed, 0) << r.detail;
   EXPECT_EQ(only(illegal_combinations, "chunkwise with inference at cp=1").cases, 1);
@@ -64,11 +64,11 @@ TEST(FixtureVerification, JudgesEveryMicroBatchOfEveryCpRun) {
 
 TEST(MpiTransport, TrainsTheInProcessTrajectoryUnderMpirunOrSaysWhyNot) {
   setenv("GDNV_BIN", GDNV_CLI, 1);  // the binary the step starts under mpirun
-  const StepResult r = mpi_transport({});
+  const StepResult r = mpi_transport.run({});
   if (!r.skip_reason.empty()) GTEST_SKIP() << r.skip_reason;
   EXPECT_EQ(r.cases, 1);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
 }  // namespace
-}  // namespace gdnv::cli
+}  // namespace gdnv::gate

@@ -440,7 +440,7 @@ INSTANTIATE_TEST_SUITE_P(AllModes, SuiteModes,
                          });
 
 // The extreme input regime (harness/harness.hpp) in every mode, at CP=2 (lengths divisible by 2*cp) and at
-// CP=1 with two one-token sequences, as the gate runs it (cli/gate_steps_cp.cpp): every tensor within
+// CP=1 with two one-token sequences, as the gate runs it (gate/cp_mode_matrix.cpp): every tensor within
 // its oracle gate and none NaN or Inf.
 class SuiteExtreme : public ::testing::TestWithParam<std::tuple<CpMode, int, DType>> {
  protected:

@@ -12,6 +12,7 @@
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
+#include "layouts/upstream_vectors.hpp"
 
 namespace gdnv::layouts {
 namespace {
@@ -111,32 +112,27 @@ TEST(LayoutsFixed, RouteAppliesToTensorRowsOfEveryWidth) {
 
 // --- external vectors ---
 
-TEST(LayoutsVectors, MegatronThdRankIndicesReproducedExactly) {
-  const json cases = vector_cases("layouts_megatron.json");
-  ASSERT_EQ(cases.size(), 22u);
-  for (const json& c : cases) {
-    const Ints cu = c["cu_seqlens"].get<Ints>();
-    const int W = c["cp_size"], r = c["cp_rank"];
-    SCOPED_TRACE(c["cu_seqlens"].dump() + " W=" + std::to_string(W) + " r=" + std::to_string(r));
-    EXPECT_EQ(thd_partition(Layout::zigzag, cu, W, r).positions(), c["zigzag"].get<Ints>());
-    EXPECT_EQ(thd_partition(Layout::contiguous, cu, W, r).positions(), c["contiguous"].get<Ints>());
-  }
-}
+// The checks the gate's "layout properties" step runs too (layouts/upstream_vectors.hpp), every field of
+// every case.
+const VectorSink kExpectEach = [](bool ok, const std::string& label, const std::string& why) {
+  EXPECT_TRUE(ok) << label << ": " << why;
+};
 
-TEST(LayoutsVectors, FlaChunkwiseContextReproducedExactly) {
-  const json cases = vector_cases("fla_cp_context.json");
-  ASSERT_EQ(cases.size(), 31u);
-  for (const json& c : cases) {
-    const int W = c["cp_size"], r = c["cp_rank"];
-    SCOPED_TRACE(c["cu_seqlens"].dump() + " W=" + std::to_string(W) + " r=" + std::to_string(r));
-    const ChunkwiseContext ctx = chunkwise_context(c["cu_seqlens"].get<Ints>(), W, r, 4);
-    EXPECT_EQ(ctx.local_cu_seqlens, c["local_cu_seqlens"].get<Ints>());
-    EXPECT_EQ(ctx.pre_num_ranks, c["pre_num_ranks"].get<int>());
-    EXPECT_EQ(ctx.post_num_ranks, c["post_num_ranks"].get<int>());
-    EXPECT_EQ(ctx.is_first_rank, c["is_first_rank"].get<bool>());
-    EXPECT_EQ(ctx.is_last_rank, c["is_last_rank"].get<bool>());
-    EXPECT_EQ(ctx.pre_num_conv_tokens, c["pre_num_conv_tokens"].get<std::int64_t>());
-  }
+TEST(LayoutsVectors, MegatronThdRankIndicesReproducedExactly) { EXPECT_EQ(check_megatron_indices(kExpectEach), 22); }
+
+TEST(LayoutsVectors, FlaChunkwiseContextReproducedExactly) { EXPECT_EQ(check_fla_contexts(kExpectEach), 31); }
+
+// A context that differs from FLA's in one field is named by that field (the first/last-rank flags too).
+TEST(LayoutsVectors, FlaContextDifferenceNamesTheField) {
+  const json c = vector_cases("fla_cp_context.json").at(0);
+  ChunkwiseContext ctx =
+      chunkwise_context(c["cu_seqlens"].get<Ints>(), c["cp_size"].get<int>(), c["cp_rank"].get<int>(), 4);
+  EXPECT_EQ(fla_context_difference(ctx, c), "");
+  ctx.is_last_rank = !ctx.is_last_rank;
+  EXPECT_EQ(fla_context_difference(ctx, c), std::string("is_last_rank ") + (ctx.is_last_rank ? "true" : "false") +
+                                                ", FLA's " + c["is_last_rank"].dump());
+  ctx.is_first_rank = !ctx.is_first_rank;
+  EXPECT_TRUE(fla_context_difference(ctx, c).starts_with("is_first_rank ")) << fla_context_difference(ctx, c);
 }
 
 // --- conv halo ---

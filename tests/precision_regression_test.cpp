@@ -1,4 +1,4 @@
-// The gate's "precision regression" step (cli/gate_steps_precision.cpp) against the committed baseline
+// The gate's "precision regression" step (gate/precision_regression.cpp) against the committed baseline
 // and against edited copies of it, and the command that rewrites the baseline, run as a user runs it.
 #include <filesystem>
 #include <functional>
@@ -6,20 +6,21 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/gate_steps.hpp"
 #include "cli_harness.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
+#include "gate/precision_regression.hpp"
+#include "gate/steps.hpp"
 
 namespace gdnv::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using cli::committed_precision_baseline;
-using cli::precision_regression;
-using cli::precision_regression_against;
-using cli::StepOptions;
-using cli::StepResult;
+using gate::committed_precision_baseline;
+using gate::precision_regression;
+using gate::precision_regression_against;
+using gate::StepOptions;
+using gate::StepResult;
 using nlohmann::json;
 
 const std::string kRegenerate = "gdn-verify fixtures precision-baseline --write ";
@@ -42,14 +43,14 @@ json& entry(json& baseline, const std::string& label) {
 }
 
 TEST(PrecisionRegression, CommittedBaselineHoldsForTheWholeCatalog) {
-  const StepResult r = precision_regression({});
+  const StepResult r = precision_regression.run({});
   EXPECT_EQ(r.failed, 0) << r.detail;
   EXPECT_EQ(r.cases, 2 + 205);  // the baseline file, its reordering spread, every catalog entry
   EXPECT_EQ(r.notes, 0) << r.first_note;
 }
 
 TEST(PrecisionRegression, QuickSubsetIsSmallAndPasses) {
-  const StepResult r = precision_regression(quick());
+  const StepResult r = precision_regression.run(quick());
   EXPECT_EQ(r.failed, 0) << r.detail;
   EXPECT_EQ(r.cases, 2 + 13);
 }
@@ -58,7 +59,7 @@ TEST(PrecisionRegression, QuickSubsetIsSmallAndPasses) {
 // fp32 strong-decay grad::A_log from 7.2e-8 to 4.1e-6, past 18 x its baseline.
 TEST(PrecisionRegression, FastRsqrtFaultFailsTheQuickSubset) {
   const ScopedFault fault(Fault::RmsnormFastRsqrt);
-  const StepResult r = precision_regression(quick());
+  const StepResult r = precision_regression.run(quick());
   EXPECT_GT(r.failed, 0);
   EXPECT_EQ(r.label, "headwise W=2 tp=1 fp32 thd strong");
   EXPECT_TRUE(contains(r.detail, "grad::A_log: rel_rms ")) << r.detail;
@@ -149,7 +150,7 @@ TEST(PrecisionRegression, WiderReorderingSpreadAsksForANewFactor) {
 }
 
 TEST(PrecisionRegression, OneCaseRunsAlone) {
-  const StepResult r = precision_regression({false, "all_gather W=4 tp=2 fp32 thd strong"});
+  const StepResult r = precision_regression.run({false, "all_gather W=4 tp=2 fp32 thd strong"});
   EXPECT_EQ(r.cases, 1);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }

@@ -1,10 +1,10 @@
-#include "cli/reproduce.hpp"
+#include "gate/reproduce.hpp"
 
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/text.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
 
 // Labels and names are quoted for a POSIX shell; they never hold a single quote (checked).
@@ -50,4 +50,4 @@ std::string gate_case_command(const std::string& step, const std::string& label)
   return fault_prefix() + "gdn-verify gate --step " + quoted(step) + (label.empty() ? "" : " --case " + quoted(label));
 }
 
-}  // namespace gdnv::cli
+}  // namespace gdnv::gate

@@ -14,14 +14,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/gate_steps.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
+#include "gate/precision_regression.hpp"
+#include "gate/steps.hpp"
 #include "harness/harness.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
 
 using nlohmann::json;
@@ -298,10 +299,6 @@ void write_precision_baseline(const std::string& path, std::ostream& log) {
       << " over it: " << (spread * kSpreadMargin <= kFactor ? "yes" : "NO, derive a new factor") << "\n";
 }
 
-StepResult precision_regression(const StepOptions& options) {
-  return precision_regression_against(options, committed_precision_baseline());
-}
-
 // The baseline file (present, readable, of this catalog), the margin of kFactor over its reordering
 // spread, then each entry of the catalog (--quick: its quick subset) against its baseline.
 StepResult precision_regression_against(const StepOptions& options, const std::string& baseline_path) {
@@ -332,4 +329,14 @@ StepResult precision_regression_against(const StepOptions& options, const std::s
   return r;
 }
 
-}  // namespace gdnv::cli
+namespace {
+
+StepResult run(const StepOptions& options) {
+  return precision_regression_against(options, committed_precision_baseline());
+}
+
+}  // namespace
+
+const Step precision_regression{"precision regression", run};
+
+}  // namespace gdnv::gate

@@ -11,15 +11,16 @@
 #include <optional>
 #include <tuple>
 
-#include "cli/gate_steps.hpp"
 #include "core/error.hpp"
 #include "core/metrics.hpp"
+#include "gate/cp_mode_matrix.hpp"
+#include "gate/steps.hpp"
 #include "harness/harness.hpp"
 #include "harness/verdict.hpp"
 #include "probes/compare.hpp"
 #include "probes/policy.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
 
 // x with every digit that tells it apart (%.17g): known answers print the exact values they compare.
@@ -315,9 +316,7 @@ std::string gates_from_formula() {
   return "";
 }
 
-}  // namespace
-
-StepResult verdict_known_answers(const StepOptions& options) {
+StepResult run(const StepOptions& options) {
   StepResult r(options);
   r.check_case("metrics sign flip", sign_flip);
   r.check_case("metrics doubled", doubled);
@@ -346,4 +345,8 @@ StepResult verdict_known_answers(const StepOptions& options) {
   return r;
 }
 
-}  // namespace gdnv::cli
+}  // namespace
+
+const Step verdict_known_answers{"verdict known answers", run};
+
+}  // namespace gdnv::gate

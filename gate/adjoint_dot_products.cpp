@@ -13,16 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "cli/gate_steps.hpp"
 #include "comm/inprocess.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
 #include "cp/exchanges.hpp"
 #include "cpu/backend.hpp"
+#include "gate/steps.hpp"
 #include "gpu/kernel_backend.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
 
 using Ints = std::vector<std::int64_t>;
@@ -350,9 +350,7 @@ struct ExchangePair {
   RankPair pair;
 };
 
-}  // namespace
-
-StepResult adjoint_dot_products(const StepOptions& options) {
+StepResult run(const StepOptions& options) {
   StepResult r(options);
   const bool quick = options.quick_matrix();
   const std::uint64_t seeds = quick ? 1 : 4;
@@ -386,4 +384,8 @@ StepResult adjoint_dot_products(const StepOptions& options) {
   return r;
 }
 
-}  // namespace gdnv::cli
+}  // namespace
+
+const Step adjoint_dot_products{"adjoint dot-products", run};
+
+}  // namespace gdnv::gate

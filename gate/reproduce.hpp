@@ -6,7 +6,7 @@
 
 #include "harness/harness.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 
 // "GDNV_FAULT=<name> " while a planted fault is active, else "".
 std::string fault_prefix();
@@ -17,4 +17,4 @@ std::string run_command(const cp::RunSpec& spec, const std::string& backend);
 // `gdn-verify gate --step '<step>' --case '<label>'`; without --case for an empty label.
 std::string gate_case_command(const std::string& step, const std::string& label);
 
-}  // namespace gdnv::cli
+}  // namespace gdnv::gate

@@ -1,30 +1,19 @@
-// Gate steps that judge the file format and the fp64 oracle itself: safetensors round-trip, the
-// upstream reference vectors, and the oracle's self-checks (its two independent core forms agree;
-// its hand-written backward is the derivative its forward finite-differences to).
+// Gate step "oracle self-checks": the fp64 oracle judged by itself: its two independent core forms agree,
+// its hand-written backward is the derivative its forward finite-differences to, its grouped and freeing
+// runs give the whole layer's bits, and the kernel conv's states continue a run exactly.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <tuple>
 
-#include "cli/gate_steps.hpp"
-#include "core/metrics.hpp"
-#include "core/safetensors.hpp"
-#include "core/vectors.hpp"
+#include "gate/steps.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
-#include "reference/kernel_io.hpp"
 #include "reference/layer.hpp"
 #include "reference/layer_params.hpp"
 
-namespace gdnv::cli {
+namespace gdnv::gate {
 namespace {
-
-void expect_close(StepResult& r, const std::string& what, const Tensor& ref, const Tensor& got, double gate) {
-  const double e = compare(ref, got).rel_rms;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "rel_rms %.3e >= gate %.3e", e, gate);
-  r.check(e < gate, what, buf);
-}
 
 // Elementwise f over a tensor, in fp64.
 template <class F>
@@ -80,15 +69,15 @@ void forms_agree(StepResult& r, const KernelShape& s, int chunk, std::uint64_t s
                       gc = ref::gdr_chunked_backward(in, d_o, dht, chunk);
   const std::string tag = "T=" + std::to_string(s.cu.back()) + " C=" + std::to_string(chunk) + " ";
   if (!r.only.empty() && !r.only.starts_with(tag)) return;
-  expect_close(r, tag + "o", fr.o, fc.o, 1e-10);
-  expect_close(r, tag + "final_state", fr.final_state, fc.final_state, 1e-10);
+  check_rel_rms(r, tag + "o", fr.o, fc.o, 1e-10);
+  check_rel_rms(r, tag + "final_state", fr.final_state, fc.final_state, 1e-10);
   for (const auto& [name, a, b] : {std::tuple{"dq", &gr.dq, &gc.dq},
                                    {"dk", &gr.dk, &gc.dk},
                                    {"dv", &gr.dv, &gc.dv},
                                    {"dg", &gr.dg, &gc.dg},
                                    {"dbeta", &gr.dbeta, &gc.dbeta},
                                    {"dh0", &gr.dh0, &gc.dh0}})
-    expect_close(r, tag + name, *a, *b, 1e-10);
+    check_rel_rms(r, tag + name, *a, *b, 1e-10);
 }
 
 // Central differences of L along a seeded direction d equal <grad, d>. With step e = 1e-5 on O(1)
@@ -282,64 +271,13 @@ void conv_states(StepResult& r) {
   for (std::int64_t i = 0; i < dw.numel(); ++i) dw.set(i, dw.get(i) + gr.dweight.get(i));
   for (std::int64_t i = 0; i < db.numel(); ++i) db.set(i, db.get(i) + gr.dbias->get(i));
   // Sums of a few O(1) terms in another order: fp64 roundoff ~1e-16; 1e-12 relative RMS.
-  expect_close(r, label + ": y across the state", y, y_split, 1e-12);
-  expect_close(r, label + ": dx across the state", g.dx, dx_split, 1e-12);
-  expect_close(r, label + ": dweight across the state", g.dweight, dw, 1e-12);
-  expect_close(r, label + ": dbias across the state", *g.dbias, db, 1e-12);
+  check_rel_rms(r, label + ": y across the state", y, y_split, 1e-12);
+  check_rel_rms(r, label + ": dx across the state", g.dx, dx_split, 1e-12);
+  check_rel_rms(r, label + ": dweight across the state", g.dweight, dw, 1e-12);
+  check_rel_rms(r, label + ": dbias across the state", *g.dbias, db, 1e-12);
 }
 
-}  // namespace
-
-// One tensor of every dtype plus the degenerate shapes, through serialize and parse, must come back
-// with identical bytes.
-StepResult safetensors_round_trip(const StepOptions& options) {
-  TensorFile file;
-  file.metadata = {{"source", "gate"}};
-  int k = 0;
-  for (DType t : {DType::F64, DType::F32, DType::BF16, DType::F16, DType::I64, DType::I32}) {
-    Tensor x(t, {2, 3});
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, 0.37 * (i - 2));
-    file.tensors.emplace("t" + std::to_string(k++), x);
-  }
-  file.tensors.emplace("empty", Tensor(DType::F32, {0, 4}));
-  file.tensors.emplace("scalar", Tensor(DType::F64, {}));
-  const auto bytes = serialize_safetensors(file);
-  const TensorFile back = parse_safetensors(bytes.data(), bytes.size(), "gate");
-  StepResult r(options);
-  for (const auto& [name, t] : file.tensors)
-    r.check(back.has(name) && back.at(name, "gate").bitwise_equal(t), "tensor " + name, "did not round-trip");
-  return r;
-}
-
-// The upstream reference vectors (tests/data/vectors) load, and the fp64 oracle reproduces FLA's and
-// torch's own outputs from them, both core forms.
-StepResult reference_vectors(const StepOptions& options) {
-  StepResult r(options);
-  for (const std::string& file : vector_files()) {
-    const bool json = file.ends_with(".json");
-    r.check(json ? read_vector_json(file).contains("cases") : !read_vector(file).tensors.empty(), vector_path(file),
-            "holds no cases or tensors");
-  }
-  for (const std::string name : {"gdr_batched_h0", "gdr_varlen_gva_scale"})
-    for (auto form : {ref::GdrForm::Chunked, ref::GdrForm::Recurrent}) {
-      const TensorFile expected = read_vector(name + ".safetensors");
-      TensorFile input = expected;
-      const TensorFile got = ref::run_gdr_case(ref::take_gdr_case(input, name), form);
-      for (const auto& [tensor, t] : got.tensors)
-        expect_close(r, std::string(name) + " " + tensor, expected.at(tensor, name), t, 1e-12);
-    }
-  const TensorFile conv = read_vector("conv1d_silu_bias.safetensors");
-  const ref::Conv1dInputs in{conv.at("x", "conv"), conv.at("weight", "conv"), conv.at("bias", "conv"), std::nullopt,
-                             std::nullopt,         ref::Activation::Silu};
-  const ref::Conv1dGrads g = ref::conv1d_backward(in, conv.at("dy", "conv"));
-  expect_close(r, "conv1d y", conv.at("y", "conv"), ref::conv1d_forward(in), 1e-12);
-  expect_close(r, "conv1d dx", conv.at("dx", "conv"), g.dx, 1e-12);
-  expect_close(r, "conv1d dweight", conv.at("dweight", "conv"), g.dweight, 1e-12);
-  expect_close(r, "conv1d dbias", conv.at("dbias", "conv"), *g.dbias, 1e-12);
-  return r;
-}
-
-StepResult oracle_self_checks(const StepOptions& options) {
+StepResult run(const StepOptions& options) {
   StepResult r(options);
   const bool quick = options.quick_matrix();
   std::vector<KernelShape> shapes = {{{0, 37}, 1, 1, 6, 5}, {{0, 1, 64, 65, 130}, 2, 4, 8, 6}};
@@ -354,4 +292,8 @@ StepResult oracle_self_checks(const StepOptions& options) {
   return r;
 }
 
-}  // namespace gdnv::cli
+}  // namespace
+
+const Step oracle_self_checks{"oracle self-checks", run};
+
+}  // namespace gdnv::gate
