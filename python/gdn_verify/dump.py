@@ -127,16 +127,6 @@ def check_out(out: Path) -> None:
         raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
-def core_option(adapter: adapters.Adapter, core: str | None) -> str:
-    """The core-op form --core names (the adapter's default without it); BadInput naming the forms."""
-    if core is not None and len(adapter.cores) < 2:
-        raise BadInput(f"--core {core}: adapter {adapter.name} has one core-op form; drop --core")
-    try:
-        return adapter.core(core)
-    except adapters.AdapterError as e:
-        raise BadInput(str(e)) from e
-
-
 def check_same_core(meta: dict, core: str, out: Path) -> None:
     """The core-op form is part of the image (meta.json notes.core): a re-dump with another one is
     refused, not replaced."""
@@ -192,7 +182,7 @@ def dump(args: argparse.Namespace) -> str:
     if args.mode not in (None, "cp1"):
         raise BadInput(f"--mode {args.mode} needs --world N (the CP ranks); without it the dump is cp1")
     adapter = adapters.ADAPTERS.load(args.adapter)
-    core = core_option(adapter, args.core)
+    core = adapter.core(args.core)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image = args.image or args.adapter
     adapter.prepare(args.device, core)
@@ -215,7 +205,7 @@ def dump_megatron(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> 
     """Megatron-Core's layer in --mode over --world gloo processes started here (TP --tp, CP world / tp)."""
     from gdn_verify.world import World
 
-    core = core_option(adapters.ADAPTERS.load("megatron"), args.core)
+    core = adapters.ADAPTERS.load("megatron").core(args.core)
     world, tp, mode = args.world or 1, args.tp or 1, args.mode or "cp1"
     megatron.check_world(mode, world, tp, core)
     if args.device != "cpu":
