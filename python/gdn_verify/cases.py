@@ -325,7 +325,7 @@ def geometry_from_args(args: argparse.Namespace) -> CaseSpec | None:
     if not given:
         return None
     v = {**GEOMETRY_DEFAULTS, **given}
-    lengths = ()
+    lengths: tuple[int, ...] = ()
     if v["format"] == "thd":
         lengths = tuple(_lengths(v["lengths"]))
     geometry = Geometry(v["hidden"], v["num_key_heads"], v["num_value_heads"], v["key_head_dim"],
@@ -352,7 +352,8 @@ def _lengths(text: str) -> list[int]:
         try:
             out.append(int(part))
         except ValueError:
-            raise ValueError(f"--lengths: '{part}' is not an integer; give a comma-separated list like 256,128") from None
+            raise ValueError(f"--lengths: '{part}' is not an integer; give a comma-separated list like "
+                             "256,128") from None
     if any(L < 0 for L in out):
         raise ValueError(f"--lengths {text}: a sequence length is negative; give token counts like 40,200,16")
     if sum(out) == 0:

@@ -31,6 +31,7 @@ import torch
 
 import gdn_verify
 from gdn_verify import adapters, cases, images
+from gdn_verify.adapters import megatron
 from gdn_verify.world import RankFailed
 
 EXIT_BAD_INPUT = 3
@@ -49,7 +50,7 @@ class Parser(argparse.ArgumentParser):
 
 def parser() -> Parser:
     p = Parser(prog="python -m gdn_verify.dump", description=__doc__.split("\n\n")[0])
-    p.add_argument("--adapter", required=True, help=" | ".join(adapters.ADAPTERS))
+    p.add_argument("--adapter", required=True, help=" | ".join(adapters.ADAPTERS.names()))
     p.add_argument("--case", default=None,
                    help=" | ".join(cases.CASES) + " (default thd-gva); or, in its place, the geometry options")
     p.add_argument("--dtype", default="fp32", help=" | ".join(cases.DTYPES))
@@ -81,7 +82,7 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     except ValueError as e:
         raise BadInput(str(e)) from e
     if args.adapter not in adapters.ADAPTERS:
-        raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS)}")
+        raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS.names())}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out '{out}' is a file: give a directory")
@@ -90,7 +91,8 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
     if args.tp is not None and args.adapter != "megatron":
-        raise BadInput(f"--tp: adapter {args.adapter} has no tensor parallelism here; drop --tp or use --adapter megatron")
+        raise BadInput(f"--tp: adapter {args.adapter} has no tensor parallelism here; drop --tp or use "
+                       "--adapter megatron")
     return spec, seed
 
 
@@ -125,22 +127,9 @@ def check_out(out: Path) -> None:
         raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
-def run_options(adapter, core: str | None) -> dict:
-    """Keyword options for the adapter's run: --core only where the adapter offers a choice."""
-    if core is None:
-        return {}
-    forms = getattr(adapter, "CORES", {})
-    if not forms:
-        raise BadInput(f"--core {core}: adapter {adapter.NAME} has one core-op form; drop --core")
-    if core not in forms:
-        raise BadInput(f"unknown --core '{core}' for {adapter.NAME}: use {' or '.join(forms)}")
-    return {"core": core}
-
-
-def check_same_core(meta: dict, options: dict, adapter, out: Path) -> None:
+def check_same_core(meta: dict, core: str, out: Path) -> None:
     """The core-op form is part of the image (meta.json notes.core): a re-dump with another one is
     refused, not replaced."""
-    core = options.get("core", next(iter(getattr(adapter, "CORES", {})), None))
     have = meta.get("notes", {}).get("core") if isinstance(meta.get("notes"), dict) else None
     if core and have and have != core:
         raise BadInput(f'{out} holds an image with core "{have}", not "{core}": dump into a fresh --out directory')
@@ -148,7 +137,7 @@ def check_same_core(meta: dict, options: dict, adapter, out: Path) -> None:
 
 def world_mode(args: argparse.Namespace) -> str:
     """--mode for a --world run: cp1 at one rank, chunkwise above; BadInput naming the fix otherwise."""
-    if args.adapter != "fla":
+    if "chunkwise" not in adapters.ADAPTERS.get(args.adapter).modes:
         raise BadInput(f"--world: adapter {args.adapter} has no CPU context parallelism here; only --adapter fla "
                        "(FLA's KCP under Triton's interpreter) and megatron run on several processes; drop --world")
     if args.world < 1:
@@ -192,22 +181,21 @@ def dump(args: argparse.Namespace) -> str:
     check_device(args.device)
     if args.mode not in (None, "cp1"):
         raise BadInput(f"--mode {args.mode} needs --world N (the CP ranks); without it the dump is cp1")
-    adapter = adapters.load(args.adapter)
-    options = run_options(adapter, args.core)
+    adapter = adapters.ADAPTERS.load(args.adapter)
+    core = adapter.core(args.core)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image = args.image or args.adapter
-    if hasattr(adapter, "prepare"):
-        adapter.prepare(args.device, args.core)
+    adapter.prepare(args.device, core)
     backend = f"{args.adapter}:{torch.device(args.device).type}"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
-    check_same_core(images.read_meta(Path(args.out)), options, adapter, Path(args.out))
-    module = adapter.build_module(case.geometry, case.torch_dtype, args.device)
+    check_same_core(images.read_meta(Path(args.out)), core, Path(args.out))
+    module = adapter.build_module(case.geometry, case.torch_dtype, args.device, core)
     adapter.load_megatron_params(module, case.params)
-    result = adapter.run(module, case, not args.no_stages, **options)
+    result = adapter.run(module, case, not args.no_stages, core)
     dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
                              {n: g.cpu() for n, g in result.grads.items()}, result.stages)
     extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
-             "versions": versions(args.adapter), "decay_class": adapters.decay_class(adapter, result)}
+             "versions": versions(args.adapter), "decay_class": result.decay_class}
     images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
     return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
             f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
@@ -217,18 +205,17 @@ def dump_megatron(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> 
     """Megatron-Core's layer in --mode over --world gloo processes started here (TP --tp, CP world / tp)."""
     from gdn_verify.world import World
 
-    adapter = adapters.load("megatron")
+    core = adapters.ADAPTERS.load("megatron").core(args.core)
     world, tp, mode = args.world or 1, args.tp or 1, args.mode or "cp1"
-    core = run_options(adapter, args.core).get("core") or next(iter(adapter.CORES))
-    adapter.check_world(mode, world, tp, core)
+    megatron.check_world(mode, world, tp, core)
     if args.device != "cpu":
         raise BadInput(f"--device {args.device}: --adapter megatron runs on the CPU's gloo ranks; drop --device")
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
     image, backend = args.image or args.adapter, "megatron:cpu"
     images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
     extra = {"adapter": args.adapter, "device": args.device, "versions": versions(args.adapter)}
-    with World(world, env=adapter.RANK_ENV) as w:
-        ran = adapter.dump_world(w, Path(args.out), case, image, backend, mode, tp, core, not args.no_stages, extra)
+    with World(world, env=megatron.RANK_ENV) as w:
+        ran = megatron.dump_world(w, Path(args.out), case, image, backend, mode, tp, core, not args.no_stages, extra)
     return (f"gdn_verify.dump: megatron ({ran} path) {mode} on {world} rank(s) (TP {tp}, CP {world // tp}), case "
             f"{spec.name}, seed {seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, "
             f"{mode}.rank0..{world // tp - 1}.safetensors, meta.json}}")
@@ -237,9 +224,8 @@ def dump_megatron(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> 
 def versions(adapter: str) -> dict[str, str]:
     """What computed the image, for meta.json: gdn_verify, torch and the adapter's library."""
     out = {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__}
-    for module in {"hf-qwen3-next": ("transformers",), "fla": ("fla",), "megatron": ("megatron.core",)}[adapter]:
-        mod = sys.modules.get(module)
-        out[module] = str(getattr(mod, "__version__", "unknown"))
+    module = adapters.ADAPTERS.get(adapter).import_name
+    out[module] = str(getattr(sys.modules.get(module), "__version__", "unknown"))
     return out
 
 

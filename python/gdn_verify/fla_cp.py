@@ -99,11 +99,11 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
     context = cp_context(case, rank, cp)
     if rank.rank >= cp:
         return None
-    from gdn_verify.adapters import fla
+    from gdn_verify.adapters.fla import FlaAdapter
 
-    start = time.process_time()
-    model = fla.build_module(case.geometry, case.torch_dtype, "cpu")
-    fla.load_megatron_params(model, case.params)
+    adapter, start = FlaAdapter(), time.process_time()
+    model = adapter.build_module(case.geometry, case.torch_dtype, "cpu")
+    adapter.load_megatron_params(model, case.params)
     rows = list(contiguous_rows(tokens(case), cp, rank.rank))
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
     hidden = flat[rows].to(case.torch_dtype).requires_grad_()
@@ -111,7 +111,7 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
     with boundary_taps(recorder, Rank(rank.rank, cp), case):
         out = layer_forward(model, hidden, context, cu_seqlens(case), recorder, rows)
         out.backward(case.grad_output.reshape(flat.shape)[rows].to(out.dtype))
-    grads = fla.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry)
+    grads = adapter.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry, gradients=True)
     return SpanRun(rows, out.detach(), hidden.grad, {n: g.detach() for n, g in grads.items()},
                    recorder.stages() if recorder else None, shims, versions(), time.process_time() - start)
 
@@ -163,8 +163,8 @@ def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, record
     beta = sections["beta"].float().sigmoid()
     record("g", g)
     record("beta", beta)
-    core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None], use_qk_l2norm_in_kernel=True,
-                                     cu_seqlens=local_cu, cp_context=context)
+    core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None],
+                                     use_qk_l2norm_in_kernel=True, cu_seqlens=local_cu, cp_context=context)
     core = core[0]
     record("core", core)
     gated = layer.o_norm(core, sections["z"].reshape(L, geo.Hv, geo.dv))
@@ -182,7 +182,8 @@ class boundary_taps:
         self.undo: list = []
 
     def __enter__(self) -> boundary_taps:
-        if self.recorder is None or self.rank.world == 1:
+        recorder = self.recorder
+        if recorder is None or self.rank.world == 1:
             return self
         from fla.ops.gated_delta_rule import chunk
 
@@ -192,7 +193,7 @@ class boundary_taps:
 
         def tap(name: str, row: int, state: torch.Tensor | None) -> None:
             value = torch.zeros(g.Hv, g.dk, g.dv) if state is None else state.detach()
-            self.recorder._add(name, value, (row,), list(cols))
+            recorder._add(name, value, (row,), list(cols))
 
         def wrap(attr: str, pick):
             original = getattr(chunk, attr)

@@ -134,7 +134,8 @@ def kcp_step(matrix: Matrix, specs: list[cases.CaseSpec], dtype: str, worlds: li
                 ok, line = judge(matrix.binary, what, directory)
                 if not ok:
                     step.failed += 1
-                    step.detail += [f"{spec.name} W={w} {what}: {line}", "reproduce: " + reproduce(spec, dtype, w, what)]
+                    step.detail += [f"{spec.name} W={w} {what}: {line}",
+                                    "reproduce: " + reproduce(spec, dtype, w, what)]
     return step
 
 
@@ -207,7 +208,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
     start = time.monotonic()
     try:
         with World(max(worlds), env=fla_cp.ENV) as world:
-            matrix, made = Matrix(world, root, binary), {}
+            matrix, made = Matrix(world, root, binary), dict[tuple, Path]()
             work = []
             for specs, dtype in pairs:
                 work += [lambda s=specs, d=dtype: layer_step(matrix, s, d, made),
@@ -241,7 +242,8 @@ def _fla_of(directory: Path) -> str:
     import json
 
     v = json.loads((directory / "meta.json").read_text()).get("versions", {})
-    return f"{v.get('fla', '?')} from {v.get('fla_path', '?')} (triton {v.get('triton', '?')}, torch {v.get('torch', '?')})"
+    fla = f"{v.get('fla', '?')} from {v.get('fla_path', '?')}"
+    return f"{fla} (triton {v.get('triton', '?')}, torch {v.get('torch', '?')})"
 
 
 def main(argv: list[str] | None = None) -> int:

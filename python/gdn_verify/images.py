@@ -180,7 +180,8 @@ def new_run_id() -> str:
 def rank_tensors(dump: RankDump, case: Case, image: str,
                  run_id: str = "") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """A rank file's tensors and metadata (probes/image.cpp `rank_tensors`)."""
-    tensors = {"out": dump.out.detach().to(case.torch_dtype), "grad_hidden": dump.grad_hidden.detach().to(case.torch_dtype)}
+    tensors = {"out": dump.out.detach().to(case.torch_dtype),
+               "grad_hidden": dump.grad_hidden.detach().to(case.torch_dtype)}
     for name, g in dump.grads.items():
         tensors["grad::" + name] = g.detach().to(state_dtype(case))
     metadata = {"image": image, "mode": dump.mode, "rank": str(dump.rank), "world": str(dump.world),
@@ -314,9 +315,9 @@ def read_image(directory: Path) -> Image:
                                  f"run {entry.get('run')}: a file of another dump; dump --mode {mode} again")
         image.ranks[mode] = files
     for path in sorted(directory.glob("*.rank*.safetensors")):
-        mode, _, rank = path.name[:-len(".safetensors")].partition(".rank")
-        declared = mode in image.ranks and rank.isdigit() and str(int(rank)) == rank
-        if not declared or int(rank) >= len(image.ranks[mode]):
+        mode, _, number = path.name[:-len(".safetensors")].partition(".rank")
+        declared = mode in image.ranks and number.isdigit() and str(int(number)) == number
+        if not declared or int(number) >= len(image.ranks[mode]):
             raise ImageError(f"{path.name}: not a rank file meta.json declares (an orphan, or a dump that did not "
                              "finish): remove it or dump that mode again")
     return image

@@ -35,6 +35,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -306,8 +307,8 @@ def dump_conv(out_dir: str | os.PathLike, x: torch.Tensor, weight: torch.Tensor,
 # python -m gdn_verify.kernel: FLA's Triton kernels on seeded inputs, dumped and judged in one command.
 # Small geometry (the interpreter costs ~1-3 CPU-s a kernel call): packed sequences shorter than the
 # conv window, within one 64-token chunk and across two; GVA; initial states; do/dy and dht.
-GDR_GEOMETRY = {"cu_seqlens": (0, 37, 100), "Hk": 2, "Hv": 4, "K": 32, "V": 32}
-CONV_GEOMETRY = {"cu_seqlens": (0, 2, 37, 100), "D": 16, "W": 4}
+GDR_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 37, 100), "Hk": 2, "Hv": 4, "K": 32, "V": 32}
+CONV_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 2, 37, 100), "D": 16, "W": 4}
 OPS = ("chunk", "fused_recurrent", "conv1d")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -14,9 +14,9 @@ test (python/tests/test_megatron_cpu.py) showing the failure it fixes on a machi
   off: the methods run eagerly, each op as written (the reference semantics of the Python source).
 
 The Triton kernels Megatron calls (FLA's `l2norm`, `causal_conv1d`, `chunk_gated_delta_rule`) run under
-Triton's interpreter with `gdn_verify.triton_cpu`'s shims (`install` enables it); `TransformerConfig(use_cpu_initialization=True,
-perform_initialization=False, gradient_accumulation_fusion=False)` keeps the CUDA RNG tracker and the
-fused weight-gradient kernel out of the way, and the weights come from the case.
+Triton's interpreter with `gdn_verify.triton_cpu`'s shims (`install` enables it);
+`TransformerConfig(use_cpu_initialization=True, perform_initialization=False, gradient_accumulation_fusion=False)`
+keeps the CUDA RNG tracker and the fused weight-gradient kernel out of the way, and the weights come from the case.
 """
 
 from __future__ import annotations

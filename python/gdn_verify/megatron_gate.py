@@ -29,6 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 EXIT_BAD_INPUT = 3
@@ -118,11 +119,10 @@ class Gate:
 
         self.gdnv, self.megatron_path, self.scratch = gdnv, megatron_path, scratch
         self.adapter = megatron
-        self.worlds: dict[tuple[int, str | None], object] = {}
+        self.worlds: dict[tuple[int, str | None], Any] = {}
 
     def world(self, size: int, path: str | None = None):
         """A World of `size` ranks importing Megatron from `path` (else the gate's Megatron)."""
-        from gdn_verify.adapters import AdapterError
         from gdn_verify.world import World
 
         path = path or self.megatron_path
@@ -252,6 +252,7 @@ def megatron_dir(path: str | None) -> Path:
     import importlib.util
 
     spec = importlib.util.find_spec("megatron")  # the namespace package: nothing of Megatron is imported
+    assert spec is not None and spec.submodule_search_locations is not None, "megatron is not importable"
     return next(Path(p) for p in spec.submodule_search_locations if (Path(p) / "core").is_dir())
 
 

@@ -20,7 +20,7 @@ What a verdict under the interpreter does not cover (docs/DESIGN.md §14): GPU r
 computes `tl.dot` in full fp32 with numpy and ignores `input_precision`, e.g. tf32 and tf32x3), tile
 configurations other than the one kept, the compiler, and races between programs (the interpreter runs
 the grid's programs one after another).
-"""
+"""  # noqa: E501 (a Markdown table, one row a line)
 
 from __future__ import annotations
 
@@ -89,6 +89,11 @@ def _set(owner: object, attr: str, value: object) -> Callable[[], None]:
     old = getattr(owner, attr)
     setattr(owner, attr, value)
     return lambda: setattr(owner, attr, old)
+
+
+def _undo_all(undos: list[Callable[[], None]]) -> None:
+    for undo in undos:
+        undo()
 
 
 def _fails_with(probe: Callable[[], object], message: str) -> bool:
@@ -190,7 +195,8 @@ def _splat_patch() -> Callable[[], None]:
 
 # (6) The interpreter keeps bf16 as its uint16 bits, and several of its paths treat those bits as numbers:
 # `tl.dot` (create_dot converts only fp8), bf16 arithmetic and comparisons (binary_op, unary_op) and the
-# tl.sum / tl.max / tl.min reductions compute on the integers, and an fp32 -> bf16 cast truncates where compiled Triton (fptrunc) rounds to nearest even.
+# tl.sum / tl.max / tl.min reductions compute on the integers, and an fp32 -> bf16 cast truncates where compiled
+# Triton (fptrunc) rounds to nearest even.
 # No error, wrong values. The shim computes bf16 operands on their values, widened exactly to fp32, and
 # rounds bf16 results to nearest even (fp32 has 24 >= 2 * 8 + 2 bits, so the one op in fp32 then the
 # rounding to bf16 is the correctly rounded bf16 op, as on a GPU).
@@ -282,7 +288,7 @@ def _bf16_patch() -> Callable[[], None]:
                                                ("create_fp_to_fp", create_fp_to_fp))]
     undos += [_set(R, "sum", sum_values), _set(R, "min_max", min_max_values)]
     # the casts are bound to cast_impl as lambdas; rebinding cast_impl reaches them
-    return lambda: [undo() for undo in undos]
+    return lambda: _undo_all(undos)
 
 
 # (4) fla.ops.cp checks for an Ampere-or-newer CUDA device (or Ascend) before its CP kernels; under the
@@ -311,7 +317,7 @@ def _cp_device_patch() -> Callable[[], None]:
     holders = [m for n, m in list(sys.modules.items())
                if n.startswith("fla.") and getattr(m, "_check_cp_device", None) is check]
     undos = [_set(m, "_check_cp_device", check_cp_device) for m in holders]
-    return lambda: [undo() for undo in undos]
+    return lambda: _undo_all(undos)
 
 
 # (5) gloo's all_gather_into_tensor accepts only an output of shape [W * n, ...] for an input [n, ...];

@@ -15,7 +15,7 @@ import triton.language as tl
 @triton.jit
 def _range_index_kernel(out, n):
     for i in range(n):
-        tl.store(out + i, i.to(tl.int64) * 3)  # compiled Triton: i is a scalar int32 tensor
+        tl.store(out + i, i.to(tl.int64) * 3)  # type: ignore[attr-defined]  # compiled Triton: a scalar int32 tensor
 
 
 def range_index(out: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,8 @@
         dump_image(world, directory, case, image, backend, my_rank_function, case)
 
 A World starts its processes once (fresh interpreters with the caller's sys.path: nothing of the
-caller's state is forked and no main module is re-run) and keeps them for every `run`, so a suite pays the start-up (torch and the library imports) once per world size. The
+caller's state is forked and no main module is re-run) and keeps them for every `run`, so a suite pays
+the start-up (torch and the library imports) once per world size. The
 parent hosts the TCP store on a free localhost port it asks the kernel for (port 0: no race), every
 worker joins the gloo group through it, and the parent only sends work and gathers answers: it computes
 nothing and never joins the group. Every rank runs under the same fixed environment (`FIXED_ENV`, one
@@ -74,7 +75,7 @@ def exit_code_of(e: BaseException) -> int:
     return EXIT_ERROR
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -122,8 +123,8 @@ class World:
         self.timeout = timeout
         self._procs: list[subprocess.Popen] = []
         self._conns: list[tuple[Connection, Connection]] = []  # (to the rank, from the rank)
-        self._store = None
-        self._logs: tempfile.TemporaryDirectory | None = None
+        self._store: Any = None  # the parent's torch.distributed.TCPStore once started
+        self._logs: Any = None  # a tempfile.TemporaryDirectory once started
 
     # -- life cycle -------------------------------------------------------------------------------------
     def __enter__(self) -> World:
@@ -205,7 +206,7 @@ class World:
         answers: dict[int, Any] = {}
         deadline = time.monotonic() + timeout
         while len(answers) < self.size:
-            late = {self._conns[r][1]: r for r in range(self.size) if r not in answers}
+            late: dict[Any, int] = {self._conns[r][1]: r for r in range(self.size) if r not in answers}
             ready = wait(list(late), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = sorted(late.values())

@@ -123,6 +123,7 @@ def test_the_dump_module_judges_a_geometry_with_conv_bias(python_dump, gdnv, tmp
     assert r.returncode == 0, r.stderr
     c = gdnv("probe", "dump", "--mode", "cp1", "--image", "x", "--out", tmp_path / "cpp", *geometry)
     assert c.returncode == 0, c.stderr
-    assert (tmp_path / "fla" / "inputs.safetensors").read_bytes() == (tmp_path / "cpp" / "inputs.safetensors").read_bytes()
+    inputs = [(tmp_path / image / "inputs.safetensors").read_bytes() for image in ("fla", "cpp")]
+    assert inputs[0] == inputs[1]
     judged = gdnv("probe", "oracle", "--dir", tmp_path / "fla")
     assert judged.returncode == 0 and "grad::conv1d.bias: pass" in judged.stdout, judged.stdout[-2000:]

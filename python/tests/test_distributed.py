@@ -33,6 +33,7 @@ def test_lengths_not_divisible_by_2w_are_refused():
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_contiguous_rows_equal_gdn_verify_layout(gdnv, world):
     case = make_case("thd-gva", 0, "fp32")
+    assert case.cu_seqlens is not None
     for rank in range(world):
         r = gdnv("layout", "--layout", "contiguous", "--cp", world, "--rank", rank, "--cu-seqlens",
                  ",".join(map(str, case.cu_seqlens)))

@@ -70,7 +70,8 @@ def test_another_image_into_the_same_directory_is_refused_before_running(capsys,
     capsys.readouterr()
     assert dump.main(common + ["--seed", "1"]) == 3
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: ") and err.endswith("holds an image with seed 0, not 1: dump into a fresh --out directory")
+    assert err.startswith("error: ")
+    assert err.endswith("holds an image with seed 0, not 1: dump into a fresh --out directory")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

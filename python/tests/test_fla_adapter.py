@@ -17,13 +17,15 @@ from gdn_verify.images import RankDump, write_image
 fla_layers = pytest.importorskip("fla.layers.gated_deltanet")
 from gdn_verify.adapters import fla  # noqa: E402
 
+FLA = fla.FlaAdapter()
+
 
 def image(tmp_path, case_name: str, dtype: str, module=None):
     """The fla adapter's cp1 image of the case, with stages."""
     case = make_case(case_name, 0, dtype)
-    m = module or fla.build_module(case.geometry, case.torch_dtype)
-    fla.load_megatron_params(m, case.params)
-    r = fla.run(m, case, core="torch")
+    m = module or FLA.build_module(case.geometry, case.torch_dtype)
+    FLA.load_megatron_params(m, case.params)
+    r = FLA.run(m, case, core="torch")
     write_image(tmp_path, case, "fla", "cpu", [RankDump("cp1", 0, 1, r.out, r.grad_hidden, r.grads, r.stages)],
                 extra_meta={"adapter": "fla", "path": r.path})
     return tmp_path, r
@@ -41,14 +43,14 @@ def test_fla_image_passes_the_oracle_with_every_stage(gdnv, tmp_path, case, dtyp
 
 def test_q_and_k_projections_swapped_fail_at_the_in_proj_stage(gdnv, tmp_path, monkeypatch):
     """The loading direction of the mapping wrong: Megatron's q rows into k_proj and k rows into q_proj."""
-    right = fla.from_megatron
+    right = FLA.from_megatron
 
     def swapped(params, geometry):
         state = right(params, geometry)
         q, k = state["attn.q_proj.weight"], state["attn.k_proj.weight"]
         return dict(state, **{"attn.q_proj.weight": k, "attn.k_proj.weight": q})
 
-    monkeypatch.setattr(fla, "from_megatron", swapped)
+    monkeypatch.setattr(FLA, "from_megatron", swapped)
     d, _ = image(tmp_path, "thd-odd", "fp32")
     res = gdnv("probe", "oracle", "--dir", d)
     assert res.returncode == 1
@@ -67,18 +69,18 @@ def test_mapping_is_lossless_both_ways(conv_bias):
     g = fla.geometry_of(model)
     assert (g.Hk, g.Hv, g.dk, g.dv, g.conv_bias) == (2, 4, 4, 8, conv_bias)
     state = dict(model.state_dict())
-    params = fla.to_megatron(state, g)
+    params = FLA.to_megatron(state, g)
     assert {n: tuple(t.shape) for n, t in params.items()} == {n: names.param_shape(g, n) for n in names.param_names(g)}
-    back = fla.from_megatron(params, g)
+    back = FLA.from_megatron(params, g)
     assert set(back) == set(state) and all(torch.equal(back[n], state[n]) for n in state)
-    again = fla.to_megatron(back, g)
+    again = FLA.to_megatron(back, g)
     assert all(torch.equal(again[n], params[n]) for n in params)
 
 
 def test_in_proj_sections_are_fla_projections_in_megatrons_order():
     model = real_layer()
     g = fla.geometry_of(model)
-    params = fla.to_megatron(dict(model.state_dict()), g)
+    params = FLA.to_megatron(dict(model.state_dict()), g)
     for section, proj in [("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("z", "g_proj"), ("beta", "b_proj"),
                           ("alpha", "a_proj")]:
         rows = g.section(section)
@@ -114,4 +116,4 @@ def test_different_norm_eps_is_refused():
 
 def test_fp64_is_refused_because_fla_computes_in_fp32():
     with pytest.raises(fla.FlaAdapterError, match="use --dtype fp32 or bf16"):
-        fla.build_module(make_case("thd-short").geometry, torch.float64)
+        FLA.build_module(make_case("thd-short").geometry, torch.float64)

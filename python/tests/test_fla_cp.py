@@ -132,12 +132,14 @@ def test_a_failing_rank_is_one_line_naming_it_and_nothing_is_written(tmp_path):
     shutil.copytree(Path(fla.__file__).parent, root / "fla", ignore=shutil.ignore_patterns("__pycache__"))
     context = root / "fla" / "ops" / "cp" / "context.py"
     context.write_text(context.read_text().replace(
-        "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n    if world_size is None:",
+        "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
+        "    if world_size is None:",
         "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
         "    if dist.get_rank(group=group) == 1:\n        raise ValueError('planted: rank 1 refuses its span')\n"
         "    if world_size is None:", 1))
-    r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", "--adapter", "fla", "--world", "2", "--case", "thd-short",
-                        "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600, env=env_with(root))
+    r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", "--adapter", "fla", "--world", "2", "--case",
+                        "thd-short", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                       env=env_with(root))
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("error: rank 1 of 2: rank_run: ValueError: planted: rank 1 refuses its span"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

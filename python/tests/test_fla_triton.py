@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 pytest.importorskip("fla")

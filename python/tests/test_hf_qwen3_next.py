@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdn_verify import adapters, cases, images
+from gdn_verify import cases, images
 from gdn_verify.adapters import hf_qwen3_next as hf
 from gdn_verify.names import Geometry
+
+HF = hf.HfQwen3NextAdapter()
 
 # The case's parameters are loaded once per (case, dtype): make_case is pure Python.
 _CASES: dict[tuple[str, str], cases.Case] = {}
@@ -27,9 +29,9 @@ def case_of(name: str, dtype: str = "fp32") -> cases.Case:
 
 
 def dump(case: cases.Case, out, core: str = "chunk") -> None:
-    module = hf.build_module(case.geometry, case.torch_dtype)
-    hf.load_megatron_params(module, case.params)
-    r = hf.run(module, case, stages=True, core=core)
+    module = HF.build_module(case.geometry, case.torch_dtype)
+    HF.load_megatron_params(module, case.params)
+    r = HF.run(module, case, stages=True, core=core)
     images.write_image(out, case, "hf", "hf-qwen3-next:cpu", [images.RankDump("cp1", 0, 1, r.out, r.grad_hidden,
                                                                                 r.grads, r.stages)])
 
@@ -73,13 +75,13 @@ def test_mapping_round_trips_bit_for_bit(name):
     gen = torch.Generator().manual_seed(0)
     params = {n: torch.randn(t.shape, generator=gen, dtype=torch.float64) for n, t in case_of(name).params.items()}
     params["in_proj.layer_norm_weight"] = 0.5 + 1.5 * torch.rand(g.hidden_size, generator=gen, dtype=torch.float64)
-    back = hf.to_megatron(hf.from_megatron(params, g), g)
+    back = HF.to_megatron(HF.from_megatron(params, g), g)
     assert back.keys() == params.keys()
     assert all(torch.equal(back[n], params[n]) for n in params)
-    module = hf.build_module(g, torch.float64)
-    state = hf.from_megatron(params, g)
+    module = HF.build_module(g, torch.float64)
+    state = HF.from_megatron(params, g)
     assert state.keys() == module.state_dict().keys()
-    again = hf.from_megatron(hf.to_megatron(state, g), g)
+    again = HF.from_megatron(HF.to_megatron(state, g), g)
     assert all(torch.equal(again[n], state[n]) for n in state)
 
 
@@ -90,19 +92,19 @@ def test_in_proj_groups_cover_every_megatron_row_once():
 
 def test_gradients_map_without_the_norm_shift():
     g = Geometry(8, 1, 1, 2, 2)
-    grads = {n: torch.ones(t.shape) for n, t in hf.build_module(g, torch.float32).state_dict().items()}
-    assert torch.equal(hf.to_megatron(grads, g, gradients=True)["in_proj.layer_norm_weight"], torch.ones(8))
-    assert torch.equal(hf.to_megatron(grads, g)["in_proj.layer_norm_weight"], torch.full((8,), 2.0))
+    grads = {n: torch.ones(t.shape) for n, t in HF.build_module(g, torch.float32).state_dict().items()}
+    assert torch.equal(HF.to_megatron(grads, g, gradients=True)["in_proj.layer_norm_weight"], torch.ones(8))
+    assert torch.equal(HF.to_megatron(grads, g)["in_proj.layer_norm_weight"], torch.full((8,), 2.0))
 
 
 def test_cpu_runs_the_pure_torch_path_even_with_kernels_installed():
-    module = hf.build_module(Geometry(8, 1, 1, 2, 2), torch.float32)
+    module = HF.build_module(Geometry(8, 1, 1, 2, 2), torch.float32)
     assert hf.path(module) == "torch"
 
 
 def test_conv_bias_is_refused_naming_the_option():
     with pytest.raises(hf.AdapterError, match="conv_bias=true: Qwen3NextGatedDeltaNet's conv1d has no bias"):
-        hf.build_module(Geometry(8, 1, 1, 2, 2, conv_bias=True), torch.float32)
+        HF.build_module(Geometry(8, 1, 1, 2, 2, conv_bias=True), torch.float32)
 
 
 def test_hf_image_compares_directly_with_the_cpp_image_of_the_same_case(gdnv, cpp_image, tmp_path):
@@ -114,12 +116,12 @@ def test_hf_image_compares_directly_with_the_cpp_image_of_the_same_case(gdnv, cp
 
 def dump_declared(case: cases.Case, out, core: str = "chunk") -> None:
     """dump() with the decay class the adapter declares for `core` in meta.json, as gdn_verify.dump writes it."""
-    module = hf.build_module(case.geometry, case.torch_dtype)
-    hf.load_megatron_params(module, case.params)
-    r = hf.run(module, case, stages=False, core=core)
+    module = HF.build_module(case.geometry, case.torch_dtype)
+    HF.load_megatron_params(module, case.params)
+    r = HF.run(module, case, stages=False, core=core)
     images.write_image(out, case, "hf", "hf-qwen3-next:cpu",
                        [images.RankDump("cp1", 0, 1, r.out, r.grad_hidden, r.grads, None)],
-                       extra_meta={"decay_class": adapters.decay_class(hf, r)})
+                       extra_meta={"decay_class": r.decay_class})
 
 
 # transformers' default chunked core forms its decays from fp32 chunk-local cumsums: its grad::A_log and
@@ -174,7 +176,8 @@ def planted_transformers(tmp_path, old: str, new: str):
 PLANTED = {
     "wrong-decay-sign": ("(cum_decay[..., -1:] - cum_decay).exp()", "(cum_decay - cum_decay[..., -1:]).exp()",
                          "first divergence: out (forward, rank 0 of 1, rows"),
-    "decay-exponent-0.1%-off": ("pairwise_decay = pairwise_decay.exp()", "pairwise_decay = (pairwise_decay * 1.001).exp()",
+    "decay-exponent-0.1%-off": ("pairwise_decay = pairwise_decay.exp()",
+                                "pairwise_decay = (pairwise_decay * 1.001).exp()",
                                 "first divergence: out (forward, rank 0 of 1, rows 1..223): rel_rms"),
 }
 

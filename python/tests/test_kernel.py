@@ -7,6 +7,7 @@ states, dht, weak and strong gates.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def fixture_call(case: str) -> dict:
                 use_qk_l2norm_in_kernel=meta["use_qk_l2norm"] == "true")
 
 
-def judge(gdnv, d: Path) -> "subprocess.CompletedProcess":  # noqa: F821
+def judge(gdnv, d: Path) -> subprocess.CompletedProcess:
     """reference on the dumped inputs, then compare under the fp32 kernel gate (policy_for)."""
     r = gdnv("reference", "--in", d / "inputs.safetensors", "--out", d / "reference.safetensors")
     assert r.returncode == 0, r.stderr

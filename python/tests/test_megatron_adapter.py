@@ -17,6 +17,7 @@ from gdn_verify.names import Geometry
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from megatron.core.dist_checkpointing import ShardedTensor  # noqa: E402
+
 # GatedDeltaNet.sharded_state_dict splits with this (megatron.core.ssm.utils since 0.19)
 from megatron.core.ssm.utils import _split_tensor_factory  # noqa: E402
 
@@ -64,7 +65,8 @@ def checkpoint_layout(full: dict[str, torch.Tensor], glob: dict[str, torch.Tenso
     """Megatron's checkpoint tensors regrouped into the image's full tensors, sections in Megatron's order."""
     out = {}
     for name, sections in ((names.IN_PROJ, ["query", "key", "value", "z", "beta", "alpha"]),
-                           (names.CONV_WEIGHT, ["query", "key", "value"]), (names.CONV_BIAS, ["query", "key", "value"])):
+                           (names.CONV_WEIGHT, ["query", "key", "value"]),
+                           (names.CONV_BIAS, ["query", "key", "value"])):
         out[name] = torch.cat([glob[f"{name}.{s}"] for s in sections], dim=0)
     for name in (names.A_LOG, names.DT_BIAS, names.OUT_PROJ):
         out[name] = glob[name]
@@ -94,13 +96,13 @@ def test_shard_and_gather_are_lossless_both_ways(tp: int) -> None:
 
 def test_transformer_engine_extra_state_is_left_out() -> None:
     state = dict(full_params(GEOMETRY), **{"in_proj._extra_state": torch.zeros(0)})
-    assert set(megatron.to_megatron(state, GEOMETRY)) == set(names.param_names(GEOMETRY))
+    assert set(megatron.MegatronAdapter().to_megatron(state, GEOMETRY)) == set(names.param_names(GEOMETRY))
 
 
 def test_unknown_parameter_name_is_refused_with_the_name() -> None:
     state = dict(full_params(GEOMETRY), **{"in_proj.bias": torch.zeros(3)})
     with pytest.raises(megatron.MegatronAdapterError, match=r"unknown \['in_proj.bias'\]"):
-        megatron.to_megatron(state, GEOMETRY)
+        megatron.MegatronAdapter().to_megatron(state, GEOMETRY)
 
 
 def test_replicated_norm_weight_differing_between_ranks_is_refused() -> None:

@@ -62,7 +62,9 @@ def outcomes() -> dict:
 
 
 def test_installed_megatron_core_is_the_version_run_pins():
-    pin = re.search(r"megatron-core==([0-9.]+)", (REPO / "run").read_text()).group(1)
+    found = re.search(r"megatron-core==([0-9.]+)", (REPO / "run").read_text())
+    assert found is not None
+    pin = found.group(1)
     assert pin == "0.19.2"
     assert importlib.metadata.version("megatron-core") == pin
 

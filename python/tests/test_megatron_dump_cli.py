@@ -12,7 +12,8 @@ from gdn_verify.adapters import megatron  # noqa: E402
 
 @pytest.mark.parametrize("args,message", [
     (["--mode", "headwise", "--world", "3", "--tp", "2"], "megatron: --world 3 is not a multiple of --tp 2"),
-    (["--mode", "headwise", "--world", "2", "--tp", "2"], "megatron: --mode headwise needs CP = world / tp >= 2, got 1"),
+    (["--mode", "headwise", "--world", "2", "--tp", "2"],
+     "megatron: --mode headwise needs CP = world / tp >= 2, got 1"),
     (["--mode", "cp1", "--world", "2"], "megatron: --mode cp1 runs CP = 1, not world / tp = 2: use --world 1"),
     (["--mode", "zigzag", "--world", "2"], "megatron: unknown --mode 'zigzag': use cp1, headwise, chunkwise"),
     (["--core", "nope"], "unknown --core 'nope' for megatron: use fla-triton or torch-chunk"),

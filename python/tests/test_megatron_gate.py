@@ -44,10 +44,11 @@ def test_table_and_junit_count_passes_failures_and_skips():
     table = megatron_gate.table(steps)
     assert "oracle" in table and "FAIL" in table and "skip" in table and "(no linear_cp_mode)" in table
     suite = ET.fromstring(megatron_gate.junit(steps, 3.5)).find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
-    assert cases["cp-vs-cp1"].find("failure").text == "a: first divergence: out\n  repro"
-    assert cases["chunkwise"].find("skipped").get("message") == "no linear_cp_mode"
+    failure, skipped = cases["cp-vs-cp1"].find("failure"), cases["chunkwise"].find("skipped")
+    assert failure is not None and failure.text == "a: first divergence: out\n  repro"
+    assert skipped is not None and skipped.get("message") == "no linear_cp_mode"
     assert cases["oracle"].find("failure") is None
 
 

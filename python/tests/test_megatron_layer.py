@@ -17,6 +17,8 @@ from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
 from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
 from gdn_verify.world import World  # noqa: E402
 
+MEGATRON = megatron.MegatronAdapter()
+
 # Oracle verdicts under the cumsum-decay class the images declare (docs/DESIGN.md §4) that are measured
 # findings, not passes: Megatron's FLA path on thd-gva fp32 leaves grad::A_log at rel_rms 1.640e-4 and
 # grad::dt_bias just above the class's gates (A_log's 1.479e-4). Every other case passes outright.
@@ -115,8 +117,7 @@ def a2a_round_trip(rank, case):
     """Token ids through Megatron's own all-to-alls on this CP group: zigzag shard (cp_rows) -> the
     sequence-complete layout GDN's mixer sees -> back; (what the mixer saw, what came back, the shard)."""
     from megatron.core import parallel_state
-    from megatron.core.ssm.gated_delta_net.common import (_build_thd_cp_a2a_perm, tensor_a2a_cp2hp,
-                                                          tensor_a2a_hp2cp)
+    from megatron.core.ssm.gated_delta_net.common import _build_thd_cp_a2a_perm, tensor_a2a_cp2hp, tensor_a2a_hp2cp
 
     megatron.initialize(1, rank.world)
     group = parallel_state.get_context_parallel_group()
@@ -146,7 +147,7 @@ def state_dict_layout(rank, case, tp):
     """Keys and shapes of the module's state_dict, and its sharded_state_dict's keys, local and global
     shapes and offsets, under Megatron's groups of this world."""
     megatron.initialize(tp, rank.world // tp)
-    module = megatron.build_module(case.geometry, case.torch_dtype)
+    module = MEGATRON.build_module(case.geometry, case.torch_dtype)
     plain = {k: tuple(v.shape) if v is not None else None for k, v in module.state_dict().items()}
     sharded = {}
     for key, item in module.sharded_state_dict().items():
@@ -174,7 +175,7 @@ def test_chunkwise_is_refused_naming_the_megatron_that_has_linear_cp_mode(worlds
 def megatron_refusal(rank, case, core):
     """Megatron's own error on this case (its layer run directly), or None."""
     megatron.initialize(1, rank.world)
-    module = megatron.build_module(case.geometry, case.torch_dtype, deterministic=megatron.CORES[core])
+    module = MEGATRON.build_module(case.geometry, case.torch_dtype, core=core)
     n = case.hidden_states.shape[0] // rank.world
     try:
         module(torch.zeros(n, 1, case.geometry.hidden_size), attention_mask=None,
@@ -215,10 +216,10 @@ def _version() -> str:
 def contract_run(rank, case):
     """The adapter contract's run() next to the cp1 rank dump of the same module: (run, dump) or the refusal."""
     megatron.initialize(1, rank.world)
-    module = megatron.build_module(case.geometry, case.torch_dtype, deterministic=True)
-    megatron.load_megatron_params(module, case.params)
+    module = MEGATRON.build_module(case.geometry, case.torch_dtype, core="torch-chunk")
+    MEGATRON.load_megatron_params(module, case.params)
     try:
-        r = megatron.run(module, case)
+        r = MEGATRON.run(module, case)
     except ValueError as e:
         return str(e)
     return r, megatron.rank_run(module, case, "cp1")
@@ -229,4 +230,5 @@ def test_contract_run_is_the_cp1_rank_dump_in_natural_order_and_refuses_cp(world
     r, d = worlds(1).run(contract_run, case)[0]
     assert r.path == "megatron-torch-chunk" and torch.equal(r.out, d.out) and torch.equal(r.grad_hidden, d.grad_hidden)
     assert r.out.shape == case.hidden_states.shape and all(torch.equal(r.grads[n], d.grads[n]) for n in d.grads)
-    assert worlds(2).run(contract_run, case) == ["megatron.run is the one-process cp1 run; across ranks use rank_run"] * 2
+    refusal = "megatron.run is the one-process cp1 run; across ranks use rank_run"
+    assert worlds(2).run(contract_run, case) == [refusal] * 2

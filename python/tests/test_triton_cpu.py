@@ -11,15 +11,15 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
-
 from conftest import REPO
 
 pytest.importorskip("triton")
 
 
-def _run(code: str, interpret: bool = True) -> dict:
+def _run(code: str, interpret: bool = True) -> Any:
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     env.pop("TRITON_INTERPRET", None)
     if interpret:

@@ -106,6 +106,7 @@ def test_dump_image_writes_every_rank_once_and_nothing_when_a_rank_fails(gdnv, t
     image = images.read_image(tmp_path / "ok")
     assert len(image.ranks["chunkwise"]) == 2 and image.meta["modes"]["chunkwise"]["transport"] == "gloo"
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(torch.float32)
+    assert case.cu_seqlens is not None
     for r, (tensors, _) in enumerate(image.ranks["chunkwise"]):
         rows = gdnv("layout", "--layout", "zigzag", "--cp", 2, "--rank", r, "--cu-seqlens",
                     ",".join(map(str, case.cu_seqlens)))

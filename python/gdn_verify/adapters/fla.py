@@ -33,7 +33,7 @@ the in-kernel L2 norm, `chunk_gated_delta_rule`, `FusedRMSNormGated`). Two cores
   decay class `product-of-decays` (the recurrent form multiplies one decay per token).
 
 FLA computes in fp32 on either core.
-"""
+"""  # noqa: E501 (a Markdown table, one row a line)
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdn_verify import names
-from gdn_verify.adapters import AdapterError, Run
+from gdn_verify.adapters.base import Adapter, AdapterError, DecayClass, Run
 from gdn_verify.cases import Case
 from gdn_verify.kernel import fla_torch_kernel
 from gdn_verify.names import Geometry
@@ -110,52 +110,6 @@ def _same_eps(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and float(a) == float(b)
 
 
-def build_module(geometry: Geometry, dtype: torch.dtype = torch.float32, device: str = "cpu") -> FlaGdn:
-    """FLA's layer (and its block's RMSNorm) with the geometry; refuses what FLA cannot express, and fp64:
-    FLA's kernels and references compute in fp32, so an fp64 image would be judged at a gate it cannot meet."""
-    from fla.layers.gated_deltanet import GatedDeltaNet
-
-    if dtype == torch.float64:
-        raise FlaAdapterError("fla computes in fp32 (its Triton kernels and torch references alike): use --dtype fp32 "
-                              "or bf16")
-    g = geometry
-    layer = GatedDeltaNet(hidden_size=g.hidden_size, head_dim=g.dk, expand_v=g.dv / g.dk, num_heads=g.Hk,
-                          num_v_heads=g.Hv, use_gate=True, use_short_conv=True, conv_size=g.linear_conv_kernel_dim,
-                          conv_bias=g.conv_bias, norm_eps=g.layernorm_epsilon)
-    model = FlaGdn(nn.RMSNorm(g.hidden_size, eps=g.layernorm_epsilon), layer)
-    if layer.head_v_dim != g.dv:
-        raise FlaAdapterError(f"dv = {g.dv} is not head_dim * expand_v for head_dim = {g.dk}: FLA cannot build it")
-    return model.to(device=device, dtype=dtype)
-
-
-def to_megatron(state: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
-    """FlaGdn's state dict under Megatron's names (the table above)."""
-    _check_keys(state, geometry)
-    out = {m: state[f] for m, f in RENAMED.items()}
-    out[names.IN_PROJ] = torch.cat([state[f"attn.{PROJ[s]}.weight"] for s in names.IN_PROJ_SECTIONS], dim=0)
-    out[names.CONV_WEIGHT] = torch.cat([state[f"attn.{CONV[s]}.weight"] for s in names.CONV_SECTIONS], dim=0)
-    if geometry.conv_bias:
-        out[names.CONV_BIAS] = torch.cat([state[f"attn.{CONV[s]}.bias"] for s in names.CONV_SECTIONS], dim=0)
-    return {n: out[n] for n in names.param_names(geometry)}
-
-
-def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
-    """Megatron's parameters as FlaGdn's state dict: in_proj and conv1d cut at their sections."""
-    missing = set(names.param_names(geometry)) - set(params)
-    if missing:
-        raise FlaAdapterError(f"missing Megatron parameters {sorted(missing)}: pass every parameter of §1.3")
-    out = {f: params[m] for m, f in RENAMED.items()}
-    for s in names.IN_PROJ_SECTIONS:
-        rows = geometry.section(s)
-        out[f"attn.{PROJ[s]}.weight"] = params[names.IN_PROJ][rows.start:rows.stop]
-    for s in names.CONV_SECTIONS:
-        rows = geometry.section(s)
-        out[f"attn.{CONV[s]}.weight"] = params[names.CONV_WEIGHT][rows.start:rows.stop]
-        if geometry.conv_bias:
-            out[f"attn.{CONV[s]}.bias"] = params[names.CONV_BIAS][rows.start:rows.stop]
-    return out
-
-
 def _check_keys(state: Mapping[str, torch.Tensor], geometry: Geometry) -> None:
     """Exactly FlaGdn's parameters for this geometry (FLA's block keys less the MLP)."""
     expected = set(RENAMED.values()) | {f"attn.{p}.weight" for p in PROJ.values()}
@@ -167,29 +121,11 @@ def _check_keys(state: Mapping[str, torch.Tensor], geometry: Geometry) -> None:
                               "pass FlaGdn's state dict (FLA's GatedDeltaNetBlock keys without the MLP)")
 
 
-def load_megatron_params(module: FlaGdn, params: Mapping[str, torch.Tensor]) -> None:
-    """Megatron-named parameters into the module, in its dtype."""
-    state = from_megatron(params, geometry_of(module))
-    dtype = module.attn.o_proj.weight.dtype
-    module.load_state_dict({n: t.to(dtype) for n, t in state.items()})
-
-
 CORES = {"triton": "FLA's GatedDeltaNet.forward with cu_seqlens (its Triton kernels; on a CPU under Triton's "
                     "interpreter)",
          "torch": "FLA's layer's torch submodules with FLA's naive_recurrent_gated_delta_rule and rms_norm_ref, "
                   "per sequence"}
-DECAY_CLASSES_BY_CORE = {"triton": "cumsum-decay", "torch": "product-of-decays"}
-
-
-def prepare(device: str, core: str | None) -> None:
-    """Before FLA is imported: on a CPU the triton core needs Triton's interpreter (gdn_verify.triton_cpu)."""
-    if (core or "triton") == "triton" and torch.device(device).type == "cpu":
-        from gdn_verify import triton_cpu
-
-        try:
-            triton_cpu.enable()
-        except triton_cpu.TritonCpuError as e:
-            raise FlaAdapterError(str(e)) from e
+DECAY_CLASSES_BY_CORE: dict[str, DecayClass] = {"triton": "cumsum-decay", "torch": "product-of-decays"}
 
 
 def path(module: FlaGdn, core: str = "triton") -> str:
@@ -197,40 +133,12 @@ def path(module: FlaGdn, core: str = "triton") -> str:
     return "fla-triton" if core == "triton" else "torch"
 
 
-def run(module: FlaGdn, case: Case, stages: bool = True, core: str = "triton") -> Run:
-    """Forward and backward of the case: FLA's forward with cu_seqlens (triton), or THD one sequence at a
-    time (torch, so the convs never cross sequences)."""
-    if case.spec.format != "thd" and case.spec.batch != 1:
-        raise AdapterError("fla: SBHD with batch > 1 is not mapped; use a THD case or batch 1")
-    if core not in CORES:
-        raise AdapterError(f"fla: unknown core '{core}': use {' or '.join(CORES)}")
-    if core == "triton" and module.attn.o_proj.weight.device.type == "cpu":
-        _check_interpreter()
-    dtype, device = module.attn.o_proj.weight.dtype, module.attn.o_proj.weight.device
-    hidden = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(device=device, dtype=dtype)
-    hidden.requires_grad_()
-    recorder = _recorder() if stages and core == "torch" else None
-    module.zero_grad(set_to_none=True)
-    out = _forward(module, hidden, case.sequences(), recorder, core)
-    out.backward(case.grad_output.reshape(out.shape).to(device=device, dtype=dtype))
-    grads = to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module))
-    shape = case.hidden_states.shape
-    notes = {"fla_path": CORES[core]}
-    if core == "triton" and device.type == "cpu":
-        from gdn_verify import triton_cpu
-
-        notes["triton_cpu_shims"] = ", ".join(triton_cpu.applied()) or "none"
-    return Run(out=out.detach().reshape(shape), grad_hidden=hidden.grad.reshape(shape), grads=grads,
-               stages=recorder.stages() if recorder else None, path=path(module, core), notes=notes,
-               decay_class=DECAY_CLASSES_BY_CORE[core])
-
-
 def _check_interpreter() -> None:
     """FLA's kernels on a CPU tensor need Triton's interpreter, enabled before FLA was imported."""
     if os.environ.get("TRITON_INTERPRET") != "1":
-        raise FlaAdapterError("fla --core triton on a CPU needs Triton's interpreter: call "
-                              "gdn_verify.adapters.fla.prepare(device, core) (or gdn_verify.triton_cpu.enable()) "
-                              "before importing fla, or use --core torch")
+        raise FlaAdapterError("fla --core triton on a CPU needs Triton's interpreter: call FlaAdapter().prepare("
+                              "device, core) (or gdn_verify.triton_cpu.enable()) before importing fla, or use "
+                              "--core torch")
 
 
 def _recorder():
@@ -297,3 +205,103 @@ def _conv_sections(layer: nn.Module, in_proj: torch.Tensor, proj: dict[str, torc
     parts = torch.split(in_proj[:, :sum(widths)], widths, dim=-1)
     return torch.cat([_conv(getattr(layer, CONV[k]), p) for k, p in zip(names.CONV_SECTIONS, parts)], dim=-1)
 
+
+class FlaAdapter(Adapter):
+    """flash-linear-attention's GatedDeltaNet behind its block's attn_norm (the module docstring's mapping)."""
+
+    name = NAME
+    package = "flash-linear-attention"
+    import_name = "fla"
+    cores = CORES
+    decay_classes = DECAY_CLASSES_BY_CORE
+    modes = ("cp1", "chunkwise")  # chunkwise: FLA's own CP on gloo ranks (gdn_verify.fla_cp)
+
+    def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu",
+                     core: str | None = None) -> FlaGdn:
+        """FLA's layer (and its block's RMSNorm) with the geometry, for either core; refuses what FLA cannot
+        express, and fp64: FLA's kernels and references compute in fp32, so an fp64 image would be judged at a
+        gate it cannot meet."""
+        from fla.layers.gated_deltanet import GatedDeltaNet
+
+        if dtype == torch.float64:
+            raise FlaAdapterError("fla computes in fp32 (its Triton kernels and torch references alike): use "
+                                  "--dtype fp32 or bf16")
+        g = geometry
+        layer = GatedDeltaNet(hidden_size=g.hidden_size, head_dim=g.dk, expand_v=g.dv / g.dk, num_heads=g.Hk,
+                              num_v_heads=g.Hv, use_gate=True, use_short_conv=True,
+                              conv_size=g.linear_conv_kernel_dim, conv_bias=g.conv_bias, norm_eps=g.layernorm_epsilon)
+        model = FlaGdn(nn.RMSNorm(g.hidden_size, eps=g.layernorm_epsilon), layer)
+        if layer.head_v_dim != g.dv:
+            raise FlaAdapterError(f"dv = {g.dv} is not head_dim * expand_v for head_dim = {g.dk}: FLA cannot build it")
+        return model.to(device=device, dtype=dtype)
+
+    def to_megatron(self, state: Mapping[str, torch.Tensor], geometry: Geometry,
+                    gradients: bool = False) -> dict[str, torch.Tensor]:
+        """FlaGdn's state dict (or its gradients: the mapping shifts nothing) under Megatron's names (the table
+        above)."""
+        _check_keys(state, geometry)
+        out = {m: state[f] for m, f in RENAMED.items()}
+        out[names.IN_PROJ] = torch.cat([state[f"attn.{PROJ[s]}.weight"] for s in names.IN_PROJ_SECTIONS], dim=0)
+        out[names.CONV_WEIGHT] = torch.cat([state[f"attn.{CONV[s]}.weight"] for s in names.CONV_SECTIONS], dim=0)
+        if geometry.conv_bias:
+            out[names.CONV_BIAS] = torch.cat([state[f"attn.{CONV[s]}.bias"] for s in names.CONV_SECTIONS], dim=0)
+        return {n: out[n] for n in names.param_names(geometry)}
+
+    def from_megatron(self, params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
+        """Megatron's parameters as FlaGdn's state dict: in_proj and conv1d cut at their sections."""
+        missing = set(names.param_names(geometry)) - set(params)
+        if missing:
+            raise FlaAdapterError(f"missing Megatron parameters {sorted(missing)}: pass every parameter of §1.3")
+        out = {f: params[m] for m, f in RENAMED.items()}
+        for s in names.IN_PROJ_SECTIONS:
+            rows = geometry.section(s)
+            out[f"attn.{PROJ[s]}.weight"] = params[names.IN_PROJ][rows.start:rows.stop]
+        for s in names.CONV_SECTIONS:
+            rows = geometry.section(s)
+            out[f"attn.{CONV[s]}.weight"] = params[names.CONV_WEIGHT][rows.start:rows.stop]
+            if geometry.conv_bias:
+                out[f"attn.{CONV[s]}.bias"] = params[names.CONV_BIAS][rows.start:rows.stop]
+        return out
+
+    def load_megatron_params(self, module: nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+        """Megatron-named parameters into the module, in its dtype."""
+        state = self.from_megatron(params, geometry_of(module))
+        dtype = module.attn.o_proj.weight.dtype
+        module.load_state_dict({n: t.to(dtype) for n, t in state.items()})
+
+    def prepare(self, device: str, core: str | None = None) -> None:
+        """Before FLA is imported: on a CPU the triton core needs Triton's interpreter (gdn_verify.triton_cpu)."""
+        if (core or "triton") == "triton" and torch.device(device).type == "cpu":
+            from gdn_verify import triton_cpu
+
+            try:
+                triton_cpu.enable()
+            except triton_cpu.TritonCpuError as e:
+                raise FlaAdapterError(str(e)) from e
+
+    def run(self, module: nn.Module, case: Case, stages: bool = True, core: str | None = None) -> Run:
+        """Forward and backward of the case: FLA's forward with cu_seqlens (triton), or THD one sequence at a
+        time (torch, so the convs never cross sequences)."""
+        if case.spec.format != "thd" and case.spec.batch != 1:
+            raise AdapterError("fla: SBHD with batch > 1 is not mapped; use a THD case or batch 1")
+        core = self.core(core)
+        if core == "triton" and module.attn.o_proj.weight.device.type == "cpu":
+            _check_interpreter()
+        dtype, device = module.attn.o_proj.weight.dtype, module.attn.o_proj.weight.device
+        hidden = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(device=device, dtype=dtype)
+        hidden.requires_grad_()
+        recorder = _recorder() if stages and core == "torch" else None
+        module.zero_grad(set_to_none=True)
+        out = _forward(module, hidden, case.sequences(), recorder, core)
+        out.backward(case.grad_output.reshape(out.shape).to(device=device, dtype=dtype))
+        grads = self.to_megatron({n: p.grad for n, p in module.named_parameters()}, geometry_of(module),
+                                 gradients=True)
+        shape = case.hidden_states.shape
+        notes = {"fla_path": CORES[core]}
+        if core == "triton" and device.type == "cpu":
+            from gdn_verify import triton_cpu
+
+            notes["triton_cpu_shims"] = ", ".join(triton_cpu.applied()) or "none"
+        return Run(out=out.detach().reshape(shape), grad_hidden=hidden.grad.reshape(shape), grads=grads,
+                   stages=recorder.stages() if recorder else None, path=path(module, core), notes=notes,
+                   decay_class=DECAY_CLASSES_BY_CORE[core])

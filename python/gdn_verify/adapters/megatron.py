@@ -14,7 +14,7 @@ is. A TP-sharded module (TP size t) holds on rank r, as Megatron's forward split
 so gathering is section-major, like Megatron's sharded checkpoint (`sharded_state_dict` splits
 in_proj into query, key, value, z, beta, alpha). Transformer Engine's `_extra_state` entries carry no
 parameter and are left out.
-"""
+"""  # noqa: E501 (a Markdown table, one row a line)
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 
 from gdn_verify import names
+from gdn_verify.adapters.base import Adapter, AdapterError, DecayClass, Run
 from gdn_verify.cases import Case
 from gdn_verify.names import Geometry
 
 
-class MegatronAdapterError(ValueError):
+class MegatronAdapterError(AdapterError):
     """A state dict that does not fit the geometry; the message names the tensor and the fix."""
 
 
@@ -108,20 +109,10 @@ def shard_tp(full: Mapping[str, torch.Tensor], geometry: Geometry, tp: int) -> l
     return shards
 
 
-def to_megatron(state: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
-    """A TP = 1 Megatron state dict under the image's names: the same names, checked."""
-    return gather_tp([state], geometry)
-
-
-def from_megatron(params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
-    """The image's parameters as a TP = 1 Megatron state dict."""
-    return shard_tp(params, geometry, 1)[0]
-
-
 NAME = "megatron"
 # Both of Megatron's chunk forms (FLA's kernels, torch_chunk_gated_delta_rule) take decays as exp of
 # differences of fp32 chunk-local cumsums of g (docs/DESIGN.md §4).
-DECAY_CLASS = "cumsum-decay"
+DECAY_CLASS: DecayClass = "cumsum-decay"
 
 # Where Megatron's CP algorithm choice lives: Megatron-LM's development branch adds
 # TransformerConfig.linear_cp_mode = "headwise" | "chunkwise"; no PyPI release (0.19.2 included) has it.
@@ -219,30 +210,6 @@ def config(geometry: Geometry, dtype: torch.dtype, deterministic: bool = False, 
                              gradient_accumulation_fusion=False, deterministic_mode=deterministic, **extra)
 
 
-def build_module(geometry: Geometry, dtype: torch.dtype, device: str = "cpu", deterministic: bool = False,
-                 cp_mode: str | None = None) -> torch.nn.Module:
-    """Megatron-Core's GatedDeltaNet with the geometry over Megatron's TP and CP groups (`initialize`;
-    a one-process world when none is set up). `cp_mode` sets linear_cp_mode where Megatron has it."""
-    from gdn_verify.adapters import AdapterError
-
-    if torch.device(device).type != "cpu":
-        raise AdapterError(f"megatron: --device {device}: this adapter runs Megatron's layer on the CPU "
-                           "(gloo groups); use --device cpu")
-    from megatron.core import parallel_state
-
-    if not parallel_state.model_parallel_is_initialized():
-        initialize()
-    if cp_mode is not None and not has_linear_cp_mode():
-        raise AdapterError(f"megatron: linear_cp_mode '{cp_mode}' {NO_LINEAR_CP_MODE}")
-    _check_tp(geometry, parallel_state.get_tensor_model_parallel_world_size())
-    from megatron.core.process_groups_config import ProcessGroupCollection
-    from megatron.core.ssm.gated_delta_net import GatedDeltaNet
-
-    pg = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
-    return GatedDeltaNet(config(geometry, dtype, deterministic, cp_mode), submodules(), conv_bias=geometry.conv_bias,
-                         pg_collection=pg)
-
-
 def _tp():
     from megatron.core import parallel_state
 
@@ -253,14 +220,6 @@ def _cp():
     from megatron.core import parallel_state
 
     return parallel_state.get_context_parallel_world_size(), parallel_state.get_context_parallel_rank()
-
-
-def load_megatron_params(module: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
-    """The image's parameters into this TP rank's module: its shard (`shard_tp`), every name loaded."""
-    tp, rank = _tp()
-    dtype = next(module.parameters()).dtype
-    shard = shard_tp(params, _geometry(module), tp)[rank]
-    module.load_state_dict({n: t.to(dtype) for n, t in shard.items()}, strict=True)
 
 
 def _geometry(module: torch.nn.Module) -> Geometry:
@@ -279,8 +238,6 @@ def cp_rows(case: Case) -> list[int]:
     through Megatron's own per-sequence zigzag (`_get_batch_on_this_cp_rank_per_sequence_balancing` on the
     CP group); THD the per-document zigzag, chunks r and 2 cp - 1 - r of every sequence (Megatron hands it to
     Transformer Engine's `thd_get_partitioned_indices`, which is CUDA only)."""
-    from gdn_verify.adapters import AdapterError
-
     cp, rank = _cp()
     for begin, end in case.sequences():
         if (end - begin) % (2 * cp) and cp > 1:
@@ -472,22 +429,11 @@ def rank_run(module: torch.nn.Module, case: Case, mode: str, stages: bool = True
         if undo:
             undo()
     grads = _full_grads(module)
-    merged = _tp_merged(recorder.stages()) if stages else None
+    merged = _tp_merged(recorder.stages()) if recorder is not None else None
     if _tp()[1] != 0:
         return None
     cp, cp_rank = _cp()
     return RankDump(mode, cp_rank, cp, out.detach(), hidden.grad, grads, merged)
-
-
-def run(module: torch.nn.Module, case: Case, stages: bool = True):
-    """The adapter contract's run (cp1, one process): the case in natural order."""
-    from gdn_verify.adapters import Run
-
-    if _cp()[0] != 1 or _tp()[0] != 1:
-        raise ValueError("megatron.run is the one-process cp1 run; across ranks use rank_run")
-    d = rank_run(module, case, "cp1", stages)
-    return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=path(module),
-               notes={"megatron_path": _PATH_NOTE[path(module)]}, decay_class=DECAY_CLASS)
 
 
 _PATH_NOTE = {
@@ -498,8 +444,10 @@ _PATH_NOTE = {
 }
 
 
-# --core: Megatron's two forms of the gated delta rule (the first the default).
-CORES = {"fla-triton": False, "torch-chunk": True}  # form -> deterministic_mode
+# --core: Megatron's two forms of the gated delta rule (the first the default); deterministic_mode picks
+# DETERMINISTIC.
+CORES = {"fla-triton": "FLA's chunked Triton kernels", "torch-chunk": "torch_chunk_gated_delta_rule"}
+DETERMINISTIC = "torch-chunk"
 MODES = ("cp1", "headwise", "chunkwise")
 # The environment of every rank: FLA's Triton kernels under Triton's interpreter.
 RANK_ENV = {"TRITON_INTERPRET": "1"}
@@ -507,8 +455,6 @@ RANK_ENV = {"TRITON_INTERPRET": "1"}
 
 def check_world(mode: str, world: int, tp: int, core: str) -> None:
     """The mode, world, TP and core-form combination Megatron can run; AdapterError naming the fix."""
-    from gdn_verify.adapters import AdapterError
-
     if mode not in MODES:
         raise AdapterError(f"megatron: unknown --mode '{mode}': use {', '.join(MODES)}")
     if core not in CORES:
@@ -526,8 +472,6 @@ def import_from(megatron_path: str | None) -> None:
     """Puts a Megatron checkout (the directory holding `megatron/`) first on this process's path; an error
     when a different megatron is already imported here."""
     import sys
-
-    from gdn_verify.adapters import AdapterError
 
     if megatron_path is None:
         return
@@ -552,8 +496,9 @@ def _rank_dump(rank, case: Case, mode: str, tp: int, core: str, stages: bool, me
     import_from(megatron_path)
     initialize(tp, rank.world // tp)
     cp_mode = None if mode == "cp1" or not has_linear_cp_mode() else mode
-    module = build_module(case.geometry, case.torch_dtype, deterministic=CORES[core], cp_mode=cp_mode)
-    load_megatron_params(module, case.params)
+    adapter = MegatronAdapter()
+    module = adapter.build_module(case.geometry, case.torch_dtype, core=core, cp_mode=cp_mode)
+    adapter.load_megatron_params(module, case.params)
     return rank_run(module, case, mode, stages), path(module)
 
 
@@ -564,7 +509,6 @@ def dump_world(world, directory, case: Case, image: str, backend: str, mode: str
     it); with linear_cp_mode, headwise is linear_cp_mode = headwise. `megatron_path`: a checkout the ranks
     import Megatron from (else whatever `import megatron` finds)."""
     from gdn_verify import images
-    from gdn_verify.adapters import AdapterError
 
     check_world(mode, world.size, tp, core)
     if mode == "chunkwise" and not has_linear_cp_mode():
@@ -576,3 +520,65 @@ def dump_world(world, directory, case: Case, image: str, backend: str, mode: str
                 notes={"megatron_path": _PATH_NOTE[ran]})
     images.write_image(directory, case, image, backend, dumps, transport="gloo", extra_meta=meta)
     return ran
+
+
+class MegatronAdapter(Adapter):
+    """Megatron-Core's GatedDeltaNet (non-TE spec) on the CPU's gloo ranks (the module docstring's mapping)."""
+
+    name = NAME
+    package = "megatron-core"
+    import_name = "megatron.core"
+    cores = CORES
+    decay_classes = {core: DECAY_CLASS for core in CORES}
+    modes = MODES
+
+    def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu", core: str | None = None, *,
+                     cp_mode: str | None = None) -> torch.nn.Module:
+        """Megatron-Core's GatedDeltaNet with the geometry over Megatron's TP and CP groups (`initialize`;
+        a one-process world when none is set up), its core form fixed by deterministic_mode. `cp_mode` sets
+        linear_cp_mode where Megatron has it."""
+        if torch.device(device).type != "cpu":
+            raise AdapterError(f"megatron: --device {device}: this adapter runs Megatron's layer on the CPU "
+                               "(gloo groups); use --device cpu")
+        from megatron.core import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            initialize()
+        if cp_mode is not None and not has_linear_cp_mode():
+            raise AdapterError(f"megatron: linear_cp_mode '{cp_mode}' {NO_LINEAR_CP_MODE}")
+        _check_tp(geometry, parallel_state.get_tensor_model_parallel_world_size())
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+
+        pg = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
+        deterministic = self.core(core) == DETERMINISTIC
+        return GatedDeltaNet(config(geometry, dtype, deterministic, cp_mode), submodules(),
+                             conv_bias=geometry.conv_bias, pg_collection=pg)
+
+    def to_megatron(self, state: Mapping[str, torch.Tensor], geometry: Geometry,
+                    gradients: bool = False) -> dict[str, torch.Tensor]:
+        """A TP = 1 Megatron state dict (or its gradients) under the image's names: the same names, checked."""
+        return gather_tp([state], geometry)
+
+    def from_megatron(self, params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
+        """The image's parameters as a TP = 1 Megatron state dict."""
+        return shard_tp(params, geometry, 1)[0]
+
+    def load_megatron_params(self, module: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+        """The image's parameters into this TP rank's module: its shard (`shard_tp`), every name loaded."""
+        tp, rank = _tp()
+        dtype = next(module.parameters()).dtype
+        shard = shard_tp(params, _geometry(module), tp)[rank]
+        module.load_state_dict({n: t.to(dtype) for n, t in shard.items()}, strict=True)
+
+    def run(self, module: torch.nn.Module, case: Case, stages: bool = True, core: str | None = None) -> Run:
+        """The cp1 run in one process: the case in natural order, in the core form the module was built for."""
+        if _cp()[0] != 1 or _tp()[0] != 1:
+            raise ValueError("megatron.run is the one-process cp1 run; across ranks use rank_run")
+        built = path(module)
+        if core is not None and built != f"megatron-{self.core(core)}":
+            raise AdapterError(f"megatron: --core {core}, but the module was built as {built}: build it with "
+                               f"core={core!r}")
+        d = rank_run(module, case, "cp1", stages)
+        return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=built,
+                   decay_class=DECAY_CLASS, notes={"megatron_path": _PATH_NOTE[built]})
