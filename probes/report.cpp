@@ -1,5 +1,6 @@
 #include "probes/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -50,7 +51,7 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           located(t.m.max_abs, shape, t.m.max_abs_index),
           located(t.m.max_rel, shape, t.m.max_rel_index),
           sci(t.m.rel_rms),
-          sci(t.m.one_minus_cos),
+          t.m.bitwise ? "-" : sci(t.m.one_minus_cos),  // nothing to measure
           sci(t.m.snr_db),
           mismatched_str(t),
           std::to_string(t.m.nan_ref) + "/" + std::to_string(t.m.nan_cand),
@@ -59,6 +60,23 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           is_float_result(t) ? sci(t.tol->min_atol) : "-",
           is_float_result(t) ? sci(t.tol->min_rtol) : "-",
           is_float_result(t) ? decade_histogram(*t.tol) : "-"};
+}
+
+// "|err| by decade 1e-13 [▁▃█▂] 1e-10 (log height, most at 1e-11: 40), 5 exact": the histogram as bars.
+std::string bars_line(const Tolerances& t) {
+  std::string line = "|err| by decade ";
+  if (t.decades.empty()) {
+    line += "none above 0";
+  } else {
+    const auto peak = std::max_element(t.decades.begin(), t.decades.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    const int lo = t.decades.begin()->first, hi = t.decades.rbegin()->first;
+    line += decade_str(lo) + " [" + decade_bars(t, lo, hi) + "] " + decade_str(hi) + " (log height, most at " +
+            decade_str(peak->first) + ": " + std::to_string(peak->second) + ")";
+  }
+  line += ", " + std::to_string(t.exact) + " exact";
+  if (t.nonfinite) line += ", " + std::to_string(t.nonfinite) + " nan/inf";
+  return line;
 }
 
 // The bound a measured error is held to, printed beside it as torch.testing.assert_close does: max_abs
@@ -157,11 +175,11 @@ void write_rows(const Comparison& c, std::ostream& out, const TextOptions& optio
         << allowed(t.rule.min_cos ? std::optional<double>(1 - *t.rule.min_cos) : std::nullopt) << ", snr " << r[7]
         << " dB, mismatched " << r[8] << ", nan " << r[9] << ", inf " << r[10] << "\n";
     if (is_float_result(t))
-      out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), |err| by decade " << r[14]
-          << "\n";
+      out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), " << bars_line(*t.tol) << "\n";
   }
   if (hidden)
     out << "(" << hidden << " passing tensor" << (hidden == 1 ? "" : "s") << " not listed: --all lists every one)\n";
+  for (const RankTable& table : c.rank_tables) write_rank_table(table, out);
   out << c.summary() << "\n";
 }
 
