@@ -273,6 +273,12 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
       continue;  // not whole: its problems are reported
     }
     if (!b.world.count(m) && !b.problems.empty()) continue;
+    if (b.world.count(m) && b.world.at(m) != a.world.at(m)) {  // rank r holds other rows at another size
+      out.tensors.push_back(structural(m, "W = " + std::to_string(a.world.at(m)) +
+                                              " vs W = " + std::to_string(b.world.at(m)) +
+                                              ": use cross-mode or dump at the same --world"));
+      continue;
+    }
     const auto ref_files = rank_files(m, a.world.at(m)),
                cand_files = rank_files(m, b.world.count(m) ? b.world.at(m) : 0);
     for (std::size_t r = 0; r < std::max(ref_files.size(), cand_files.size()); ++r) {

@@ -185,6 +185,21 @@ TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) 
   fs::remove_all(root);
 }
 
+// Rank r of a W = 4 dump holds other rows than rank r of a W = 2 one: one line says so and what to do.
+TEST(ProbeCli, ImagesDumpedAtDifferentWorldSizesAreOneStructuralLine) {
+  const auto root = testing::temp_dir("probe_world");
+  dump(root / "a", "a", {"chunkwise"}, "--case thd-short", 4);
+  dump(root / "b", "b", {"chunkwise"}, "--case thd-short", 2);
+  const auto r = run_cli("probe compare --ref " + (root / "a").string() + " --cand " + (root / "b").string());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(
+      contains(r.out, "chunkwise:*: STRUCTURAL MISMATCH: W = 4 vs W = 2: use cross-mode or dump at the same --world\n"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "file missing")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 structural mismatch in ")) << r.out;
+  fs::remove_all(root);
+}
+
 // Odd lengths split nowhere at CP=1: every mode dumps on one rank, and the image passes cross-mode and
 // the oracle; on two ranks the same case is run's error.
 TEST(ProbeCli, Cp1DumpsAcceptAnyLength) {
