@@ -19,6 +19,9 @@
 #include "harness/harness.hpp"
 #include "harness/verdict.hpp"
 #include "probes/build_info.hpp"
+#include "probes/checks.hpp"
+#include "probes/image.hpp"
+#include "probes/report.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -127,6 +130,22 @@ Evaluated evaluate(const cp::RunSpec& spec, const cp::BackendFactory& factory) {
   return e;
 }
 
+// A failing micro-batch's tensors, error / gate over each CP rank's own elements: which rank goes wrong.
+void print_rank_grid(const std::vector<cp::TensorVerdict>& rows, const Evaluated& e, std::size_t i, std::ostream& out) {
+  std::vector<std::pair<std::string, probes::Rule>> gated;
+  for (const auto& v : rows) {
+    if (v.missing) continue;
+    probes::Rule rule;
+    rule.max_rel_rms = v.gate;
+    gated.emplace_back(v.name, rule);
+  }
+  const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+  probes::write_rank_table(
+      probes::rank_grid("  error / gate over each rank's own elements (above 1 fails):", gated,
+                        probes::answer_file(e.oracles[i]), probes::answer_file(e.runs[i].answer), e.runs[i], k),
+      out);
+}
+
 nlohmann::json divergence_json(const cp::Divergence& d) {
   return {{"line", cp::divergence_line(d)},
           {"tensor", d.name},
@@ -196,6 +215,8 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     out << "micro-batch " << i + 1 << "/" << e.runs.size() << " (cp=" << e.runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
+    if (!std::all_of(rows.begin(), rows.end(), [](const cp::TensorVerdict& v) { return v.pass; }))
+      print_rank_grid(rows, e, i, out);
     out << "  collectives of rank 0, forward:\n"
         << indented(format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
         << indented(format_counters(e.runs[i].backward));

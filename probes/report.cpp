@@ -124,7 +124,45 @@ nlohmann::json divergence_json(const Comparison& c) {
           {"line", cp::divergence_line(d)}};
 }
 
+nlohmann::json rank_tables_json(const Comparison& c) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const RankTable& table : c.rank_tables) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < table.names.size(); ++i) {
+      nlohmann::json row = {{"tensor", table.names[i]}, {"ranks", table.cells[i]}};
+      if (!table.whole.empty()) row["whole"] = table.whole[i];
+      rows.push_back(std::move(row));
+    }
+    tables.push_back({{"title", table.title}, {"world", table.world}, {"rows", std::move(rows)}});
+  }
+  return tables;
+}
+
 }  // namespace
+
+void write_rank_table(const RankTable& table, std::ostream& out) {
+  std::size_t width = 6;
+  for (const auto& name : table.names) width = std::max(width, name.size());
+  char cell[64];
+  out << table.title << "\n  " << std::string(width, ' ');
+  for (int r = 0; r < table.world; ++r) {
+    std::snprintf(cell, sizeof cell, " %8s", ("rank" + std::to_string(r)).c_str());
+    out << cell;
+  }
+  out << (table.whole.empty() ? "" : "     whole") << "\n";
+  for (std::size_t i = 0; i < table.names.size(); ++i) {
+    out << "  " << table.names[i] << std::string(width - table.names[i].size(), ' ');
+    for (const std::string& c : table.cells[i]) {
+      std::snprintf(cell, sizeof cell, " %8s", c.c_str());
+      out << cell;
+    }
+    if (!table.whole.empty()) {
+      std::snprintf(cell, sizeof cell, " %9s", table.whole[i].c_str());
+      out << cell;
+    }
+    out << "\n";
+  }
+}
 
 void write_text(const Comparison& c, std::ostream& out, const TextOptions& options) {
   write_rows(c, out, options);
@@ -205,7 +243,8 @@ std::string to_json(const Comparison& c) {
                 {"nan_cand", t.m.nan_cand},
                 {"inf_ref", t.m.inf_ref},
                 {"inf_cand", t.m.inf_cand},
-                {"why", t.why}});
+                {"why", t.why},
+                {"error_ratio", t.ratio}});
       if (is_float_result(t))
         j.update({{"min_atol", t.tol->min_atol},
                   {"min_rtol", t.tol->min_rtol},
@@ -215,11 +254,17 @@ std::string to_json(const Comparison& c) {
     }
     tensors.push_back(std::move(j));
   }
-  const nlohmann::json report = {{"name", c.name},           {"policy", c.policy},
-                                 {"compared", c.compared()}, {"bitwise", c.bitwise()},
-                                 {"failed", c.failed()},     {"structural_mismatch", c.structural_mismatch()},
-                                 {"summary", c.summary()},   {"pass", c.exit_code() == 0},
-                                 {"tensors", tensors},       {"first_divergence", divergence_json(c)}};
+  const nlohmann::json report = {{"name", c.name},
+                                 {"policy", c.policy},
+                                 {"compared", c.compared()},
+                                 {"bitwise", c.bitwise()},
+                                 {"failed", c.failed()},
+                                 {"structural_mismatch", c.structural_mismatch()},
+                                 {"summary", c.summary()},
+                                 {"pass", c.exit_code() == 0},
+                                 {"tensors", tensors},
+                                 {"first_divergence", divergence_json(c)},
+                                 {"rank_tables", rank_tables_json(c)}};
   return report.dump(2) + "\n";
 }
 

@@ -66,6 +66,15 @@ TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
   EXPECT_EQ(report.at(0).at("first_divergence").at("tensor"), "stage::conv");
   EXPECT_EQ(report.at(0).at("first_divergence").at("rank"), 1);
   EXPECT_TRUE(report.at(0).at("tensors").at(0).contains("min_rtol"));
+  // The grid of error / gate by rank: rank 1 (the halo's reader) is outside from stage::conv on, rank 0 within.
+  EXPECT_NE(r.out.find("  error / gate over each rank's own elements (above 1 fails):\n"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\n  stage::conv +([0-9.e+-]+) +([0-9.e+-]+) +([0-9.e+-]+)\n")))
+      << r.out;
+  EXPECT_LT(std::stod(m[1]), 1) << r.out;
+  EXPECT_GT(std::stod(m[2]), 1) << r.out;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\n  stage::in_proj +([0-9.e+-]+) +([0-9.e+-]+) +")));
+  EXPECT_LT(std::stod(m[2]), 1) << "before the conv rank 1 is right\n" << r.out;
 }
 
 // Chunkwise with TP and dynamic CP, in the regime where the state fold carries over every rank.
