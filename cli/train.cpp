@@ -198,12 +198,15 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
       << " recompute=" << (*vm)["recompute"].as<std::string>() << " world=" << world << "\n";
   bool pass = true;
   for (std::size_t i = 0; i < results.size(); ++i) {
-    if (seeds > 1) out << "seed " << seed_values[i] << "\n";
+    if (seeds > 1) out << (i ? "\n" : "") << "seed " << seed_values[i] << "\n";  // a blank line between seeds
     train::print_table(results[i], (*vm)["every"].as<int>(), out);
     train::print_verdicts(results[i], out);
     pass = pass && results[i].pass;
   }
-  if (seeds > 1) train::print_seed_means(results, out);
+  if (seeds > 1) {
+    out << "\n";
+    train::print_seed_means(results, out);
+  }
   const std::string svg = vm->count("svg") ? train::render_svg(results[0], (*vm)["svg"].as<std::string>()) : "";
   std::vector<std::pair<std::string, std::string>> files;
   if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), train::csv(results));

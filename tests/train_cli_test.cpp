@@ -2,6 +2,7 @@
 // installed), exit codes, and every bad-input message.
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -61,11 +62,20 @@ TEST(TrainCli, WritesTheSvgWithGnuplot) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(TrainCli, SeedsPrintPerRunMeans) {
+TEST(TrainCli, SeedsPrintApartThenEachRunsMeanLossAndDlossOverTheSeeds) {
   const auto r = run_cli("train" + kSmall + " --mode headwise --seeds 2");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "seed 1\n")) << r.out;
-  EXPECT_TRUE(contains(r.out, "means over 2 seeds")) << r.out;
+  EXPECT_TRUE(contains(r.out, "pass\n\nseed 1\n")) << "seed blocks apart\n" << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "\n\nmeans over 2 seeds (|dloss| per step vs cp1; cp1-reordered's is the noise band)\n"
+                       "run                      final loss    mean loss   max|dloss|  mean|dloss|\n"))
+      << r.out;
+  // Every run's mean loss over the seeds, the |dloss| columns for the runs compared with cp1.
+  for (const char* run : {"cp1  ", "cp1-reordered", "headwise@4", "oracle  "})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\n" + std::string(run) + " +2\\.[0-9]{6} +2\\.[0-9]{6} ")))
+        << run << "\n"
+        << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\ncp1  +2\\.[0-9]{6} +2\\.[0-9]{6} +- +-\n"))) << r.out;
 }
 
 TEST(TrainCli, APlantedTrainingFaultFailsWithExitOne) {
