@@ -191,6 +191,18 @@ TEST(RunCli, EveryIllegalCombinationExitsThreeWithItsFix) {
   EXPECT_GE(run, 15) << "the table's configuration rules all reach the command line";
 }
 
+// An illegal combination's fix is also given in the CLI's flags, not only in the upstream layer's kwargs.
+TEST(RunCli, AnIllegalCombinationNamesTheFixInCliFlags) {
+  const auto r = run_cli("run --mode chunkwise --deterministic" + kSmall);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_TRUE(
+      r.err.ends_with("deterministic=False (in gdn-verify's flags: --mode headwise, or drop --deterministic)\n"))
+      << r.err;
+  const auto g = run_cli("run --mode all_gather --format sbhd --cp 2");
+  EXPECT_EQ(g.code, 3) << g.out << g.err;
+  EXPECT_TRUE(g.err.ends_with("(in gdn-verify's flags: --format thd, or --mode headwise or chunkwise)\n")) << g.err;
+}
+
 TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {
   struct Case {
     std::string args, message;
