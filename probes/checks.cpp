@@ -106,6 +106,7 @@ const TensorResult* result_of(const Comparison& c, const std::string& file, cons
   return nullptr;
 }
 
+// Whether a tensor of the dumps `files` fails or mismatches in structure: only then a report has rank tables.
 bool any_failing(const Comparison& c, const std::vector<std::string>& files) {
   for (const TensorResult& t : c.tensors)
     if (std::find(files.begin(), files.end(), t.file) != files.end() && (!t.structure.empty() || !t.pass)) return true;
