@@ -282,6 +282,18 @@ std::string to_markdown(const Comparison& c) {
     for (const auto& cell : row) md << " " << cell << " |";
     md << "\n";
   }
+  for (const RankTable& table : c.rank_tables) {
+    md << "\n" << table.title << "\n\n| tensor |";
+    for (int r = 0; r < table.world; ++r) md << " rank" << r << " |";
+    md << (table.whole.empty() ? "" : " whole |") << "\n|";
+    for (int r = 0; r <= table.world + !table.whole.empty(); ++r) md << " --- |";
+    md << "\n";
+    for (std::size_t i = 0; i < table.names.size(); ++i) {
+      md << "| " << table.names[i] << " |";
+      for (const std::string& cell : table.cells[i]) md << " " << cell << " |";
+      md << (table.whole.empty() ? "" : " " + table.whole[i] + " |") << "\n";
+    }
+  }
   md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   if (c.divergence && c.exit_code() != 0) md << "\n`" << cp::divergence_line(*c.divergence) << "`\n";
   return md.str();

@@ -225,7 +225,14 @@ TEST(ProbeCli, UnderAFaultOnOneRankTheRankTablesShowWhichRank) {
   EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1: error / gate over each rank's own elements")) << cross.out;
   EXPECT_EQ(ratio_of(rank_cells(cross.out, "stage::conv")[0]), 0) << cross.out;
   EXPECT_GT(ratio_of(rank_cells(cross.out, "stage::conv")[1]), 1) << cross.out;
-  const auto compare = run_cli("probe compare --failures-only --ref " + (root / "clean").string() + " --cand " + bad);
+  const std::string md = (root / "c.md").string();
+  const auto compare = run_cli("probe compare --failures-only --ref " + (root / "clean").string() + " --cand " + bad +
+                               " --markdown " + md);
+  EXPECT_TRUE(contains(read_file_text(md),
+                       "\nchunkwise: error / bound by tensor and rank\n\n| tensor | rank0 | rank1 |\n"
+                       "| --- | --- | --- |\n"))
+      << read_file_text(md);
+  EXPECT_TRUE(contains(read_file_text(md), "\n| stage::conv | pass | ")) << read_file_text(md);
   EXPECT_TRUE(contains(compare.out, "chunkwise: error / bound by tensor and rank\n")) << compare.out;
   EXPECT_EQ(rank_cells(compare.out, "stage::conv")[0], "pass") << compare.out;
   EXPECT_TRUE(rank_cells(compare.out, "stage::conv")[1].ends_with("x")) << compare.out;
