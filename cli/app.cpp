@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.hpp"
+#include "cli/lists.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/text.hpp"
@@ -87,6 +88,7 @@ void print_usage(std::ostream& out) {
   for (const auto& c : commands()) out << "  " << std::left << std::setw(10) << c.name << c.summary << "\n";
   out << "\nexit codes: 0 pass, 1 numeric failure, 2 structural mismatch, 3 bad input\n";
 }
+
 }  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -112,6 +114,8 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     try {
       if (c.runs_layers) keep_freed_memory();
       return c.run(args, out);
+    } catch (const ConfigError& e) {
+      return fail(in_cli_flags(e));
     } catch (const Error& e) {
       return fail(e.what());
     } catch (const std::filesystem::filesystem_error& e) {

@@ -1,8 +1,11 @@
-// gdn-verify gate: the pre-merge job. Runs each step in order with a progress line, then a table
+// gdn-verify gate: the pre-merge job. Runs each step in order with a progress line (on a terminal, the
+// step's time ticking while it runs), then a table
 // (step, cases, result, time); exits 0 only when every step passes. --junit writes the same as JUnit
 // XML for CI systems; --quick runs a smaller matrix; --list-faults lists the planted faults.
+#include <unistd.h>
 #include <chrono>
 #include <iomanip>
+#include <iostream>
 #include <ostream>
 
 #include "cli/command.hpp"
@@ -10,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
+#include "core/progress.hpp"
 #include "gate/report.hpp"
 #include "gate/reproduce.hpp"
 #include "gate/steps.hpp"
@@ -90,6 +94,8 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult result(step_options);
     try {
+      // A long step on a terminal shows its time going by after the "..." (erased before the verdict).
+      const Ticker ticker("", ::isatty(STDOUT_FILENO) ? progress_style(false) : ProgressStyle::Off, std::cerr);
       result = steps[i].run(step_options);
     } catch (const std::exception& e) {
       // The step could not run its cases: one failure, reproduced by the step alone (no label).

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/error.hpp"
+#include "cp/illegal.hpp"
 #include "cpu/backend.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "gpu/kernel_backend.hpp"
@@ -138,6 +139,38 @@ cp::CpConfig cp_flags(const boost::program_options::variables_map& vm) {
   c.allgather_cp = vm["allgather-cp"].as<bool>();
   c.inference = vm["inference"].as<bool>();
   return c;
+}
+
+namespace {
+
+// An illegal combination's fix in this CLI's flags, for the rules the flags can reach ("" for the others).
+std::string cli_fix(cp::Rule rule) {
+  switch (rule) {
+    case cp::Rule::HeadwiseHeadsNotDivisibleByTpCp:
+      return "--mode chunkwise or all_gather, or a smaller --tp x --cp";
+    case cp::Rule::ChunkwiseWithAllgatherCp:
+      return "drop --allgather-cp, or --mode all_gather";
+    case cp::Rule::ChunkwiseDeterministicWithCp:
+    case cp::Rule::ChunkwiseDeterministicWithDynamicCp:
+    case cp::Rule::AllGatherDeterministic:
+      return "--mode headwise, or drop --deterministic";
+    case cp::Rule::InferenceNotHeadwise:
+      return "--mode headwise, or drop --inference";
+    case cp::Rule::AllGatherSbhdWithCp:
+      return "--format thd, or --mode headwise or chunkwise";
+    case cp::Rule::ChunkwiseSbhdBatch:
+      return "--format thd or --batch 1, or --mode headwise";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+std::string in_cli_flags(const ConfigError& e) {
+  const auto* illegal = dynamic_cast<const cp::IllegalCombination*>(&e);
+  const std::string fix = illegal ? cli_fix(illegal->rule()) : "";
+  return e.what() + (fix.empty() ? "" : " (in gdn-verify's flags: " + fix + ")");
 }
 
 }  // namespace gdnv::cli

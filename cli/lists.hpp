@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/dtype.hpp"
+#include "core/error.hpp"
 #include "core/file.hpp"
 #include "cp/cp_config.hpp"
 #include "harness/harness.hpp"
@@ -43,5 +44,9 @@ cp::RunSpec geometry_spec(const boost::program_options::variables_map& vm);
 
 // --tp, --deterministic, --allgather-cp and --inference (mode and CP sizes are the caller's).
 cp::CpConfig cp_flags(const boost::program_options::variables_map& vm);
+
+// A bad-input message as the CLI prints it: an illegal combination's (the upstream layer's words, its fix in
+// the layer's kwargs, docs/DESIGN.md §3.1) followed by the same fix in this CLI's flags.
+std::string in_cli_flags(const ConfigError& e);
 
 }  // namespace gdnv::cli

@@ -192,7 +192,7 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile
   try {
     geometries = cp::planned_micro_batches(spec);
   } catch (const ConfigError& e) {
-    base.illegal = e.what();
+    base.illegal = in_cli_flags(e);
     return {base};
   }
   for (std::size_t m = 0; m < geometries.size(); ++m) {

@@ -3,11 +3,13 @@
 // hidden_states), docs/DESIGN.md §5. Forward always; the backward when IN holds do or dy (kernel) or
 // grad_output (layer); with --stages (layer files) also the
 // layer's named stages, stage::<s> and stage_grad::<s> (docs/DESIGN.md §1.3).
+#include <iostream>
 #include <ostream>
 #include <utility>
 
 #include "cli/command.hpp"
 #include "core/file.hpp"
+#include "core/progress.hpp"
 #include "core/safetensors.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference/layer_io.hpp"
@@ -43,7 +45,10 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
                                             "chunked (WY/UT, the fast oracle) or recurrent (token by token)")(
       "stages", po::bool_switch(),
       "layer-level input only: also write the named stages, stage::<s> [N, ...] and (with grad_output) "
-      "stage_grad::<s>, token rows in the order of out");
+      "stage_grad::<s>, token rows in the order of out")(
+      "progress", po::bool_switch(),
+      "on stderr, a line when the computation starts and when it ends, also where stderr is no terminal (on a "
+      "terminal the elapsed time always ticks while it runs)");
   const auto vm =
       parse_options("reference", "--in IN.safetensors --out OUT.safetensors [--form chunked|recurrent] [--stages]",
                     options, {}, args, out);
@@ -52,21 +57,24 @@ int reference_main(const std::vector<std::string>& args, std::ostream& out) {
   check_outputs({{"--out", out_path}}, {in_path});
   const ref::GdrForm form = parse_form((*vm)["form"].as<std::string>());
   const bool stages = (*vm)["stages"].as<bool>();
-  ref::GdrCase c;
-  {
-    TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
-    if (ref::is_layer_file(input)) {
-      return write_result(ref::run_layer_file(std::move(input), in_path, form, stages), out_path, out);
+  // A real-size layer takes minutes: the terminal sees the time go by (stderr; stdout stays the report),
+  // until the result is computed.
+  const TensorFile result = [&]() -> TensorFile {
+    const Ticker ticker("reference: " + in_path, progress_style((*vm)["progress"].as<bool>()), std::cerr);
+    ref::GdrCase c;
+    {
+      TensorFile input = read_safetensors(in_path);  // freed once the case owns the tensors it needs
+      if (ref::is_layer_file(input)) return ref::run_layer_file(std::move(input), in_path, form, stages);
+      if (stages)
+        throw ConfigError(in_path +
+                          ": --stages names the layer's stages and needs a layer-level input (with hidden_states); "
+                          "drop --stages for a kernel-level file");
+      if (ref::is_conv_file(input)) return ref::run_conv_case(ref::take_conv_case(input, in_path));
+      c = ref::take_gdr_case(input, in_path);
     }
-    if (stages)
-      throw ConfigError(in_path +
-                        ": --stages names the layer's stages and needs a layer-level input (with hidden_states); "
-                        "drop --stages for a kernel-level file");
-    if (ref::is_conv_file(input))
-      return write_result(ref::run_conv_case(ref::take_conv_case(input, in_path)), out_path, out);
-    c = ref::take_gdr_case(input, in_path);
-  }
-  return write_result(ref::run_gdr_case(c, form), out_path, out);
+    return ref::run_gdr_case(c, form);
+  }();
+  return write_result(result, out_path, out);
 }
 
 }  // namespace gdnv::cli

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,9 @@
 #include "harness/harness.hpp"
 #include "harness/verdict.hpp"
 #include "probes/build_info.hpp"
+#include "probes/checks.hpp"
+#include "probes/image.hpp"
+#include "probes/report.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -68,20 +72,36 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
   return s;
 }
 
+// The decades every row's |error| spans: the run table's one axis.
+std::pair<int, int> decade_span(const std::vector<cp::TensorVerdict>& rows) {
+  int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
+  for (const auto& r : rows)
+    if (!r.tol.decades.empty()) {
+      lo = std::min(lo, r.tol.decades.begin()->first);
+      hi = std::max(hi, r.tol.decades.rbegin()->first);
+    }
+  return {lo, hi};  // lo > hi: no error anywhere
+}
+
 void print_rows(const std::vector<cp::TensorVerdict>& rows, std::ostream& out) {
   out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
       << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
-  for (const auto& r : rows)
+  for (const auto& r : rows) {
     out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
-        << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11)
-        << r.m.one_minus_cos << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
-  out << "  what would pass elementwise, and |error| by decade (count of 10^k <= |err| < 10^(k+1)):\n"
+        << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11);
+    if (r.m.bitwise) out << "-";  // bitwise identical: no angle to measure
+    else out << r.m.one_minus_cos;
+    out << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
+  }
+  const auto [lo, hi] = decade_span(rows);
+  out << "  what would pass elementwise, and |error| by decade (bar height: log count, per tensor):\n"
       << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "min_atol" << std::setw(11)
-      << "min_rtol"
-      << "  histogram\n";
+      << "min_rtol" << std::setw(8) << "exact"
+      << (hi < lo ? "" : "  " + decade_str(lo) + " .. " + decade_str(hi) + " (one column a decade)") << "\n";
   for (const auto& r : rows)
     out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
-        << std::setw(11) << r.tol.min_atol << std::setw(11) << r.tol.min_rtol << "  " << decade_histogram(r.tol)
+        << std::setw(11) << r.tol.min_atol << std::setw(11) << r.tol.min_rtol << std::setw(8) << r.tol.exact << "  |"
+        << decade_bars(r.tol, lo, hi) << "|" << (r.tol.nonfinite ? " nan/inf " + std::to_string(r.tol.nonfinite) : "")
         << "\n";
   out << std::defaultfloat;
 }
@@ -108,6 +128,22 @@ Evaluated evaluate(const cp::RunSpec& spec, const cp::BackendFactory& factory) {
     for (const auto& v : e.verdicts[i]) e.pass = e.pass && v.pass;
   }
   return e;
+}
+
+// A failing micro-batch's tensors, error / gate over each CP rank's own elements: which rank goes wrong.
+void print_rank_grid(const std::vector<cp::TensorVerdict>& rows, const Evaluated& e, std::size_t i, std::ostream& out) {
+  std::vector<std::pair<std::string, probes::Rule>> gated;
+  for (const auto& v : rows) {
+    if (v.missing) continue;
+    probes::Rule rule;
+    rule.max_rel_rms = v.gate;
+    gated.emplace_back(v.name, rule);
+  }
+  const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+  probes::write_rank_table(
+      probes::rank_grid("  error / gate over each rank's own elements (above 1 fails):", gated,
+                        probes::answer_file(e.oracles[i]), probes::answer_file(e.runs[i].answer), e.runs[i], k),
+      out);
 }
 
 nlohmann::json divergence_json(const cp::Divergence& d) {
@@ -179,6 +215,8 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     out << "micro-batch " << i + 1 << "/" << e.runs.size() << " (cp=" << e.runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
+    if (!std::all_of(rows.begin(), rows.end(), [](const cp::TensorVerdict& v) { return v.pass; }))
+      print_rank_grid(rows, e, i, out);
     out << "  collectives of rank 0, forward:\n"
         << indented(format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
         << indented(format_counters(e.runs[i].backward));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <optional>
 #include <ostream>
 
@@ -12,6 +13,7 @@
 #include "comm/mpi.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "core/progress.hpp"
 #include "core/text.hpp"
 #include "cpu/backend.hpp"
 #include "train/oracle.hpp"
@@ -57,7 +59,9 @@ po::options_description train_options() {
       ("every", po::value<int>()->default_value(1), "print every k-th step in the table (and the last)")
       ("csv", po::value<std::string>(), "write step,mode,cp,loss,grad_norm,effective_tokens,update_norm to FILE")
       ("json", po::value<std::string>(), "write every run, the noise band and the verdicts as JSON to FILE")
-      ("svg", po::value<std::string>(), "plot the loss curves and |dloss| against the noise band to FILE (gnuplot)");
+      ("svg", po::value<std::string>(), "plot the loss curves and |dloss| against the noise band to FILE (gnuplot)")
+      ("progress", po::bool_switch(), "progress on stderr, one line per run, also where stderr is no terminal (on a "
+       "terminal it is always shown, one line rewritten: runs and steps done, the run now, elapsed, ETA)");
   // clang-format on
   return o;
 }
@@ -157,14 +161,30 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   std::vector<train::Comparison> results;
   std::vector<unsigned long long> seed_values;
   bool root = true;
+  // Per seed: the oracle, cp1, its reordered rerun and every mode run.
+  const int runs = seeds * (3 + static_cast<int>(train::mode_runs(plan).size()));
+  Progress progress("train", runs, "runs", progress_style((*vm)["progress"].as<bool>()), std::cerr);
+  int done = 0;
+  const auto starting = [&](const std::string& what) {
+    if (root)
+      progress.update(done, what + (seeds > 1 ? " seed " + std::to_string(seed0 + done / (runs / seeds)) : ""),
+                      std::to_string(done * plan.base.steps) + "/" + std::to_string(runs * plan.base.steps) + " steps");
+    ++done;
+  };
   auto run_all = [&](const train::Runner& runner) {
+    const train::Runner shown = [&](const train::TrainSpec& s) {
+      starting((s.reordered ? "cp1-reordered" : s.mode) + "@" + train::cp_label(s));
+      return runner(s);
+    };
     for (int i = 0; i < seeds; ++i) {
       train::ComparisonPlan p = plan;
       p.base.seed = p.base.data.seed = seed0 + static_cast<std::uint64_t>(i);
+      starting("oracle (fp64)");
       const train::Trajectory oracle = root ? train::oracle_trajectory(p.base) : train::Trajectory{};
-      results.push_back(train::compare(p, oracle, runner));
+      results.push_back(train::compare(p, oracle, shown));
       seed_values.push_back(p.base.seed);
     }
+    if (root) progress.finish(std::to_string(runs * plan.base.steps) + " steps");
   };
   try {
     if (!mpi) {
@@ -198,12 +218,15 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
       << " recompute=" << (*vm)["recompute"].as<std::string>() << " world=" << world << "\n";
   bool pass = true;
   for (std::size_t i = 0; i < results.size(); ++i) {
-    if (seeds > 1) out << "seed " << seed_values[i] << "\n";
+    if (seeds > 1) out << (i ? "\n" : "") << "seed " << seed_values[i] << "\n";  // a blank line between seeds
     train::print_table(results[i], (*vm)["every"].as<int>(), out);
     train::print_verdicts(results[i], out);
     pass = pass && results[i].pass;
   }
-  if (seeds > 1) train::print_seed_means(results, out);
+  if (seeds > 1) {
+    out << "\n";
+    train::print_seed_means(results, out);
+  }
   const std::string svg = vm->count("svg") ? train::render_svg(results[0], (*vm)["svg"].as<std::string>()) : "";
   std::vector<std::pair<std::string, std::string>> files;
   if (vm->count("csv")) files.emplace_back((*vm)["csv"].as<std::string>(), train::csv(results));

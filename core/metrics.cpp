@@ -90,14 +90,35 @@ Tolerances tolerances(const Tensor& ref, const Tensor& cand) {
   return t;
 }
 
+std::string decade_str(int k) {
+  char decade[16];
+  std::snprintf(decade, sizeof decade, "1e%+03d", k);
+  return decade;
+}
+
 std::string decade_histogram(const Tolerances& t) {
   std::string out = "0:" + std::to_string(t.exact);
-  char decade[16];
-  for (const auto& [k, n] : t.decades) {
-    std::snprintf(decade, sizeof decade, "1e%+03d", k);
-    out += " " + std::string(decade) + ":" + std::to_string(n);
-  }
+  for (const auto& [k, n] : t.decades) out += " " + decade_str(k) + ":" + std::to_string(n);
   if (t.nonfinite) out += " nan/inf:" + std::to_string(t.nonfinite);
+  return out;
+}
+
+std::string decade_bars(const Tolerances& t, int lo, int hi) {
+  static const char* const kBars[] = {"\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588"};
+  std::int64_t peak = 0;
+  for (const auto& [k, n] : t.decades) peak = std::max(peak, n);
+  std::string out;
+  for (int k = lo; k <= hi; ++k) {
+    const auto it = t.decades.find(k);
+    if (it == t.decades.end() || it->second == 0) {
+      out += " ";
+      continue;
+    }
+    // Log height: one element is the lowest bar, the peak the highest.
+    const double level =
+        peak > 1 ? 7.0 * std::log(static_cast<double>(it->second)) / std::log(static_cast<double>(peak)) : 7.0;
+    out += kBars[static_cast<int>(std::lround(level))];
+  }
   return out;
 }
 

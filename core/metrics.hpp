@@ -43,5 +43,10 @@ struct Tolerances {
 Tolerances tolerances(const Tensor& ref, const Tensor& cand);
 // The decade histogram in one line: "0:12 1e-09:3 1e-08:40" (plus "nan/inf:N" when there are any).
 std::string decade_histogram(const Tolerances& t);
+// The same histogram as bars over decades lo..hi, one character each, its height the decade's count on a
+// log scale against the largest decade's: "▁" one element .. "█" the most, a space none.
+std::string decade_bars(const Tolerances& t, int lo, int hi);
+// "1e-09": decade k's lower bound.
+std::string decade_str(int k);
 
 }  // namespace gdnv

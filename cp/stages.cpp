@@ -115,8 +115,8 @@ MixerGrads mixer_core_backward(Backend& be, const MixerParams& mp, const MixerSa
     tap("stage_grad::beta", core.dbeta, StageRows::Mixer, StageCols::Heads);
     tap("stage_grad::g", core.dg, StageRows::Mixer, StageCols::Heads);
     tap("stage_grad::v", core.dv, StageRows::Mixer, StageCols::V);
-    tap("stage_grad::k", core.dk, StageRows::Mixer, StageCols::K);
-    tap("stage_grad::q", core.dq, StageRows::Mixer, StageCols::Q);
+    tap("stage_grad::conv_k", core.dk, StageRows::Mixer, StageCols::K);
+    tap("stage_grad::conv_q", core.dq, StageRows::Mixer, StageCols::Q);
     tap("stage_grad::conv", dconv, StageRows::Mixer, StageCols::Conv);
   }
   ConvGrads conv =

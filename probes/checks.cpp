@@ -99,6 +99,50 @@ bool precedes(const std::string& a, const std::string& b, const std::vector<std:
   return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
 }
 
+// The result of tensor `name` in dump `file` of `c`, or nullptr.
+const TensorResult* result_of(const Comparison& c, const std::string& file, const std::string& name) {
+  for (const TensorResult& t : c.tensors)
+    if (t.file == file && t.name == name) return &t;
+  return nullptr;
+}
+
+// Whether a tensor of the dumps `files` fails or mismatches in structure: only then a report has rank tables.
+bool any_failing(const Comparison& c, const std::vector<std::string>& files) {
+  for (const TensorResult& t : c.tensors)
+    if (std::find(files.begin(), files.end(), t.file) != files.end() && (!t.structure.empty() || !t.pass)) return true;
+  return false;
+}
+
+// Image vs image, mode `mode` compared rank file by rank file (`files`): a row per tensor of REF's rank 0
+// file in the judged order, each rank's cell its file's verdict.
+RankTable rank_file_table(const Comparison& c, const std::string& mode, const std::vector<std::string>& files,
+                          const std::vector<std::string>& names) {
+  RankTable table{mode + ": error / bound by tensor and rank", static_cast<int>(files.size()), {}, {}, {}};
+  for (const std::string& name : judged_order_of(names)) {
+    std::vector<std::string> row;
+    for (const std::string& file : files) {
+      const TensorResult* t = result_of(c, file, name);
+      row.push_back(!t ? "-" : !t->structure.empty() ? "STRUCT" : t->pass ? "pass" : ratio_str(t->ratio) + "x");
+    }
+    if (std::all_of(row.begin(), row.end(), [](const std::string& cell) { return cell == "-"; })) continue;
+    table.names.push_back(name);
+    table.cells.push_back(std::move(row));
+  }
+  return table;
+}
+
+// A mode reassembled to natural order (`got`) against `ref` under the rules `c` judged dump `file` with.
+RankTable piece_table(const Comparison& c, const std::string& file, const TensorFile& ref, const TensorFile& got,
+                      const cp::MicroBatchRun& run, const cp::Case& k) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : ref.tensors) names.push_back(name);
+  std::vector<std::pair<std::string, Rule>> rows;
+  for (const std::string& name : judged_order_of(names))
+    if (const TensorResult* t = result_of(c, file, name); t && t->structure.empty() && got.has(name))
+      rows.emplace_back(name, t->rule);
+  return rank_grid(file + ": error / gate over each rank's own elements (above 1 fails)", rows, ref, got, run, k);
+}
+
 // The first result of dump `file` in `c` outside its rule, in the judged order (ref::judged_order).
 const TensorResult* first_failing(const Comparison& c, const std::string& file, const std::vector<std::string>& names) {
   for (const std::string& name : judged_order_of(names))
@@ -245,6 +289,28 @@ void compare_case_metadata(const TensorFile& ref, const TensorFile& cand, Compar
 
 }  // namespace
 
+RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
+                    const TensorFile& ref, const TensorFile& got, const cp::MicroBatchRun& run, const cp::Case& k) {
+  RankTable table{title, run.cp_size, {}, {}, {}};
+  for (const auto& [name, rule] : rows) {
+    const Tensor &a = ref.tensors.at(name), &b = got.tensors.at(name);
+    const std::int64_t width = a.numel() / std::max<std::int64_t>(1, a.dim(0));
+    const double ref_max_abs = compare(a, b).ref_max_abs;
+    std::vector<std::string> cells(static_cast<std::size_t>(run.cp_size), "-");
+    std::map<int, std::vector<std::int64_t>> elements;  // each rank's, flat
+    for (const cp::StagePiece& p : cp::pieces_of(name, run, k))
+      for (const std::int64_t r : p.rows)
+        for (std::int64_t j = 0; j < (p.cols.empty() ? width : static_cast<std::int64_t>(p.cols.size())); ++j)
+          elements[p.cp_rank].push_back(r * width + (p.cols.empty() ? j : p.cols[static_cast<std::size_t>(j)]));
+    for (const auto& [rank, at] : elements)
+      cells[static_cast<std::size_t>(rank)] = ratio_str(error_ratio(a, b, rule, ref_max_abs, at));
+    table.names.push_back(name);
+    table.cells.push_back(std::move(cells));
+    table.whole.push_back(ratio_str(error_ratio(a, b, rule, ref_max_abs)));
+  }
+  return table;
+}
+
 Comparison compare_images(const std::string& ref, const std::string& cand, const std::string& mode,
                           const Policy& policy) {
   require_image(ref, "REF");
@@ -273,6 +339,12 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
       continue;  // not whole: its problems are reported
     }
     if (!b.world.count(m) && !b.problems.empty()) continue;
+    if (b.world.count(m) && b.world.at(m) != a.world.at(m)) {  // rank r holds other rows at another size
+      out.tensors.push_back(structural(m, "W = " + std::to_string(a.world.at(m)) +
+                                              " vs W = " + std::to_string(b.world.at(m)) +
+                                              ": use cross-mode or dump at the same --world"));
+      continue;
+    }
     const auto ref_files = rank_files(m, a.world.at(m)),
                cand_files = rank_files(m, b.world.count(m) ? b.world.at(m) : 0);
     for (std::size_t r = 0; r < std::max(ref_files.size(), cand_files.size()); ++r) {
@@ -287,6 +359,12 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
         out.divergence = std::move(d);
         out.divergence_in = m;
       }
+    if (ref_files.size() == cand_files.size() && any_failing(out, ref_files)) {
+      std::vector<std::string> names;
+      for (const auto& [name, t] : read_safetensors((fs::path(ref) / ref_files.front()).string()).tensors)
+        names.push_back(name);
+      out.rank_tables.push_back(rank_file_table(out, m, ref_files, names));
+    }
   }
   return out;
 }
@@ -381,12 +459,15 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
       it = it->first.starts_with("stage") && !by_mode[modes[i]].has(it->first) ? reference.tensors.erase(it)
                                                                                : std::next(it);
     const std::string file = modes[i] + " vs cp1";
-    compare_files(reference, without_band_only(by_mode[modes[i]]), policy, file, out.vs_cp1);
+    const TensorFile candidate = without_band_only(by_mode[modes[i]]);
+    compare_files(reference, candidate, policy, file, out.vs_cp1);
     if (!out.vs_cp1.divergence)
       if (auto d = policy_divergence(out.vs_cp1, file, reference, run, k)) {
         out.vs_cp1.divergence = std::move(d);
         out.vs_cp1.divergence_in = modes[i];
       }
+    if (any_failing(out.vs_cp1, {file}))
+      out.vs_cp1.rank_tables.push_back(piece_table(out.vs_cp1, file, reference, candidate, run, k));
     judge_replicas(dir, modes[i], W, out.vs_cp1);
   }
   // The deviation from the oracle of out, grad_hidden, the gradients and the band-only stages: against
@@ -450,8 +531,10 @@ Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* 
       for (const cp::DecayClass decays : all)
         for (const cp::TensorVerdict& v : cp::judge_answer(oracle, run.answer, gates.at(decays)))
           (*classes)[decays == all[0] ? 0 : 1].outside += !v.pass;
-    compare_files(oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size), answer_file(run.answer), p, mode,
-                  out);
+    const TensorFile judged_file = oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size);
+    const TensorFile got = answer_file(run.answer);
+    compare_files(judged_file, got, p, mode, out);
+    if (any_failing(out, {mode})) out.rank_tables.push_back(piece_table(out, mode, judged_file, got, run, k));
     if (!out.divergence)
       if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, judged), oracle, run, k)) {
         out.divergence = std::move(d);

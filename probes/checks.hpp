@@ -9,11 +9,18 @@
 // every rank's copy of the CP-summed parameter gradients must equal rank 0's bitwise (cross-mode and
 // oracle; compare judges each rank file against REF's) (docs/DESIGN.md §8).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "probes/compare.hpp"
 
 namespace gdnv::probes {
+
+// Each tensor of `rows` (name and rule, in order) of a run reassembled to natural order (`got`) against
+// `ref`: its error / bound (error_ratio) over the elements each CP rank of `run` computed (cp::pieces_of;
+// "-" for a rank with none, as for a CP-summed parameter gradient) and over the whole tensor.
+RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
+                    const TensorFile& ref, const TensorFile& got, const cp::MicroBatchRun& run, const cp::Case& k);
 
 // The inputs must be bitwise identical, their metadata (the layer config, case, seed, dtype) equal but
 // for the image label (else the images are of different cases: a structural mismatch); then each

@@ -1,6 +1,7 @@
 #include "probes/compare.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -89,6 +90,54 @@ std::string Comparison::summary() const {
          " bitwise identical, " + std::to_string(failed()) + " outside tolerance";
 }
 
+namespace {
+
+// `measured` over `bound`: +inf for an error a zero bound allows none of.
+double over(double measured, double bound) {
+  if (bound > 0) return measured / bound;
+  return measured > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+}  // namespace
+
+double error_ratio(const Tensor& ref, const Tensor& cand, const Rule& rule, double ref_max_abs,
+                   const std::vector<std::int64_t>& elements) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const bool elementwise = rule.atol || rule.rtol, normwise = rule.normwise.value_or(false);
+  const double atol = rule.atol.value_or(0.0), rtol = rule.rtol.value_or(0.0);
+  double worst = 0, err2 = 0, ref2 = 0, cand2 = 0, dot = 0;
+  std::int64_t finite = 0;
+  const auto n = elements.empty() ? ref.numel() : static_cast<std::int64_t>(elements.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t at = elements.empty() ? i : elements[static_cast<std::size_t>(i)];
+    const double r = ref.get(at), c = cand.get(at);
+    if (!std::isfinite(r) || !std::isfinite(c)) {
+      if (!(r == c || (std::isnan(r) && std::isnan(c)))) return inf;
+      continue;
+    }
+    const double e = std::abs(c - r);
+    if (e > 0 && rule.exact.value_or(false)) return inf;
+    if (elementwise) worst = std::max(worst, over(e, atol + rtol * (normwise ? ref_max_abs : std::abs(r))));
+    err2 += e * e, ref2 += r * r, cand2 += c * c, dot += r * c;
+    ++finite;
+  }
+  const double count = static_cast<double>(std::max<std::int64_t>(1, finite));
+  if (rule.max_rel_rms)
+    worst = std::max(worst, over(std::sqrt(err2 / count) / (std::sqrt(ref2 / count) + 1e-12), *rule.max_rel_rms));
+  if (rule.min_cos) {
+    const double one_minus_cos = ref2 == 0 && cand2 == 0 ? 0.0 : 1.0 - dot / std::sqrt(ref2 * cand2);
+    worst = std::max(worst, over(std::max(0.0, one_minus_cos), 1.0 - *rule.min_cos));
+  }
+  return worst;
+}
+
+std::string ratio_str(double ratio) {
+  if (std::isinf(ratio)) return "inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2g", ratio);
+  return buf;
+}
+
 std::string index_str(const Shape& shape, std::int64_t flat) {
   if (flat < 0) return "-";
   std::vector<std::int64_t> idx(shape.size());
@@ -120,6 +169,9 @@ TensorResult compare_tensor(const std::string& name, const Tensor& ref, const Te
     t.m.bitwise = ref.bitwise_equal(cand);
     t.mismatched = t.m.bitwise ? 0 : mismatches(ref.to(DType::F64), cand.to(DType::F64), 0.0, 0.0);
   }
+  t.ratio = is_float(ref.dtype()) ? error_ratio(ref, cand, rule, t.m.ref_max_abs) : 0.0;
+  if (!t.m.bitwise && (rule.exact.value_or(false) || !is_float(ref.dtype())))
+    t.ratio = std::numeric_limits<double>::infinity();
   t.numeric_equal = numerically_equal(ref, cand);
   t.why = verdict(t, ref, cand);
   t.pass = t.why.empty();

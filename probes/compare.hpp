@@ -27,6 +27,18 @@ struct TensorResult {
   bool pass = false;
   std::string why;                // the first criterion that failed
   std::optional<Tolerances> tol;  // float tensors: min atol (rtol 0), min rtol (atol 0), |error| by decade
+  double ratio = 0;               // error_ratio: the measured error over its bound (above 1 fails a criterion)
+};
+
+// A report's table of one dump with a row per tensor (in the judged order) and a cell per CP rank, so a
+// fault on some ranks shows at a glance: "pass" or a failing cell's error / bound ("12x"), or every cell's
+// error / gate over the rank's own elements ("0.031"); "-" where the rank holds none of the tensor.
+struct RankTable {
+  std::string title;
+  int world = 0;
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> cells;  // [names][world]
+  std::vector<std::string> whole;               // [names], the whole tensor's error / gate; empty: no such column
 };
 
 struct Comparison {
@@ -37,6 +49,7 @@ struct Comparison {
   // order, in the first failing dump (`divergence_in`: its mode); unset when it passes or is not judged.
   std::optional<cp::Divergence> divergence;
   std::string divergence_in;
+  std::vector<RankTable> rank_tables;  // of a failing comparison: each judged dump's tensors by rank
 
   int compared() const;  // tensors with matching structure
   int bitwise() const;
@@ -47,6 +60,15 @@ struct Comparison {
   // "<name>: N tensors compared, K bitwise identical, F outside tolerance".
   std::string summary() const;
 };
+
+// The largest of `rule`'s measured errors over their bounds, on the elements `elements` (flat indices;
+// empty: all): max |cand - ref| / (atol + rtol |ref|) (norm-wise: atol + rtol `ref_max_abs`), (1 - cos) /
+// (1 - min_cos), rel_rms / max_rel_rms; +inf for a NaN/Inf on one side only, or a difference under an
+// exact rule or one with every bound 0. 0 when the rule bounds nothing.
+double error_ratio(const Tensor& ref, const Tensor& cand, const Rule& rule, double ref_max_abs,
+                   const std::vector<std::int64_t>& elements = {});
+// A ratio as a table cell: "0.031", "12", "1.5e+03", "inf".
+std::string ratio_str(double ratio);
 
 // One tensor against its reference under `rule`; same dtype and shape.
 TensorResult compare_tensor(const std::string& name, const Tensor& ref, const Tensor& cand, const Rule& rule);

@@ -1,5 +1,6 @@
 #include "probes/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -50,7 +51,7 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           located(t.m.max_abs, shape, t.m.max_abs_index),
           located(t.m.max_rel, shape, t.m.max_rel_index),
           sci(t.m.rel_rms),
-          sci(t.m.one_minus_cos),
+          t.m.bitwise ? "-" : sci(t.m.one_minus_cos),  // nothing to measure
           sci(t.m.snr_db),
           mismatched_str(t),
           std::to_string(t.m.nan_ref) + "/" + std::to_string(t.m.nan_cand),
@@ -59,6 +60,23 @@ std::vector<std::string> cells(const TensorResult& t, const Shape& shape) {
           is_float_result(t) ? sci(t.tol->min_atol) : "-",
           is_float_result(t) ? sci(t.tol->min_rtol) : "-",
           is_float_result(t) ? decade_histogram(*t.tol) : "-"};
+}
+
+// "|err| by decade 1e-13 [▁▃█▂] 1e-10 (log height, most at 1e-11: 40), 5 exact": the histogram as bars.
+std::string bars_line(const Tolerances& t) {
+  std::string line = "|err| by decade ";
+  if (t.decades.empty()) {
+    line += "none above 0";
+  } else {
+    const auto peak = std::max_element(t.decades.begin(), t.decades.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    const int lo = t.decades.begin()->first, hi = t.decades.rbegin()->first;
+    line += decade_str(lo) + " [" + decade_bars(t, lo, hi) + "] " + decade_str(hi) + " (log height, most at " +
+            decade_str(peak->first) + ": " + std::to_string(peak->second) + ")";
+  }
+  line += ", " + std::to_string(t.exact) + " exact";
+  if (t.nonfinite) line += ", " + std::to_string(t.nonfinite) + " nan/inf";
+  return line;
 }
 
 // The bound a measured error is held to, printed beside it as torch.testing.assert_close does: max_abs
@@ -106,7 +124,45 @@ nlohmann::json divergence_json(const Comparison& c) {
           {"line", cp::divergence_line(d)}};
 }
 
+nlohmann::json rank_tables_json(const Comparison& c) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const RankTable& table : c.rank_tables) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t i = 0; i < table.names.size(); ++i) {
+      nlohmann::json row = {{"tensor", table.names[i]}, {"ranks", table.cells[i]}};
+      if (!table.whole.empty()) row["whole"] = table.whole[i];
+      rows.push_back(std::move(row));
+    }
+    tables.push_back({{"title", table.title}, {"world", table.world}, {"rows", std::move(rows)}});
+  }
+  return tables;
+}
+
 }  // namespace
+
+void write_rank_table(const RankTable& table, std::ostream& out) {
+  std::size_t width = 6;
+  for (const auto& name : table.names) width = std::max(width, name.size());
+  char cell[64];
+  out << table.title << "\n  " << std::string(width, ' ');
+  for (int r = 0; r < table.world; ++r) {
+    std::snprintf(cell, sizeof cell, " %8s", ("rank" + std::to_string(r)).c_str());
+    out << cell;
+  }
+  out << (table.whole.empty() ? "" : "     whole") << "\n";
+  for (std::size_t i = 0; i < table.names.size(); ++i) {
+    out << "  " << table.names[i] << std::string(width - table.names[i].size(), ' ');
+    for (const std::string& c : table.cells[i]) {
+      std::snprintf(cell, sizeof cell, " %8s", c.c_str());
+      out << cell;
+    }
+    if (!table.whole.empty()) {
+      std::snprintf(cell, sizeof cell, " %9s", table.whole[i].c_str());
+      out << cell;
+    }
+    out << "\n";
+  }
+}
 
 void write_text(const Comparison& c, std::ostream& out, const TextOptions& options) {
   write_rows(c, out, options);
@@ -157,11 +213,11 @@ void write_rows(const Comparison& c, std::ostream& out, const TextOptions& optio
         << allowed(t.rule.min_cos ? std::optional<double>(1 - *t.rule.min_cos) : std::nullopt) << ", snr " << r[7]
         << " dB, mismatched " << r[8] << ", nan " << r[9] << ", inf " << r[10] << "\n";
     if (is_float_result(t))
-      out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), |err| by decade " << r[14]
-          << "\n";
+      out << "    min atol " << r[12] << " (rtol 0), min rtol " << r[13] << " (atol 0), " << bars_line(*t.tol) << "\n";
   }
   if (hidden)
     out << "(" << hidden << " passing tensor" << (hidden == 1 ? "" : "s") << " not listed: --all lists every one)\n";
+  for (const RankTable& table : c.rank_tables) write_rank_table(table, out);
   out << c.summary() << "\n";
 }
 
@@ -187,7 +243,8 @@ std::string to_json(const Comparison& c) {
                 {"nan_cand", t.m.nan_cand},
                 {"inf_ref", t.m.inf_ref},
                 {"inf_cand", t.m.inf_cand},
-                {"why", t.why}});
+                {"why", t.why},
+                {"error_ratio", t.ratio}});
       if (is_float_result(t))
         j.update({{"min_atol", t.tol->min_atol},
                   {"min_rtol", t.tol->min_rtol},
@@ -197,11 +254,17 @@ std::string to_json(const Comparison& c) {
     }
     tensors.push_back(std::move(j));
   }
-  const nlohmann::json report = {{"name", c.name},           {"policy", c.policy},
-                                 {"compared", c.compared()}, {"bitwise", c.bitwise()},
-                                 {"failed", c.failed()},     {"structural_mismatch", c.structural_mismatch()},
-                                 {"summary", c.summary()},   {"pass", c.exit_code() == 0},
-                                 {"tensors", tensors},       {"first_divergence", divergence_json(c)}};
+  const nlohmann::json report = {{"name", c.name},
+                                 {"policy", c.policy},
+                                 {"compared", c.compared()},
+                                 {"bitwise", c.bitwise()},
+                                 {"failed", c.failed()},
+                                 {"structural_mismatch", c.structural_mismatch()},
+                                 {"summary", c.summary()},
+                                 {"pass", c.exit_code() == 0},
+                                 {"tensors", tensors},
+                                 {"first_divergence", divergence_json(c)},
+                                 {"rank_tables", rank_tables_json(c)}};
   return report.dump(2) + "\n";
 }
 
@@ -218,6 +281,18 @@ std::string to_markdown(const Comparison& c) {
     md << "|";
     for (const auto& cell : row) md << " " << cell << " |";
     md << "\n";
+  }
+  for (const RankTable& table : c.rank_tables) {
+    md << "\n" << table.title << "\n\n| tensor |";
+    for (int r = 0; r < table.world; ++r) md << " rank" << r << " |";
+    md << (table.whole.empty() ? "" : " whole |") << "\n|";
+    for (int r = 0; r <= table.world + !table.whole.empty(); ++r) md << " --- |";
+    md << "\n";
+    for (std::size_t i = 0; i < table.names.size(); ++i) {
+      md << "| " << table.names[i] << " |";
+      for (const std::string& cell : table.cells[i]) md << " " << cell << " |";
+      md << (table.whole.empty() ? "" : " " + table.whole[i] + " |") << "\n";
+    }
   }
   md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   if (c.divergence && c.exit_code() != 0) md << "\n`" << cp::divergence_line(*c.divergence) << "`\n";

@@ -25,6 +25,8 @@ std::string counts_line(const Comparison& c, double seconds);
 // A failing comparison's "first divergence: ..." line (harness/verdict.hpp), nothing when it passes or
 // names none.
 void write_divergence(const Comparison& c, std::ostream& out);
+// "<title>" then a row per tensor: its name, a cell per rank ("rank0" ...), and the whole tensor's.
+void write_rank_table(const RankTable& table, std::ostream& out);
 std::string to_json(const Comparison& c);
 std::string to_markdown(const Comparison& c);
 

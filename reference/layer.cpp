@@ -173,8 +173,8 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   put_cols(d_conv_y, qk, core.dk);
   put_cols(d_conv_y, 2 * qk, core.dv);
   done_with("stage_grad::v", core.dv);
-  done_with("stage_grad::k", core.dk);
-  done_with("stage_grad::q", core.dq);
+  done_with("stage_grad::conv_k", core.dk);
+  done_with("stage_grad::conv_q", core.dq);
   Conv1dGrads conv = conv1d_backward(fwd.conv_in, d_conv_y);
   done_with("stage_grad::conv", d_conv_y);
 
@@ -451,7 +451,7 @@ std::vector<std::string> judged_order(const std::vector<std::string>& grad_names
     order.push_back(std::string("stage::") + s);
   order.push_back("out");
   for (const char* s :
-       {"gated_norm", "core", "boundary_state", "beta", "g", "v", "k", "q", "conv", "in_proj", "x_norm"})
+       {"gated_norm", "core", "boundary_state", "beta", "g", "v", "conv_k", "conv_q", "conv", "in_proj", "x_norm"})
     order.push_back(std::string("stage_grad::") + s);
   order.push_back("grad_hidden");
   order.insert(order.end(), grad_names.begin(), grad_names.end());
@@ -465,7 +465,7 @@ Shape stage_shape(const LayerConfig& c, std::string_view name, std::int64_t rows
   if (s == "x_norm") return {rows, c.hidden()};
   if (s == "in_proj") return {rows, c.in_proj_dim()};
   if (s == "conv") return {rows, c.conv_dim()};
-  if (s == "q" || s == "k") return {rows, c.Hk(), c.dk()};
+  if (s == "q" || s == "k" || s == "conv_q" || s == "conv_k") return {rows, c.Hk(), c.dk()};
   if (s == "g" || s == "beta") return {rows, c.Hv()};
   if (s == "boundary_state") return {rows, c.Hv(), c.dk(), c.dv()};
   if (s == "v" || s == "core" || s == "gated_norm") return {rows, c.Hv(), c.dv()};

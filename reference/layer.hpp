@@ -115,8 +115,9 @@ struct LayerGrads {
 // ---- named stages (docs/DESIGN.md §1.3): the layer's intermediates, token rows in natural order -------
 // "stage::<s>" is stage s's output, "stage_grad::<s>" the loss's gradient w.r.t. it, each [N, ...] with
 // N = S*B tokens in the order of `out` ([S, B] for SBHD). stage::q and stage::k are after the core's L2
-// norm; stage_grad::q and stage_grad::k are w.r.t. the conv's q and k sections (the core fuses the L2
-// norm's backward, as every implementation's kernel does). chunkwise CP adds stage::boundary_state and
+// norm; the core fuses the L2 norm's backward (as every implementation's kernel does), so the gradients
+// recorded are w.r.t. the conv's q and k sections, named for them: stage_grad::conv_q, stage_grad::conv_k
+// (a stage and its gradient always name one tensor). chunkwise CP adds stage::boundary_state and
 // stage_grad::boundary_state [W, Hv, dk, dv] (the harness computes those: they depend on the span cut).
 using StageTensors = std::map<std::string, Tensor>;
 // Every tensor name a layer run is judged on, in the order a divergence propagates: the forward stages,

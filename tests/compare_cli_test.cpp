@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "cli_harness.hpp"
+#include "core/file.hpp"
 #include "core/safetensors.hpp"
 
 namespace gdnv {
@@ -73,6 +74,38 @@ TEST(CompareCli, LargeChangeFailsAtItsIndex) {
   EXPECT_TRUE(contains(r.out, "a.safetensors:out: FAIL (1 elements outside atol + rtol |ref|)")) << r.out;
   EXPECT_TRUE(contains(r.out, "max_abs 3.000e+00 at [1, 1, 1]")) << r.out;
   EXPECT_TRUE(contains(r.out, "mismatched 1 / 24 (4.17%)")) << r.out;
+}
+
+// The |error| histogram is a line of bars between its lowest and highest decade, with the peak's count;
+// the JSON keeps the counts, and the largest error over its bound: |err| / (atol + rtol |ref|).
+TEST(CompareCli, TheErrorHistogramIsBarsAndTheJsonKeepsTheCounts) {
+  TensorFile c = sample();
+  c.tensors["out"].set(17, c.tensors["out"].get(17) + 3.0);
+  c.tensors["out"].set(3, c.tensors["out"].get(3) + 0.01);
+  const Dirs d(sample(), c);
+  const std::string json = (d.root / "r.json").string(), policy = (d.root / "policy.json").string();
+  write_file_atomic(policy, std::string(R"({"default": {"atol": 2e-3, "rtol": 1e-2}})"));
+  const auto r = run_cli(d.args() + " --policy " + policy + " --json " + json);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex("\\|err\\| by decade 1e-03 \\[[^\\]0-9]+\\] 1e\\+00 \\(log height, most "
+                                          "at 1e[-+][0-9]+: 1\\), 22 exact\n")))
+      << r.out;
+  const auto report = nlohmann::json::parse(read_file_text(json));
+  const auto& out = report["tensors"][1];
+  EXPECT_EQ(out["histogram"], "0:22 1e-03:1 1e+00:1");
+  EXPECT_NEAR(out["error_ratio"].get<double>(), 3.0 / (2e-3 + 1e-2 * std::abs(sample().tensors["out"].get(17))), 1e-3);
+}
+
+// A bitwise-identical tensor has no angle to measure: markdown's 1-cos cell is "-".
+TEST(CompareCli, ABitwiseIdenticalTensorHasNoOneMinusCos) {
+  const Dirs d(sample(), sample());
+  const std::string md = (d.root / "r.md").string();
+  const auto r = run_cli(d.args() + " --markdown " + md);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(
+      contains(read_file_text(md), "| a.safetensors:out | pass | yes | 0.000e+00 | 0.000e+00 | 0.000e+00 | - |"))
+      << read_file_text(md);
 }
 
 TEST(CompareCli, NanInCandidateFailsAndIsCounted) {

@@ -64,6 +64,16 @@ TEST(Metrics, TolerancesAreTheSmallestThatPassAndTheErrorsGoToTheirDecades) {
   EXPECT_EQ(decade_histogram(t), "0:2 1e-04:1 1e-02:1 1e-01:1");
 }
 
+// One character a decade, its height the count on a log scale (one element the lowest bar, the most
+// populated decade the highest), a space where no error falls.
+TEST(Metrics, DecadeBarsAreLogHeightsOverTheGivenDecades) {
+  Tolerances t;
+  t.decades = {{-9, 1000}, {-8, 10}, {-6, 1}};
+  EXPECT_EQ(decade_bars(t, -10, -5), " \u2588\u2583 \u2581 ");  // 10 of 1000: 7 log 10 / log 1000 = 2.3 -> 3rd bar
+  EXPECT_EQ(decade_bars(t, -9, -9), "\u2588");
+  EXPECT_EQ(decade_str(-9), "1e-09");
+}
+
 TEST(Metrics, NoToleranceCoversANaNOrAnErrorWhereTheReferenceIsZero) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const Tolerances t =

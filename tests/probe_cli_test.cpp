@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "cli_harness.hpp"
 #include "core/file.hpp"
@@ -182,6 +183,78 @@ TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) 
   const auto compare = run_cli("probe compare --ref " + (root / "clean").string() + " --cand " + bad);
   EXPECT_EQ(compare.code, 1) << compare.out << compare.err;
   EXPECT_TRUE(contains(compare.out, "FAIL\n" + where + "mismatched fraction ")) << compare.out;
+  fs::remove_all(root);
+}
+
+// The cells of tensor `name`'s row in a report's rank table ("  <name>  <cell> <cell> ..."): the tokens after
+// the name on the first line so laid out; empty when the report has no such row.
+std::vector<std::string> rank_cells(const std::string& report, const std::string& name) {
+  const std::regex row("\n  " + std::regex_replace(name, std::regex("[.:]"), "\\$&") + " +([^\n]*)");
+  std::smatch m;
+  if (!std::regex_search(report, m, row)) return {};
+  std::vector<std::string> cells;
+  std::istringstream in(m[1].str());
+  for (std::string cell; in >> cell;) cells.push_back(cell);
+  return cells;
+}
+
+double ratio_of(const std::string& cell) { return std::stod(cell.substr(0, cell.find('x'))); }
+
+// A fault on rank 1 only (its conv halo read from the wrong rank) shows as rank 1's column: each reader's
+// table puts the stages rank 0 computed within their bounds and rank 1's far outside, from stage::conv on.
+TEST(ProbeCli, UnderAFaultOnOneRankTheRankTablesShowWhichRank) {
+  const auto root = testing::temp_dir("probe_rank_table");
+  dump(root / "clean", "x", {"chunkwise"}, "--dtype fp32 --stages");
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
+  dump(root / "bad", "x", {"cp1", "chunkwise"}, "--dtype fp32 --stages");
+  unsetenv("GDNV_FAULT");
+  const std::string bad = (root / "bad").string();
+  const auto oracle = run_cli("probe oracle --failures-only --dir " + bad);
+  EXPECT_TRUE(contains(oracle.out, "chunkwise: error / gate over each rank's own elements (above 1 fails)\n"))
+      << oracle.out;
+  for (const auto& [name, rank0_passes] :
+       {std::pair{"stage::x_norm", true}, {"stage::conv", true}, {"stage::core", true}}) {
+    const auto cells = rank_cells(oracle.out, name);  // rank0 rank1 whole
+    ASSERT_EQ(cells.size(), 3u) << name << "\n" << oracle.out;
+    EXPECT_EQ(ratio_of(cells[0]) < 1, rank0_passes) << name << "\n" << oracle.out;
+  }
+  EXPECT_LT(ratio_of(rank_cells(oracle.out, "stage::x_norm")[1]), 1) << "before the conv, rank 1 is right";
+  EXPECT_GT(ratio_of(rank_cells(oracle.out, "stage::conv")[1]), 100) << oracle.out;
+  EXPECT_EQ(rank_cells(oracle.out, "grad::A_log")[0], "-") << "a CP-summed gradient has no rank's own elements";
+  const auto cross = run_cli("probe cross-mode --failures-only --dir " + bad);
+  EXPECT_TRUE(contains(cross.out, "chunkwise vs cp1: error / gate over each rank's own elements")) << cross.out;
+  EXPECT_EQ(ratio_of(rank_cells(cross.out, "stage::conv")[0]), 0) << cross.out;
+  EXPECT_GT(ratio_of(rank_cells(cross.out, "stage::conv")[1]), 1) << cross.out;
+  const std::string md = (root / "c.md").string();
+  const auto compare = run_cli("probe compare --failures-only --ref " + (root / "clean").string() + " --cand " + bad +
+                               " --markdown " + md);
+  EXPECT_TRUE(contains(read_file_text(md),
+                       "\nchunkwise: error / bound by tensor and rank\n\n| tensor | rank0 | rank1 |\n"
+                       "| --- | --- | --- |\n"))
+      << read_file_text(md);
+  EXPECT_TRUE(contains(read_file_text(md), "\n| stage::conv | pass | ")) << read_file_text(md);
+  EXPECT_TRUE(contains(compare.out, "chunkwise: error / bound by tensor and rank\n")) << compare.out;
+  EXPECT_EQ(rank_cells(compare.out, "stage::conv")[0], "pass") << compare.out;
+  EXPECT_TRUE(rank_cells(compare.out, "stage::conv")[1].ends_with("x")) << compare.out;
+  EXPECT_GT(ratio_of(rank_cells(compare.out, "stage::conv")[1]), 1) << compare.out;
+  const auto clean =
+      run_cli("probe compare --ref " + (root / "clean").string() + " --cand " + (root / "clean").string());
+  EXPECT_FALSE(contains(clean.out, "by tensor and rank")) << "a passing report has no table\n" << clean.out;
+  fs::remove_all(root);
+}
+
+// Rank r of a W = 4 dump holds other rows than rank r of a W = 2 one: one line says so and what to do.
+TEST(ProbeCli, ImagesDumpedAtDifferentWorldSizesAreOneStructuralLine) {
+  const auto root = testing::temp_dir("probe_world");
+  dump(root / "a", "a", {"chunkwise"}, "--case thd-short", 4);
+  dump(root / "b", "b", {"chunkwise"}, "--case thd-short", 2);
+  const auto r = run_cli("probe compare --ref " + (root / "a").string() + " --cand " + (root / "b").string());
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(
+      contains(r.out, "chunkwise:*: STRUCTURAL MISMATCH: W = 4 vs W = 2: use cross-mode or dump at the same --world\n"))
+      << r.out;
+  EXPECT_FALSE(contains(r.out, "file missing")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 structural mismatch in ")) << r.out;
   fs::remove_all(root);
 }
 

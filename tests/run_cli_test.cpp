@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli_harness.hpp"
 #include "cp/illegal.hpp"
@@ -42,7 +43,13 @@ TEST(RunCli, StagesPrintsEveryStagePassingAndWhatWouldPassElementwise) {
   for (const char* stage :
        {"stage::x_norm", "stage::boundary_state", "stage_grad::x_norm", "stage_grad::boundary_state"})
     EXPECT_NE(r.out.find(std::string("  ") + stage + " "), std::string::npos) << stage << "\n" << r.out;
-  EXPECT_NE(r.out.find("min_atol   min_rtol  histogram"), std::string::npos) << r.out;
+  // The histogram is bars on one decade axis, never decade:count tokens.
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("min_atol   min_rtol   exact  1e-[0-9]+ \\.\\. 1e-[0-9]+ \\(one "
+                                                  "column a decade\\)\n")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\n  out  +[0-9.e+-]+ +[0-9.e+-]+ +[0-9]+  \\|[^|\n0-9:]+\\|\n")))
+      << r.out;
+  EXPECT_EQ(r.out.find(" 1e-10:"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("first divergence:"), std::string::npos) << r.out;
 }
 
@@ -59,6 +66,15 @@ TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
   EXPECT_EQ(report.at(0).at("first_divergence").at("tensor"), "stage::conv");
   EXPECT_EQ(report.at(0).at("first_divergence").at("rank"), 1);
   EXPECT_TRUE(report.at(0).at("tensors").at(0).contains("min_rtol"));
+  // The grid of error / gate by rank: rank 1 (the halo's reader) is outside from stage::conv on, rank 0 within.
+  EXPECT_NE(r.out.find("  error / gate over each rank's own elements (above 1 fails):\n"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\n  stage::conv +([0-9.e+-]+) +([0-9.e+-]+) +([0-9.e+-]+)\n")))
+      << r.out;
+  EXPECT_LT(std::stod(m[1]), 1) << r.out;
+  EXPECT_GT(std::stod(m[2]), 1) << r.out;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("\n  stage::in_proj +([0-9.e+-]+) +([0-9.e+-]+) +")));
+  EXPECT_LT(std::stod(m[2]), 1) << "before the conv rank 1 is right\n" << r.out;
 }
 
 // Chunkwise with TP and dynamic CP, in the regime where the state fold carries over every rank.
@@ -173,6 +189,18 @@ TEST(RunCli, EveryIllegalCombinationExitsThreeWithItsFix) {
     EXPECT_TRUE(r.out.empty()) << "rejected before any output: " << r.out;
   }
   EXPECT_GE(run, 15) << "the table's configuration rules all reach the command line";
+}
+
+// An illegal combination's fix is also given in the CLI's flags, not only in the upstream layer's kwargs.
+TEST(RunCli, AnIllegalCombinationNamesTheFixInCliFlags) {
+  const auto r = run_cli("run --mode chunkwise --deterministic" + kSmall);
+  EXPECT_EQ(r.code, 3) << r.out << r.err;
+  EXPECT_TRUE(
+      r.err.ends_with("deterministic=False (in gdn-verify's flags: --mode headwise, or drop --deterministic)\n"))
+      << r.err;
+  const auto g = run_cli("run --mode all_gather --format sbhd --cp 2");
+  EXPECT_EQ(g.code, 3) << g.out << g.err;
+  EXPECT_TRUE(g.err.ends_with("(in gdn-verify's flags: --format thd, or --mode headwise or chunkwise)\n")) << g.err;
 }
 
 TEST(RunCli, IllegalCombinationsExitThreeWithTheFix) {

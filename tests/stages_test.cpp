@@ -50,6 +50,25 @@ TEST(Stages, EveryStageIsRecordedAndPassesInEveryModeOfACleanBuild) {
     }
 }
 
+// stage::q is after the core's L2 norm; the gradient the core gives is w.r.t. the conv's q section, so it
+// is named for that tensor (stage_grad::conv_q: the q columns of stage_grad::conv), never stage_grad::q.
+TEST(Stages, TheQAndKGradientsAreNamedForTheConvSectionsTheyAreTakenWrt) {
+  const RunSpec spec = spec_of(CpMode::Headwise, 2, DType::F64);
+  const Case k = make_case(spec);
+  const Answer oracle = oracle_answer(k, stage_request(spec, 2));
+  EXPECT_FALSE(oracle.stages.count("stage_grad::q") || oracle.stages.count("stage_grad::k"));
+  const Tensor& conv = oracle.stages.at("stage_grad::conv");  // [N, conv_dim]: q, k, v sections
+  const std::int64_t N = conv.dim(0), qk = k.config.Hk() * k.config.dk();
+  for (const auto& [name, first] : {std::pair{"stage_grad::conv_q", std::int64_t{0}}, {"stage_grad::conv_k", qk}}) {
+    const Tensor& g = oracle.stages.at(name);
+    ASSERT_EQ(g.numel(), N * qk) << name;
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t j = 0; j < qk; ++j)
+        ASSERT_EQ(g.get(n * qk + j), conv.get(n * conv.dim(1) + first + j)) << name << " [" << n << ", " << j << "]";
+  }
+  for (const auto& v : verdicts_of(spec)) EXPECT_NE(v.name, "stage_grad::q");
+}
+
 TEST(Stages, TensorParallelStagesAreGatheredToFullHeads) {
   for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
     for (const auto& v : verdicts_of(spec_of(mode, 2, DType::F64, 2)))

@@ -2,6 +2,7 @@
 // installed), exit codes, and every bad-input message.
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -61,11 +62,49 @@ TEST(TrainCli, WritesTheSvgWithGnuplot) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(TrainCli, SeedsPrintPerRunMeans) {
+// --progress in a pipe: one stderr line per run (oracle, cp1-reordered, each mode, cp1) with the steps done,
+// the run starting, the time and an ETA; stdout, the report, is byte-identical to a run without it.
+TEST(TrainCli, ProgressIsOneStderrLinePerRunAndLeavesStdoutAsItWas) {
+  const auto quiet = run_cli("train" + kSmall + " --mode headwise");
+  const auto shown = run_cli("train" + kSmall + " --mode headwise --progress");
+  ASSERT_EQ(shown.code, 0) << shown.out << shown.err;
+  EXPECT_EQ(quiet.err, "") << "a pipe without --progress is quiet";
+  const std::regex time("[0-9]+\\.[0-9]+ s");  // each run's time
+  EXPECT_EQ(std::regex_replace(shown.out, time, ""), std::regex_replace(quiet.out, time, ""));
+  EXPECT_TRUE(std::regex_match(
+      shown.err, std::regex("train: 0/4 runs \\(0/8 steps\\), now oracle \\(fp64\\), [0-9:]+ s? ?elapsed\n"
+                            "train: 1/4 runs \\(2/8 steps\\), now cp1-reordered@1, .* elapsed, ETA .*\n"
+                            "train: 2/4 runs \\(4/8 steps\\), now headwise@4, .*\n"
+                            "train: 3/4 runs \\(6/8 steps\\), now cp1@1, .*\n"
+                            "train: 4/4 runs \\(8 steps\\) in .*\n")))
+      << shown.err;
+}
+
+// On a terminal (a pseudo-terminal from script(1)) the progress line is rewritten in place and ended once.
+TEST(TrainCli, OnATerminalProgressRewritesOneLine) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) is not installed";
+  const auto r =
+      testing::run_shell("script -qec '" + std::string(GDNV_CLI) + " train" + kSmall + " --mode headwise' /dev/null");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "\rtrain: 2/4 runs (4/8 steps), now headwise@4, ")) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\rtrain: 4/4 runs \\(8 steps\\) in [0-9]+ s\x1b\\[K\r?\n")))
+      << r.out;
+}
+
+TEST(TrainCli, SeedsPrintApartThenEachRunsMeanLossAndDlossOverTheSeeds) {
   const auto r = run_cli("train" + kSmall + " --mode headwise --seeds 2");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  EXPECT_TRUE(contains(r.out, "seed 1\n")) << r.out;
-  EXPECT_TRUE(contains(r.out, "means over 2 seeds")) << r.out;
+  EXPECT_TRUE(contains(r.out, "pass\n\nseed 1\n")) << "seed blocks apart\n" << r.out;
+  EXPECT_TRUE(contains(r.out,
+                       "\n\nmeans over 2 seeds (|dloss| per step vs cp1; cp1-reordered's is the noise band)\n"
+                       "run                      final loss    mean loss   max|dloss|  mean|dloss|\n"))
+      << r.out;
+  // Every run's mean loss over the seeds, the |dloss| columns for the runs compared with cp1.
+  for (const char* run : {"cp1  ", "cp1-reordered", "headwise@4", "oracle  "})
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("\n" + std::string(run) + " +2\\.[0-9]{6} +2\\.[0-9]{6} ")))
+        << run << "\n"
+        << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\ncp1  +2\\.[0-9]{6} +2\\.[0-9]{6} +- +-\n"))) << r.out;
 }
 
 TEST(TrainCli, APlantedTrainingFaultFailsWithExitOne) {

@@ -70,27 +70,41 @@ void print_verdicts(const Comparison& c, std::ostream& out) {
 }
 
 void print_seed_means(const std::vector<Comparison>& seeds, std::ostream& out) {
-  std::map<std::string, std::pair<double, double>> sums;
+  struct Sums {
+    double final_loss = 0, mean_loss = 0, max_gap = 0, mean_gap = 0;
+  };
+  std::map<std::string, Sums> sums;
   std::vector<std::string> order;
-  double band = 0;
+  const auto add_loss = [&](const Trajectory& t) {
+    const std::string label = run_label(t);
+    if (!sums.count(label)) order.push_back(label);
+    double total = 0;
+    for (const StepRecord& r : t.steps) total += r.loss;
+    sums[label].final_loss += t.steps.empty() ? 0.0 : t.steps.back().loss;
+    sums[label].mean_loss += t.steps.empty() ? 0.0 : total / static_cast<double>(t.steps.size());
+  };
   for (const Comparison& c : seeds) {
-    band += c.band.max;
+    for (const Trajectory* t : runs_of(c)) add_loss(*t);
+    sums["cp1-reordered"].max_gap += c.band.max;
+    sums["cp1-reordered"].mean_gap += c.band.mean;
     for (std::size_t i = 0; i < c.verdicts.size(); ++i) {
-      const std::string label = run_label(c.modes[i]);
-      if (!sums.count(label)) order.push_back(label);
-      sums[label].first += c.verdicts[i].max_gap;
-      sums[label].second += c.verdicts[i].mean_gap;
+      sums[run_label(c.modes[i])].max_gap += c.verdicts[i].max_gap;
+      sums[run_label(c.modes[i])].mean_gap += c.verdicts[i].mean_gap;
     }
   }
   const double n = static_cast<double>(seeds.size());
-  out << "means over " << seeds.size() << " seeds\n"
-      << std::left << std::setw(22) << "run" << std::right << std::setw(12) << "max|dloss|" << std::setw(12)
-      << "mean|dloss|\n"
-      << std::scientific << std::setprecision(3);
-  out << std::left << std::setw(22) << "cp1-reordered (band)" << std::right << std::setw(12) << band / n << "\n";
-  for (const std::string& label : order)
-    out << std::left << std::setw(22) << label << std::right << std::setw(12) << sums[label].first / n << std::setw(12)
-        << sums[label].second / n << "\n";
+  out << "means over " << seeds.size() << " seeds (|dloss| per step vs cp1; cp1-reordered's is the noise band)\n"
+      << std::left << std::setw(22) << "run" << std::right << std::setw(13) << "final loss" << std::setw(13)
+      << "mean loss" << std::setw(13) << "max|dloss|" << std::setw(13) << "mean|dloss|"
+      << "\n";
+  for (const std::string& label : order) {
+    const Sums& s = sums[label];
+    out << std::left << std::setw(22) << label << std::right << std::fixed << std::setprecision(6) << std::setw(13)
+        << s.final_loss / n << std::setw(13) << s.mean_loss / n << std::scientific << std::setprecision(3);
+    if (label == "cp1" || label == "oracle") out << std::setw(13) << "-" << std::setw(13) << "-";
+    else out << std::setw(13) << s.max_gap / n << std::setw(13) << s.mean_gap / n;
+    out << "\n";
+  }
   out << std::defaultfloat;
 }
 

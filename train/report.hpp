@@ -17,7 +17,8 @@ std::string run_label(const Trajectory& t);
 
 void print_table(const Comparison& c, int every, std::ostream& out);
 void print_verdicts(const Comparison& c, std::ostream& out);
-// Per mode, the means over seeds of max and mean per-step |dloss| vs cp1 (upstream's dynamic-CP table).
+// Per run (cp1, cp1-reordered, each mode, the oracle), the means over seeds of its final and mean loss and,
+// against cp1, of its max and mean per-step |dloss| (upstream's dynamic-CP table).
 void print_seed_means(const std::vector<Comparison>& seeds, std::ostream& out);
 
 // Columns step,mode,cp,loss,grad_norm,effective_tokens,update_norm; one row per run and step (and seed,

@@ -24,7 +24,10 @@ CU_SEQLENS = "cu_seqlens"
 # The named stages in the order the oracle judges them (docs/DESIGN.md §1.3, `ref::judged_order`);
 # the boundary state is chunkwise CP's only and never comes from a single-rank PyTorch run.
 FORWARD_STAGES = ("x_norm", "in_proj", "conv", "q", "k", "v", "g", "beta", "core", "gated_norm")
-BACKWARD_STAGES = ("gated_norm", "core", "beta", "g", "v", "k", "q", "conv", "in_proj", "x_norm")
+BACKWARD_STAGES = ("gated_norm", "core", "beta", "g", "v", "conv_k", "conv_q", "conv", "in_proj", "x_norm")
+# The core fuses the L2 norm's backward, so the gradient recorded at stage q (k) is w.r.t. the conv's q (k)
+# section, before the norm: it is named for that tensor, stage_grad::conv_q (conv_k), never stage_grad::q.
+GRAD_STAGE = {"q": "conv_q", "k": "conv_k"}
 
 # Row sections of in_proj.weight and channel sections of conv1d.weight, in Megatron's order.
 IN_PROJ_SECTIONS = ("q", "k", "v", "z", "beta", "alpha")

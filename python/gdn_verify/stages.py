@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 
+from gdn_verify import names
 from gdn_verify.images import Stage
 
 L2NORM_EPS = 1e-6  # the core's in-kernel q/k L2 norm (docs/DESIGN.md §1.1, `ref::kL2NormEps`)
@@ -35,11 +36,13 @@ class StageRecorder:
     def record(self, stage: str, t: torch.Tensor, rows: Sequence[int], cols: Sequence[int],
                value: torch.Tensor | None = None) -> None:
         """stage::<stage> is `value` (default `t`) viewed as [len(rows), len(cols)]; when `t` is in the
-        autograd graph, stage_grad::<stage> is the gradient reaching `t`, viewed the same way."""
+        autograd graph, the gradient reaching `t`, viewed the same way, is stage_grad::<stage>, or for q
+        and k (`t` the conv's section, `value` its L2 norm) stage_grad::conv_q / conv_k (names.GRAD_STAGE)."""
         rows, cols = tuple(rows), list(cols)
         self._add("stage::" + stage, t if value is None else value, rows, cols)
         if t.requires_grad:
-            t.register_hook(lambda grad: self._add("stage_grad::" + stage, grad, rows, cols))
+            grad_name = "stage_grad::" + names.GRAD_STAGE.get(stage, stage)
+            t.register_hook(lambda grad: self._add(grad_name, grad, rows, cols))
 
     def _add(self, name: str, t: torch.Tensor, rows: tuple[int, ...], cols: list[int]) -> None:
         data = t.detach().to(torch.float64).reshape(len(rows), len(cols)).clone()

@@ -30,6 +30,17 @@ def test_gradient_reaching_a_recorded_tensor_is_its_stage_grad():
     assert torch.equal(x.grad, torch.tensor([[3.0, 0], [0, 6]]))  # the hook leaves the gradient as it was
 
 
+def test_the_gradient_at_q_and_k_is_named_for_the_conv_section_it_is_taken_wrt():
+    q = torch.tensor([[3.0, 4.0]], requires_grad=True)
+    rec = StageRecorder()
+    rec.record("q", q, [0], [0, 1], value=l2_normalised(q))
+    (q * torch.tensor([[1.0, 2.0]])).sum().backward()
+    stages = {s.name: s for s in rec.stages()}
+    assert set(stages) == {"stage::q", "stage_grad::conv_q"}  # never stage_grad::q: stage::q is normalised
+    assert torch.equal(stages["stage::q"].data, l2_normalised(q))
+    assert torch.equal(stages["stage_grad::conv_q"].data, torch.tensor([[1.0, 2.0]], dtype=torch.float64))
+
+
 def test_pieces_covering_different_columns_are_refused():
     rec = StageRecorder()
     rec.record("q", torch.zeros(1, 2), [0], [0, 1])
