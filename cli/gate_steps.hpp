@@ -12,7 +12,7 @@
 
 #include "core/error.hpp"
 
-namespace gdnv::cp {
+namespace gdnv::harness {
 struct Answer;
 }
 
@@ -91,7 +91,7 @@ std::vector<std::int64_t> seeded_cu(int W, std::uint64_t seed, const char* strea
 // The CP matrices' judgement of one micro-batch (cli/gate_steps_cp.cpp): "" when out, grad_hidden and
 // every parameter gradient of `got` are within their gates and finite, else the first that is not,
 // "<name>: rel_rms <e> >= gate <g>", "<name>: <n> NaN, <m> Inf" or "<name>: missing from the run".
-std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+std::string first_tensor_outside_gate(const harness::Answer& oracle, const harness::Answer& got,
                                       const std::map<std::string, double>& gates);
 
 // Steps by theme (cli/gate_steps_*.cpp).

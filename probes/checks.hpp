@@ -40,7 +40,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy);
 
 // The tensors outside the oracle gates of one decay class (docs/DESIGN.md §4).
 struct ClassVerdict {
-  cp::DecayClass decays;
+  harness::DecayClass decays;
   int outside = 0;
 };
 // Judged under the gates of the class the image declares (declared_decay_class); `classes`, when given,

@@ -35,7 +35,7 @@ struct Comparison {
   std::vector<TensorResult> tensors;  // in (file, name) order, structural mismatches included
   // Where a failing verdict starts (harness/verdict.hpp): the first tensor outside its gate in the judged
   // order, in the first failing dump (`divergence_in`: its mode); unset when it passes or is not judged.
-  std::optional<cp::Divergence> divergence;
+  std::optional<harness::Divergence> divergence;
   std::string divergence_in;
 
   int compared() const;  // tensors with matching structure
