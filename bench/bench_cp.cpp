@@ -25,10 +25,11 @@
 #include "cpu/backend.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "gpu/kernel_backend.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 #include "layouts/apply.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 BackendFactory g_factory = cpu::make_backend;
@@ -56,8 +57,9 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode, Geometry geo, DType 
           Backend& be = *ranks.backends[static_cast<std::size_t>(world.rank())];
           be.count_host_syncs(world.shared_accounting());
           const GdnCpLayer layer(k.config, spec.cp, k.params, be, world);
-          auto mb = layer.prepare({Format::Thd, *k.cu_seqlens});
-          const auto rows = zigzag_rows(k, W, world.rank());
+          const CheckedMicroBatch checked = layer.check({Format::Thd, *k.cu_seqlens});
+          auto mb = layer.prepare(checked);
+          const auto rows = zigzag_rows(checked, world.rank());
           const Buffer hb = be.upload(layouts::gather_rows(k.hidden, rows), dtype);
           const Buffer gb = be.upload(layouts::gather_rows(k.grad_output, rows), dtype);
           (void)be.download(gb);  // the uploads have landed

@@ -100,15 +100,15 @@ bool geometry_given(const boost::program_options::variables_map& vm) {
   return false;
 }
 
-cp::RunSpec geometry_spec(const boost::program_options::variables_map& vm) {
-  cp::RunSpec s;
+harness::RunSpec geometry_spec(const boost::program_options::variables_map& vm) {
+  harness::RunSpec s;
   s.layer = layer_values(vm);
   s.layer.conv_bias = vm["conv-bias"].as<bool>();
   s.format = cp::parse_format(vm["format"].as<std::string>());
   s.seq_len = vm["seq-len"].as<std::int64_t>();
   s.batch = vm["batch"].as<std::int64_t>();
   s.seed = vm["seed"].as<std::uint64_t>();
-  s.gates = cp::parse_gate_regime(vm["gates"].as<std::string>());
+  s.gates = harness::parse_gate_regime(vm["gates"].as<std::string>());
   if (s.format == cp::Format::Sbhd) {
     if (s.seq_len < 1 || s.batch < 1)
       throw ConfigError(

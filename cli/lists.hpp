@@ -9,8 +9,9 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/file.hpp"
+#include "cp/backend.hpp"
 #include "cp/cp_config.hpp"
-#include "harness/harness.hpp"
+#include "harness/run_spec.hpp"
 #include "reference/layer_config.hpp"
 
 namespace gdnv::cli {
@@ -40,7 +41,7 @@ bool geometry_given(const boost::program_options::variables_map& vm);
 // A RunSpec's layer, format, lengths (one list: lengths; several: micro_batch_lengths), seq_len, batch,
 // gates and seed from them (mode, CP sizes and dtype are the caller's). ConfigError for an SBHD --seq-len
 // or --batch below 1, a negative THD length, or THD lengths without a token.
-cp::RunSpec geometry_spec(const boost::program_options::variables_map& vm);
+harness::RunSpec geometry_spec(const boost::program_options::variables_map& vm);
 
 // --tp, --deterministic, --allgather-cp and --inference (mode and CP sizes are the caller's).
 cp::CpConfig cp_flags(const boost::program_options::variables_map& vm);

@@ -13,7 +13,7 @@
 #include "core/file.hpp"
 #include "cost/plan_report.hpp"
 #include "cost/roofline.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::cli {
 namespace {
@@ -136,7 +136,7 @@ Grid parse_grid(const po::variables_map& vm) {
 }
 
 // --lengths once (every micro-batch's packing) or once per --dynamic-cp entry (each micro-batch's own).
-void read_lengths(const po::variables_map& vm, cp::RunSpec& s) {
+void read_lengths(const po::variables_map& vm, harness::RunSpec& s) {
   const auto& lists = vm["lengths"].as<std::vector<std::string>>();
   const std::size_t micro_batches =
       vm.count("dynamic-cp") ? parse_int_list(vm["dynamic-cp"].as<std::string>(), "--dynamic-cp", "1,2,4").size() : 1;
@@ -156,8 +156,8 @@ void read_lengths(const po::variables_map& vm, cp::RunSpec& s) {
   }
 }
 
-cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
-  cp::RunSpec s;
+harness::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
+  harness::RunSpec s;
   s.layer = layer_values(vm);
   s.cp = cp_flags(vm);
   s.dtype = parse_dtype_option(vm["dtype"].as<std::string>());
@@ -183,14 +183,14 @@ cp::RunSpec base_spec(const po::variables_map& vm, bool seq_sweep) {
   return s;
 }
 
-std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile& hw) {
+std::vector<Row> plan_point(const harness::RunSpec& spec, const cost::HardwareProfile& hw) {
   std::vector<Row> rows;
   std::vector<cost::CostGeometry> geometries;
   Row base{spec.cp.cp, spec.cp.cp, 0, 0, spec.cp.mode, "", 0, {}, {}, {}};
   base.tokens = spec.format == Format::Thd ? 0 : spec.seq_len * spec.batch;
-  for (auto L : cp::lengths_of(spec, 0)) base.tokens += L;
+  for (auto L : harness::lengths_of(spec, 0)) base.tokens += L;
   try {
-    geometries = cp::planned_micro_batches(spec);
+    geometries = harness::planned_micro_batches(spec);
   } catch (const ConfigError& e) {
     base.illegal = in_cli_flags(e);
     return {base};
@@ -204,7 +204,7 @@ std::vector<Row> plan_point(const cp::RunSpec& spec, const cost::HardwareProfile
     for (int w = 0; w < spec.cp.tp * spec.cp.cp; ++w) {
       Row r = best;
       r.world_rank = w;
-      r.cost = cost::layer_cost(geometries[m], cp::place_of(spec, w, r.mb_cp));
+      r.cost = cost::layer_cost(geometries[m], harness::place_of(spec, w, r.mb_cp));
       r.fwd = cost::phase_time(r.cost.forward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
       r.bwd = cost::phase_time(r.cost.backward, hw, spec.dtype, spec.cp.tp, r.mb_cp);
       if (first || r.total_s() > best.total_s()) best = r;
@@ -228,7 +228,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
     if (vm->count(file)) inputs.push_back((*vm)[file].as<std::string>());
   check_outputs(output_options(*vm, {"csv", "svg"}), inputs);
   const Grid grid = parse_grid(*vm);
-  const cp::RunSpec base = base_spec(*vm, !grid.seqs.empty());
+  const harness::RunSpec base = base_spec(*vm, !grid.seqs.empty());
   const cost::HardwareProfile hw = cost::load_hardware((*vm)["hw"].as<std::string>());
   const int layers = (*vm)["layers"].as<int>();
   if (layers < 1) throw ConfigError("--layers " + std::to_string(layers) + " is invalid: give at least 1 layer");
@@ -240,7 +240,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
   for (int c : grid.cps)
     for (std::size_t s = 0; s < std::max<std::size_t>(1, grid.seqs.size()); ++s)
       for (CpMode mode : modes) {
-        cp::RunSpec spec = base;
+        harness::RunSpec spec = base;
         spec.cp.cp = c;
         spec.cp.mode = mode;
         if (!grid.seqs.empty()) {
@@ -266,7 +266,7 @@ int plan_main(const std::vector<std::string>& args, std::ostream& out) {
       for (const Row& r : rows)
         if (r.micro_batch == m || !r.illegal.empty()) of_mb.push_back(r);
       const Row& any = of_mb.front();
-      const std::vector<std::int64_t>& lengths = cp::lengths_of(base, static_cast<std::size_t>(m));
+      const std::vector<std::int64_t>& lengths = harness::lengths_of(base, static_cast<std::size_t>(m));
       std::int64_t tokens = base.format == Format::Thd ? 0 : base.seq_len * base.batch;
       for (auto length : lengths) tokens += length;
       out << "micro-batch " << m + 1 << "/" << n

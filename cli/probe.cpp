@@ -54,11 +54,11 @@ World parse_world(const std::string& given, const std::string& mode) {
 }
 
 // The geometry options in place of --case: ConfigError when --case is given too, or --lengths more than once.
-cp::RunSpec dump_geometry(const po::variables_map& vm) {
+harness::RunSpec dump_geometry(const po::variables_map& vm) {
   if (!vm["case"].defaulted())
     throw ConfigError("--case " + vm["case"].as<std::string>() +
                       " and geometry options given: a probe case fixes the geometry; give one or the other");
-  const cp::RunSpec g = geometry_spec(vm);
+  const harness::RunSpec g = geometry_spec(vm);
   if (!g.micro_batch_lengths.empty())
     throw ConfigError("--lengths given " + std::to_string(g.micro_batch_lengths.size()) +
                       " times: a dump is one micro-batch; give one --lengths list");
@@ -106,7 +106,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
     throw ConfigError(
         "--backend emu needs --world inproc:W: the MPI world moves host memory; run without mpirun, "
         "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
-  cp::RankBackends ranks = cp::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
+  harness::RankBackends ranks = harness::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   if (!world.mpi) spec.run = probes::new_run_id();  // one process: every rank's thread shares it
   const auto body = [&](Communicator& comm) {
     if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
@@ -207,9 +207,9 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto start = Clock::now();
   std::vector<probes::ClassVerdict> classes;
   const probes::Comparison c = probes::judge_with_oracle(dir, &classes);
-  out << "decay class (docs/DESIGN.md §4): declared " << cp::decay_class_name(probes::declared_decay_class(dir));
+  out << "decay class (docs/DESIGN.md §4): declared " << harness::decay_class_name(probes::declared_decay_class(dir));
   for (const auto& v : classes)
-    out << "; meets " << cp::decay_class_name(v.decays)
+    out << "; meets " << harness::decay_class_name(v.decays)
         << " gates: " << (v.outside ? "no (" + std::to_string(v.outside) + " outside)" : std::string("yes"));
   out << "\n";
   return report(c, *vm, out, start);

@@ -16,8 +16,8 @@
 #include "core/text.hpp"
 #include "cpu/backend.hpp"
 #include "gpu/cuda_backend.hpp"
-#include "harness/harness.hpp"
 #include "harness/verdict.hpp"
+#include "harness/world.hpp"
 #include "probes/build_info.hpp"
 #include "probes/checks.hpp"
 #include "probes/image.hpp"
@@ -50,8 +50,8 @@ po::options_description run_options() {
   return o;
 }
 
-cp::RunSpec spec_from(const po::variables_map& vm) {
-  cp::RunSpec s = geometry_spec(vm);
+harness::RunSpec spec_from(const po::variables_map& vm) {
+  harness::RunSpec s = geometry_spec(vm);
   s.cp = cp_flags(vm);
   s.cp.mode = cp::parse_mode(vm["mode"].as<std::string>());
   s.cp.cp = vm["cp"].as<int>();
@@ -73,7 +73,7 @@ cp::RunSpec spec_from(const po::variables_map& vm) {
 }
 
 // The decades every row's |error| spans: the run table's one axis.
-std::pair<int, int> decade_span(const std::vector<cp::TensorVerdict>& rows) {
+std::pair<int, int> decade_span(const std::vector<harness::TensorVerdict>& rows) {
   int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
   for (const auto& r : rows)
     if (!r.tol.decades.empty()) {
@@ -83,7 +83,7 @@ std::pair<int, int> decade_span(const std::vector<cp::TensorVerdict>& rows) {
   return {lo, hi};  // lo > hi: no error anywhere
 }
 
-void print_rows(const std::vector<cp::TensorVerdict>& rows, std::ostream& out) {
+void print_rows(const std::vector<harness::TensorVerdict>& rows, std::ostream& out) {
   out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
       << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
   for (const auto& r : rows) {
@@ -108,30 +108,31 @@ void print_rows(const std::vector<cp::TensorVerdict>& rows, std::ostream& out) {
 
 // Every micro-batch of one run of `spec`, judged against its oracle (stages included when spec.stages).
 struct Evaluated {
-  std::vector<cp::Case> cases;
-  std::vector<cp::MicroBatchRun> runs;
-  std::vector<cp::Answer> oracles;  // by run
-  std::vector<std::vector<cp::TensorVerdict>> verdicts;
+  std::vector<harness::Case> cases;
+  std::vector<harness::MicroBatchRun> runs;
+  std::vector<harness::Answer> oracles;  // by run
+  std::vector<std::vector<harness::TensorVerdict>> verdicts;
   bool pass = true;
 };
 
-Evaluated evaluate(const cp::RunSpec& spec, const cp::BackendFactory& factory) {
+Evaluated evaluate(const harness::CheckedRun& run, const cp::BackendFactory& factory) {
+  const harness::RunSpec& spec = run.spec;
   Evaluated e;
   // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
-  e.cases = cp::make_cases(spec);
-  e.runs = cp::run_in_process(spec, e.cases, factory);
+  e.cases = harness::make_cases(spec);
+  e.runs = harness::run_in_process(run, e.cases, factory);
   for (std::size_t i = 0; i < e.runs.size(); ++i) {
-    const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
-    e.oracles.push_back(cp::oracle_answer(k, cp::stage_request(spec, e.runs[i].cp_size)));
+    const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+    e.oracles.push_back(harness::oracle_answer(k, harness::stage_request(spec, e.runs[i].cp_size)));
     e.verdicts.push_back(
-        cp::judge_answer(e.oracles[i], e.runs[i].answer, cp::oracle_gates(k, e.oracles[i], spec.dtype)));
+        harness::judge_answer(e.oracles[i], e.runs[i].answer, harness::oracle_gates(k, e.oracles[i], spec.dtype)));
     for (const auto& v : e.verdicts[i]) e.pass = e.pass && v.pass;
   }
   return e;
 }
 
 // A failing micro-batch's tensors, error / gate over each CP rank's own elements: which rank goes wrong.
-void print_rank_grid(const std::vector<cp::TensorVerdict>& rows, const Evaluated& e, std::size_t i, std::ostream& out) {
+void print_rank_grid(const std::vector<harness::TensorVerdict>& rows, const Evaluated& e, std::size_t i, std::ostream& out) {
   std::vector<std::pair<std::string, probes::Rule>> gated;
   for (const auto& v : rows) {
     if (v.missing) continue;
@@ -139,15 +140,15 @@ void print_rank_grid(const std::vector<cp::TensorVerdict>& rows, const Evaluated
     rule.max_rel_rms = v.gate;
     gated.emplace_back(v.name, rule);
   }
-  const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+  const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
   probes::write_rank_table(
       probes::rank_grid("  error / gate over each rank's own elements (above 1 fails):", gated,
                         probes::answer_file(e.oracles[i]), probes::answer_file(e.runs[i].answer), e.runs[i], k),
       out);
 }
 
-nlohmann::json divergence_json(const cp::Divergence& d) {
-  return {{"line", cp::divergence_line(d)},
+nlohmann::json divergence_json(const harness::Divergence& d) {
+  return {{"line", harness::divergence_line(d)},
           {"tensor", d.name},
           {"direction", d.backward ? "backward" : "forward"},
           {"rank", d.rank},
@@ -159,7 +160,7 @@ nlohmann::json divergence_json(const cp::Divergence& d) {
 }
 
 // The active configuration in the upstream layer's own words, printed once when CP is in use.
-std::string upstream_config_line(const cp::RunSpec& spec) {
+std::string upstream_config_line(const harness::RunSpec& spec) {
   const ref::LayerConfig layer(spec.layer);
   return "[GDN CP] linear_cp_mode=" + std::string(cp::mode_name(spec.cp.mode)) + " TP=" + std::to_string(spec.cp.tp) +
          " max_CP=" + std::to_string(spec.cp.cp) + " key_heads=" + std::to_string(layer.Hk()) +
@@ -183,19 +184,19 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse_options("run", "[--mode MODE] [options]", run_options(), {}, args, out);
   if (!vm) return kPass;
   check_outputs(output_options(*vm, {"json"}));
-  cp::RunSpec spec = spec_from(*vm);
+  harness::RunSpec spec = spec_from(*vm);
   spec.stages = (*vm)["stages"].as<bool>();
-  cp::validate_run(spec);
+  harness::CheckedRun checked = harness::validate_run(spec);
   const std::string backend = (*vm)["backend"].as<std::string>();
   const cp::BackendFactory factory = parse_backend_option(backend);
   if (spec.cp.cp > 1 || !spec.cp.dynamic_cp.empty()) out << upstream_config_line(spec) << std::flush;
   Evaluated e;
   try {
-    e = evaluate(spec, factory);
+    e = evaluate(checked, factory);
     // A failure without --stages: the same run again with the stages recorded, to say where it starts.
     if (!e.pass && !spec.stages) {
-      spec.stages = true;
-      e = evaluate(spec, factory);
+      spec.stages = checked.spec.stages = true;
+      e = evaluate(checked, factory);
     }
   } catch (const ConfigError&) {
     throw;
@@ -211,11 +212,11 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   nlohmann::json report = nlohmann::json::array();
   std::string first_line;
   for (std::size_t i = 0; i < e.runs.size(); ++i) {
-    const std::vector<cp::TensorVerdict>& rows = e.verdicts[i];
+    const std::vector<harness::TensorVerdict>& rows = e.verdicts[i];
     out << "micro-batch " << i + 1 << "/" << e.runs.size() << " (cp=" << e.runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
     print_rows(rows, out);
-    if (!std::all_of(rows.begin(), rows.end(), [](const cp::TensorVerdict& v) { return v.pass; }))
+    if (!std::all_of(rows.begin(), rows.end(), [](const harness::TensorVerdict& v) { return v.pass; }))
       print_rank_grid(rows, e, i, out);
     out << "  collectives of rank 0, forward:\n"
         << indented(format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
@@ -235,11 +236,11 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
                       {"tensors", tensors},
                       {"forward", probes::counters_json(e.runs[i].forward)},
                       {"backward", probes::counters_json(e.runs[i].backward)}});
-    if (spec.format == Format::Thd) report.back()["lengths"] = cp::lengths_of(spec, i);
-    const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
-    if (const auto d = cp::first_divergence(rows, e.oracles[i], e.runs[i], k)) {
+    if (spec.format == Format::Thd) report.back()["lengths"] = harness::lengths_of(spec, i);
+    const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+    if (const auto d = harness::first_divergence(rows, e.oracles[i], e.runs[i], k)) {
       report.back()["first_divergence"] = divergence_json(*d);
-      if (first_line.empty()) first_line = cp::divergence_line(*d);
+      if (first_line.empty()) first_line = harness::divergence_line(*d);
     }
   }
   if (vm->count("json")) write_file_atomic((*vm)["json"].as<std::string>(), report.dump(2) + "\n");

@@ -10,6 +10,7 @@
 //
 // Shapes: N = local tokens (sequences packed back to back, described by a Varlen), D = channels.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -256,5 +257,8 @@ class BackendDecorator : public Backend {
 inline Buffer upload_index(Backend& backend, const std::vector<std::int64_t>& index) {
   return backend.upload(Tensor::from(index, {static_cast<std::int64_t>(index.size())}), DType::I64);
 }
+
+// Makes a backend of a storage dtype: how a harness gives each rank of its world its own backend.
+using BackendFactory = std::function<std::unique_ptr<Backend>(DType)>;
 
 }  // namespace gdnv::cp

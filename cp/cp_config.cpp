@@ -1,6 +1,7 @@
 #include "cp/cp_config.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -8,6 +9,8 @@
 
 namespace gdnv::cp {
 namespace {
+
+std::atomic<std::uint64_t> rulings{0};
 
 // Every §3.1 check throws through its rule of cp/illegal.hpp, so the table can tell which rule fired.
 [[noreturn]] void illegal(Rule rule, const std::string& what) { throw IllegalCombination(rule, what); }
@@ -96,7 +99,10 @@ void validate_static(const CpConfig& cp, const ref::LayerConfig& layer) {
             "linear_cp_mode='headwise', or deterministic=False");
 }
 
+std::uint64_t micro_batch_rulings() { return rulings.load(); }
+
 int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, const MicroBatchShape& mb) {
+  ++rulings;
   if (mb.has_cp_group != (mb.local_cp_size != 0))
     illegal(Rule::OnlyOneOfGroupAndLocalSize,
             "only one of cp_group and local_cp_size is set: pass both for a dynamic-CP micro-batch, or neither");

@@ -45,5 +45,7 @@ struct MicroBatchShape {
 // Rules for one micro-batch, at the CP size it runs with (the per-micro-batch group's, else the
 // static one), which it returns; lengths divisible by 2*cp only when that size is > 1.
 int validate_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, const MicroBatchShape& mb);
+// How many times validate_micro_batch has ruled in this process: a test counts the rulings of a run with it.
+std::uint64_t micro_batch_rulings();
 
 }  // namespace gdnv::cp

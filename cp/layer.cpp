@@ -8,7 +8,6 @@
 #include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
-#include "layouts/validate.hpp"
 #include "reference/tp_sharding.hpp"
 
 namespace gdnv::cp {
@@ -156,20 +155,14 @@ const GdnCpLayer::SizeParams& GdnCpLayer::size_params(int cp_size) const {
   return *it->second;
 }
 
-std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const MicroBatchSpec& spec, Communicator* cp_group,
-                                                      int local_cp_size) const {
-  if (spec.format == Format::Thd) (void)layouts::checked_cu_seqlens(spec.cu_seqlens);
-  MicroBatchShape shape{spec.format,
-                        spec.format == Format::Thd ? 1 : spec.batch,
-                        {},
-                        cp_group != nullptr,
-                        local_cp_size,
-                        cp_group ? cp_group->size() : 0};
-  if (spec.format == Format::Sbhd) shape.lengths = {spec.seq_len};
-  for (std::size_t i = 1; i < spec.cu_seqlens.size(); ++i)
-    shape.lengths.push_back(spec.cu_seqlens[i] - spec.cu_seqlens[i - 1]);
-  (void)size_params(validate_micro_batch(cp_, config_, shape));
-  auto mb = make_micro_batch(be_, spec, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
+CheckedMicroBatch GdnCpLayer::check(const MicroBatchSpec& spec, const Communicator* cp_group, int local_cp_size) const {
+  return check_micro_batch(cp_, config_, spec, cp_group ? cp_group->size() : 0, local_cp_size);
+}
+
+std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const CheckedMicroBatch& checked) const {
+  (void)size_params(checked.cp_size());
+  Communicator* cp_group = checked.dynamic() ? &dynamic_group(checked.cp_size()) : nullptr;
+  auto mb = make_micro_batch(be_, checked, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
   if (fault_active(Fault::DynamicCpReusesPlan)) mb = plan_by_size_.emplace(mb->cp_size, mb).first->second;
   if (!cp_group || !fault_active(Fault::DynamicCpUsesStaticGroup)) return mb;
   auto wrong = std::make_shared<MicroBatch>(*mb);
@@ -267,9 +260,9 @@ std::vector<std::int64_t> iota_range(std::int64_t begin, std::int64_t end) {
 // holds them (SBHD: batch-major over the local S positions). From the layout itself, never from the
 // plan's index maps, so a fault in those shows as a wrong stage, not a wrong map.
 std::vector<std::int64_t> zigzag_mb_rows(const MicroBatch& mb) {
-  if (mb.format == Format::Thd)
-    return layouts::thd_partition(layouts::Layout::zigzag, mb.cu, mb.cp_size, mb.cp_rank).positions();
-  const auto s = layouts::sbhd_partition(layouts::Layout::zigzag, mb.seq_len, mb.cp_size, mb.cp_rank).positions();
+  if (mb.format == Format::Thd) return layouts::positions_of(layouts::zigzag_runs(mb.cu, mb.cp_size, mb.cp_rank));
+  const std::int64_t seq[] = {0, mb.seq_len};
+  const auto s = layouts::positions_of(layouts::zigzag_runs(seq, mb.cp_size, mb.cp_rank));
   std::vector<std::int64_t> rows;
   for (std::int64_t b = 0; b < mb.batch; ++b)
     for (const std::int64_t pos : s) rows.push_back(b * mb.seq_len + pos);

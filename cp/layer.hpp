@@ -3,7 +3,7 @@
 // static per instance; every micro-batch arrives in zigzag layout and leaves in zigzag layout.
 //
 //   GdnCpLayer layer(config, cp, params, backend, cp_group, tp_group);
-//   auto mb = layer.prepare(spec);               // once per micro-batch: validation, routes, indices
+//   auto mb = layer.prepare(layer.check(spec));  // once per micro-batch: validation, then routes, indices
 //   Context ctx;
 //   Buffer out = layer.forward(mb, hidden, ctx);  // hidden: [T_loc, 1, hidden] or [S_loc, B, hidden]
 //   LayerBackward g = layer.backward(ctx, grad_out);
@@ -45,9 +45,12 @@ class GdnCpLayer {
              Communicator& cp_group, Communicator* tp_group = nullptr);
   ~GdnCpLayer();
 
-  // Validates the micro-batch and plans it. Dynamic CP: pass its group and local_cp_size together.
-  std::shared_ptr<const MicroBatch> prepare(const MicroBatchSpec& spec, Communicator* cp_group = nullptr,
-                                            int local_cp_size = 0) const;
+  // check_micro_batch against this layer's configuration. Dynamic CP: pass its group and local_cp_size together.
+  CheckedMicroBatch check(const MicroBatchSpec& spec, const Communicator* cp_group = nullptr,
+                          int local_cp_size = 0) const;
+  // Plans a micro-batch checked against this layer's configuration, on the group it was checked for (the
+  // static one, or dynamic_group of its CP size), checking nothing again.
+  std::shared_ptr<const MicroBatch> prepare(const CheckedMicroBatch& mb) const;
   Buffer forward(const std::shared_ptr<const MicroBatch>& mb, const Buffer& hidden, Context& ctx) const;
   LayerBackward backward(const Context& ctx, const Buffer& grad_output) const;
 

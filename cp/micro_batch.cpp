@@ -44,7 +44,7 @@ void plan_peer_major(Backend& be, MicroBatch& mb) {
 // Rank p's zigzag rows (natural positions), or under the planted fault with each sequence's two chunks
 // swapped.
 std::vector<std::int64_t> zigzag_positions(const std::vector<std::int64_t>& cu, int cp_size, int p) {
-  auto positions = layouts::thd_partition(layouts::Layout::zigzag, cu, cp_size, p).positions();
+  auto positions = layouts::positions_of(layouts::zigzag_runs(cu, cp_size, p));
   if (!fault_active(Fault::ZigzagSwapHalves)) return positions;
   std::vector<std::int64_t> swapped;
   auto at = positions.begin();
@@ -87,7 +87,7 @@ void plan_halo(Backend& be, const MicroBatch& mb, std::int64_t conv_width, Chunk
 std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatch& mb, std::int64_t conv_width) {
   auto plan = std::make_shared<ChunkwisePlan>();
   mb.cp->accounting().route_build();
-  const layouts::Route route = layouts::zigzag_contiguous_route(mb.cu, mb.cp_size, mb.cp_rank);
+  const layouts::Route route = layouts::zigzag_contiguous_route_unchecked(mb.cu, mb.cp_size, mb.cp_rank);
   plan->send_counts = route.send_counts;
   plan->recv_counts = route.recv_counts;
   std::vector<std::int64_t> index = route.index;
@@ -95,10 +95,10 @@ std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatc
     for (auto& i : index) i = (i + 1) % static_cast<std::int64_t>(index.size());
   plan->route_index = upload_index(be, index);
 
-  plan->context = layouts::chunkwise_context(mb.cu, mb.cp_size, mb.cp_rank, conv_width);
+  plan->context = layouts::chunkwise_context_unchecked(mb.cu, mb.cp_size, mb.cp_rank, conv_width);
   plan->span = make_varlen(be, plan->context.local_cu_seqlens);
   for (int p = 0; p < mb.cp_size; ++p) {
-    const auto peer = layouts::chunkwise_context(mb.cu, mb.cp_size, p, conv_width);
+    const auto peer = layouts::chunkwise_context_unchecked(mb.cu, mb.cp_size, p, conv_width);
     plan->halo_exchange = plan->halo_exchange || !peer.halo.empty();
     plan->state_exchange = plan->state_exchange || peer.pre_num_ranks > 0;
   }
@@ -112,20 +112,36 @@ std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatc
 
 }  // namespace
 
-std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatchSpec& spec, Communicator& group,
+CheckedMicroBatch check_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, const MicroBatchSpec& spec,
+                                    int group_size, int local_cp_size) {
+  CheckedMicroBatch mb;
+  mb.format_ = spec.format;
+  MicroBatchShape shape{spec.format, spec.format == Format::Thd ? 1 : spec.batch, {}, group_size != 0, local_cp_size,
+                        group_size};
+  if (spec.format == Format::Thd) {
+    mb.cu_ = layouts::checked_cu_seqlens(spec.cu_seqlens);
+    for (std::size_t i = 1; i < mb.cu_.size(); ++i) shape.lengths.push_back(mb.cu_[i] - mb.cu_[i - 1]);
+  } else {
+    mb.batch_ = spec.batch;
+    mb.seq_len_ = spec.seq_len;
+    for (std::int64_t b = 0; b <= spec.batch; ++b) mb.cu_.push_back(b * spec.seq_len);
+    shape.lengths = {spec.seq_len};
+  }
+  mb.cp_size_ = validate_micro_batch(cp, layer, shape);
+  mb.dynamic_ = group_size != 0;
+  return mb;
+}
+
+std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const CheckedMicroBatch& checked, Communicator& group,
                                                    CpMode mode, std::int64_t conv_width) {
   auto mb = std::make_shared<MicroBatch>();
-  mb->format = spec.format;
+  mb->format = checked.format();
   mb->cp = &group;
   mb->cp_size = group.size();
   mb->cp_rank = group.rank();
-  if (spec.format == Format::Thd) {
-    mb->cu = layouts::checked_cu_seqlens(spec.cu_seqlens);
-  } else {
-    mb->batch = spec.batch;
-    mb->seq_len = spec.seq_len;
-    for (std::int64_t b = 0; b <= spec.batch; ++b) mb->cu.push_back(b * spec.seq_len);
-  }
+  mb->batch = checked.batch();
+  mb->seq_len = checked.seq_len();
+  mb->cu = checked.cu();
   mb->full = make_varlen(be, mb->cu);
 
   std::vector<std::int64_t> received_from_natural;
@@ -138,7 +154,7 @@ std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const MicroBatch
   mb->local_tokens = mb->counts[static_cast<std::size_t>(mb->cp_rank)];
   mb->received_from_natural = upload_index(be, received_from_natural);
   mb->natural_from_received = upload_index(be, layouts::inverse_permutation(received_from_natural));
-  if (spec.format == Format::Sbhd) plan_sbhd(be, *mb);
+  if (mb->format == Format::Sbhd) plan_sbhd(be, *mb);
   plan_peer_major(be, *mb);
   if (mode == CpMode::Chunkwise && mb->cp_size > 1) mb->chunkwise = plan_chunkwise(be, *mb, conv_width);
   return mb;

@@ -69,9 +69,38 @@ struct MicroBatchSpec {
   std::int64_t seq_len = 0, batch = 1;   // SBHD
 };
 
-// `cp_group` is the group the micro-batch runs on (validated by the caller); chunkwise CP also plans
-// its route (counted in the group's accounting as a route build) and halo for conv width `conv_width`.
-std::shared_ptr<const MicroBatch> make_micro_batch(Backend& backend, const MicroBatchSpec& spec, Communicator& cp_group,
-                                                   CpMode mode, std::int64_t conv_width);
+// A micro-batch ruled legal (docs/DESIGN.md §3.1) at the CP size it runs with, its sequences checked: only
+// check_micro_batch makes one, once per micro-batch. GdnCpLayer::prepare and make_micro_batch take it as it
+// is and cut it with the layouts' unchecked building blocks, so no rank rules on it again.
+class CheckedMicroBatch {
+ public:
+  Format format() const { return format_; }
+  std::int64_t batch() const { return batch_; }      // B (SBHD); THD: 1
+  std::int64_t seq_len() const { return seq_len_; }  // S (SBHD)
+  // Sequences as packed rows: THD cu_seqlens without zero-length segments, SBHD [0, S, 2S, ..., B*S].
+  const std::vector<std::int64_t>& cu() const { return cu_; }
+  int cp_size() const { return cp_size_; }   // the CP size it runs with
+  bool dynamic() const { return dynamic_; }  // on a per-micro-batch group (dynamic CP)
+
+ private:
+  friend CheckedMicroBatch check_micro_batch(const CpConfig&, const ref::LayerConfig&, const MicroBatchSpec&, int, int);
+  CheckedMicroBatch() = default;
+  Format format_ = Format::Thd;
+  std::int64_t batch_ = 1, seq_len_ = 0;
+  std::vector<std::int64_t> cu_;
+  int cp_size_ = 1;
+  bool dynamic_ = false;
+};
+
+// Checks one micro-batch: its cu_seqlens (THD, layouts::checked_cu_seqlens), then docs/DESIGN.md §3.1 at the
+// CP size it runs with (validate_micro_batch): ConfigError naming the fix. A dynamic-CP micro-batch gives
+// Megatron's two arguments, its group's size and local_cp_size (both 0: the static group).
+CheckedMicroBatch check_micro_batch(const CpConfig& cp, const ref::LayerConfig& layer, const MicroBatchSpec& spec,
+                                    int group_size = 0, int local_cp_size = 0);
+
+// Plans `mb` on `cp_group`, the group it was checked for; chunkwise CP also plans its route (counted in the
+// group's accounting as a route build) and halo for conv width `conv_width`.
+std::shared_ptr<const MicroBatch> make_micro_batch(Backend& backend, const CheckedMicroBatch& mb,
+                                                   Communicator& cp_group, CpMode mode, std::int64_t conv_width);
 
 }  // namespace gdnv::cp

@@ -268,12 +268,15 @@ using RankPair = std::function<RankShare(cp::Backend& be, const cp::MicroBatch& 
 void exchange_case(StepResult& r, const std::string& label, int W, const Ints& cu, cp::CpMode mode,
                    const RankPair& pair) {
   std::vector<RankShare> shares(static_cast<std::size_t>(W));
+  // A layer whose heads shard over every W of the step (2..5), for check_micro_batch's rules.
+  const ref::LayerConfig exchange_layer({60, 60, 60, 1, 1, 4, 1e-6, false});
   try {
     run_world(W, [&](Communicator& comm) {
       const auto be = cpu::make_backend(DType::F64);
       cp::MicroBatchSpec spec;
       spec.cu_seqlens = cu;
-      const auto mb = cp::make_micro_batch(*be, spec, comm, mode, 4);
+      const auto mb =
+          cp::make_micro_batch(*be, cp::check_micro_batch({mode, 1, W}, exchange_layer, spec), comm, mode, 4);
       shares[static_cast<std::size_t>(comm.rank())] = pair(*be, *mb, label + " rank " + std::to_string(comm.rank()));
     });
   } catch (const Error& e) {

@@ -12,7 +12,7 @@
 #include "cost/cost.hpp"
 #include "cpu/backend.hpp"
 #include "gate/steps.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::gate {
 namespace {
@@ -139,14 +139,14 @@ std::string all_reduce_is_deterministic(const std::string& label, DType dtype, i
 
 // (c) One layer's run: the matrix geometry of the CP mode matrix (hidden 24, Hk 4, Hv 8, dk 6, dv 10,
 // THD lengths 8W, 4W: spans of 12 tokens, longer than the conv halo).
-cp::RunSpec bytes_spec(cp::CpMode mode, int W, DType dtype) {
-  cp::RunSpec s;
+harness::RunSpec bytes_spec(cp::CpMode mode, int W, DType dtype) {
+  harness::RunSpec s;
   s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
   s.cp.mode = mode;
   s.cp.cp = W;
   s.dtype = dtype;
   s.lengths = {8 * W, 4 * W};
-  s.gates = cp::GateRegime::Weak;
+  s.gates = harness::GateRegime::Weak;
   return s;
 }
 
@@ -170,14 +170,14 @@ std::string counters_differ(const char* phase, const Counters& got, const Counte
 }
 
 // (c) every rank's calls and bytes per collective kind, forward and backward, equal the cost model's.
-std::string bytes_match_cost_model(const cp::RunSpec& spec) {
-  const auto geometries = cp::planned_micro_batches(spec);
-  const auto runs = cp::run_in_process(spec, cp::make_cases(spec), cpu::make_backend);
+std::string bytes_match_cost_model(const harness::RunSpec& spec) {
+  const auto geometries = harness::planned_micro_batches(spec);
+  const auto runs = harness::run_in_process(spec, harness::make_cases(spec), cpu::make_backend);
   for (std::size_t m = 0; m < runs.size(); ++m)
     for (std::size_t w = 0; w < runs[m].ranks.size(); ++w) {
-      const cp::RankOutput& got = runs[m].ranks[w];
+      const harness::RankOutput& got = runs[m].ranks[w];
       const cost::RankCost want =
-          cost::layer_cost(geometries[m], cp::place_of(spec, static_cast<int>(w), runs[m].cp_size));
+          cost::layer_cost(geometries[m], harness::place_of(spec, static_cast<int>(w), runs[m].cp_size));
       for (const auto& why : {counters_differ("forward", got.forward, want.forward.comm),
                               counters_differ("backward", got.backward, want.backward.comm)})
         if (!why.empty()) return "rank " + std::to_string(w) + " " + why;
@@ -221,7 +221,7 @@ StepResult run(const StepOptions& options) {
   for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
     for (int W : {2, 4})
       for (DType dtype : {DType::F32, DType::BF16}) {
-        const cp::RunSpec spec = bytes_spec(mode, W, dtype);
+        const harness::RunSpec spec = bytes_spec(mode, W, dtype);
         r.check_case(std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) + " " +
                          std::string(dtype_name(dtype)) + " thd bytes against the cost model",
                      [&] { return bytes_match_cost_model(spec); });

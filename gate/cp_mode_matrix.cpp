@@ -17,23 +17,23 @@ namespace {
 // One matrix cell: the cases (one per micro-batch when each has its own packing, else one for all),
 // the oracle's answer on each and its gates (per dtype / format / W, shared by every mode and TP size).
 struct Judged {
-  std::vector<cp::Case> cases;
-  std::vector<cp::Answer> oracles;
+  std::vector<harness::Case> cases;
+  std::vector<harness::Answer> oracles;
   std::vector<std::map<std::string, double>> gates;
 };
 
-Judged judged(const cp::RunSpec& spec) {
-  Judged j{cp::make_cases(spec), {}, {}};
-  for (const cp::Case& k : j.cases) {
-    j.oracles.push_back(cp::oracle_answer(k));
-    j.gates.push_back(cp::oracle_gates(k, j.oracles.back(), spec.dtype));
+Judged judged(const harness::RunSpec& spec) {
+  Judged j{harness::make_cases(spec), {}, {}};
+  for (const harness::Case& k : j.cases) {
+    j.oracles.push_back(harness::oracle_answer(k));
+    j.gates.push_back(harness::oracle_gates(k, j.oracles.back(), spec.dtype));
   }
   return j;
 }
 
 }  // namespace
 
-std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+std::string first_tensor_outside_gate(const harness::Answer& oracle, const harness::Answer& got,
                                       const std::map<std::string, double>& gates) {
   std::string why;
   // rel_rms covers the finite elements only: a NaN or Inf fails the tensor on its own.
@@ -65,13 +65,13 @@ namespace {
 
 // One case: every micro-batch's tensors within their oracle gates; the first failing tensor is the why,
 // and `gdn-verify run` with the same spec on `backend` reproduces it.
-void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp::RunSpec& spec,
+void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const harness::RunSpec& spec,
                 const std::string& backend, const cp::BackendFactory& factory) {
   std::string why;
   try {
-    const auto runs = cp::run_in_process(spec, j.cases, factory);
+    const auto runs = harness::run_in_process(spec, j.cases, factory);
     for (std::size_t mb = 0; mb < runs.size() && why.empty(); ++mb) {
-      const cp::MicroBatchRun& run = runs[mb];
+      const harness::MicroBatchRun& run = runs[mb];
       const std::size_t k = j.cases.size() == 1 ? 0 : mb;
       const std::string at = spec.micro_batches.empty() ? "" : "cp=" + std::to_string(run.cp_size) + " ";
       if (const std::string first = first_tensor_outside_gate(j.oracles[k], run.answer, j.gates[k]); !first.empty())
@@ -82,14 +82,14 @@ void judge_runs(StepResult& r, const std::string& tag, const Judged& j, const cp
   }
   const bool first_failure = !why.empty() && r.detail.empty();
   r.check(why.empty(), tag, why, run_command(spec, backend));
-  if (first_failure) r.divergence = cp::first_divergence_line(spec, factory);
+  if (first_failure) r.divergence = harness::first_divergence_line(spec, factory);
 }
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
 
 // Judges `spec` as the case `tag` when it is selected; `cache` holds the oracle's answers by batch (the
 // case depends on the batch, not on mode or TP).
-void judge_selected(StepResult& r, const std::string& tag, const cp::RunSpec& spec, const MatrixBackend& backend,
+void judge_selected(StepResult& r, const std::string& tag, const harness::RunSpec& spec, const MatrixBackend& backend,
                     std::map<std::int64_t, Judged>& cache) {
   if (!r.selected(tag)) return;
   auto it = cache.find(spec.batch);
@@ -101,10 +101,10 @@ void judge_selected(StepResult& r, const std::string& tag, const cp::RunSpec& sp
 // Megatron's default decays instead of weak ones, another seed, three sequences of unequal length.
 struct MatrixDraw {
   std::string tag;  // "" for gate_matrix_spec's own
-  void apply(cp::RunSpec& s, int W) const {
+  void apply(harness::RunSpec& s, int W) const {
     if (tag.empty()) return;
     s.layer = {32, 2, 4, 8, 4, 3, 1e-6, false};
-    s.gates = cp::GateRegime::Default;
+    s.gates = harness::GateRegime::Default;
     s.seed = 1;
     s.lengths = {6 * W, 4 * W, 2 * W};
     s.seq_len = 6 * W;
@@ -122,10 +122,10 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
         std::map<std::int64_t, Judged> by_batch;
         for (cp::CpMode mode : kModes)
           for (int tp : {1, 2}) {
-            cp::RunSpec spec = cp::gate_matrix_spec(mode, W, tp, dtype, format);
+            harness::RunSpec spec = harness::gate_matrix_spec(mode, W, tp, dtype, format);
             draw.apply(spec, W);
             if (odd) spec.lengths = {9, 5, 3}, spec.seq_len = 7;
-            if (!cp::is_legal(spec)) continue;
+            if (!harness::is_legal(spec)) continue;
             judge_selected(r,
                            std::string(cp::mode_name(mode)) + draw.tag + " W=" + std::to_string(W) +
                                (odd ? " odd lengths" : "") + " tp=" + std::to_string(tp) + " " +
@@ -147,8 +147,8 @@ void mode_matrix(StepResult& r, const std::vector<DType>& dtypes, const MatrixBa
 void extreme_inputs(StepResult& r, const MatrixBackend& backend) {
   for (DType dtype : {DType::BF16, DType::F32})
     for (int W : {2, 1}) {
-      cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
-      spec.gates = cp::GateRegime::Extreme;
+      harness::RunSpec spec = harness::gate_matrix_spec(cp::CpMode::Headwise, W, 1, dtype, cp::Format::Thd);
+      spec.gates = harness::GateRegime::Extreme;
       // tests/extreme_regime_test.cpp's lengths: at W = 2, 8, 4 (rank 1's first local sequence 2 tokens,
       // shorter than the conv halo); at W = 1, 1, 1, 80, 6 (two lone tokens, a spike mid-chunk).
       spec.lengths = W == 1 ? std::vector<std::int64_t>{1, 1, 80, 6} : std::vector<std::int64_t>{8, 4};
@@ -179,9 +179,9 @@ void judge_packings(StepResult& r, const Packings& packings, const std::string& 
     for (DType dtype : dtypes) {
       std::map<std::int64_t, Judged> cache;
       for (cp::CpMode mode : kModes) {
-        cp::RunSpec spec = cp::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
+        harness::RunSpec spec = harness::gate_matrix_spec(mode, W, 1, dtype, cp::Format::Thd);
         spec.lengths = lengths;
-        if (cp::is_legal(spec))
+        if (harness::is_legal(spec))
           judge_selected(r,
                          std::string(cp::mode_name(mode)) + " " + what + " W=" + std::to_string(W) + " lengths " +
                              comma_list(lengths) + " " + std::string(dtype_name(dtype)),
@@ -197,7 +197,7 @@ void multi_chunk_spans(StepResult& r, const std::vector<DType>& dtypes, const Ma
                  "multi-chunk spans", dtypes, backend);
   for (DType dtype : dtypes)
     for (int W : {3, 4}) {
-      cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
+      harness::RunSpec spec = harness::gate_matrix_spec(cp::CpMode::Chunkwise, W, 1, dtype, cp::Format::Sbhd);
       spec.seq_len = 160 * W;
       std::map<std::int64_t, Judged> cache;
       judge_selected(r,
@@ -236,16 +236,16 @@ StepResult run(const StepOptions& options) {
   multi_chunk_spans(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   span_boundaries(r, quick ? std::vector<DType>{DType::F64} : dtypes, kCpu);
   for (cp::CpMode mode : kModes) {
-    cp::RunSpec dynamic = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    harness::RunSpec dynamic = harness::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     dynamic.micro_batches = {4, 2, 1};
     dynamic.cp.dynamic_cp = dynamic.micro_batches;  // as `run --dynamic-cp 4,2,1` sets it
-    cp::RunSpec own = dynamic;
+    harness::RunSpec own = dynamic;
     // 4, 12 and 5 are not multiples of 2*4 = 8; the two micro-batches at CP 2 hold as many tokens in
     // different packings, so a plan kept from one serves the other wrongly.
     own.micro_batches = {4, 2, 2, 1};
     own.cp.dynamic_cp = own.micro_batches;
     own.micro_batch_lengths = {{8, 40, 16}, {4, 12}, {8, 8}, {5}};
-    cp::RunSpec short_spans = cp::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
+    harness::RunSpec short_spans = harness::gate_matrix_spec(mode, 4, 1, DType::F64, cp::Format::Thd);
     short_spans.lengths = {8};  // spans of 2 tokens: the conv halo (3) reaches two ranks back
     for (const auto& [tag, spec] : {std::pair{"dynamic CP 4,2,1", dynamic},
                                     {"dynamic CP 4,2,2,1 own packings", own},

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gate/common.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::gate {
 
@@ -30,7 +30,7 @@ void span_boundaries(StepResult& r, const std::vector<DType>& dtypes, const Matr
 // The matrices' judgement of one micro-batch: "" when out, grad_hidden and every parameter gradient of
 // `got` are within their gates and finite, else the first that is not, "<name>: rel_rms <e> >= gate <g>",
 // "<name>: <n> NaN, <m> Inf" or "<name>: missing from the run".
-std::string first_tensor_outside_gate(const cp::Answer& oracle, const cp::Answer& got,
+std::string first_tensor_outside_gate(const harness::Answer& oracle, const harness::Answer& got,
                                       const std::map<std::string, double>& gates);
 
 }  // namespace gdnv::gate

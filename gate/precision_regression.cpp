@@ -20,7 +20,7 @@
 #include "cpu/backend.hpp"
 #include "gate/precision_regression.hpp"
 #include "gate/steps.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::gate {
 namespace {
@@ -34,22 +34,22 @@ std::string regenerate_command(const std::string& path) {
   return "gdn-verify fixtures precision-baseline --write " + path;
 }
 
-// One set of inputs: every entry of a group runs the same Case (cp::make_case depends on neither mode,
+// One set of inputs: every entry of a group runs the same Case (harness::make_case depends on neither mode,
 // CP nor TP size), so the group's entries differ only in how the implementation orders its sums.
 struct Group {
   DType dtype;
   cp::Format format;
-  cp::GateRegime gates;
+  harness::GateRegime gates;
   std::string name() const {
     return std::string(dtype_option_name(dtype)) + (format == cp::Format::Thd ? " thd " : " sbhd ") +
-           std::string(cp::gate_regime_name(gates));
+           std::string(harness::gate_regime_name(gates));
   }
 };
 
 struct Entry {
   std::string label;  // "<mode> W=<cp> tp=<tp> <group>"
   Group group;
-  cp::RunSpec spec;
+  harness::RunSpec spec;
   bool quick;  // in the --quick subset
 };
 
@@ -57,8 +57,8 @@ struct Entry {
 // divisible by 2W for W = 1, 2, 4, and the 128-token sequence fills two 64-token chunks: under strong
 // decay the in-chunk cumulative gate reaches |gamma| ~ 1e3, where an fp32 cumsum keeps only ~1e-4 of
 // a decay factor. SBHD: S = 64, batch 1 (chunkwise SBHD needs batch 1 at CP > 1).
-cp::RunSpec group_spec(const Group& g) {
-  cp::RunSpec s;
+harness::RunSpec group_spec(const Group& g) {
+  harness::RunSpec s;
   s.layer = {24, 4, 8, 6, 10, 4, 1e-6, false};
   s.dtype = g.dtype;
   s.format = g.format;
@@ -74,23 +74,24 @@ cp::RunSpec group_spec(const Group& g) {
 // in every mode on the fp32 and bf16 THD default and strong groups, and W 1 on fp32 default.
 std::vector<Entry> precision_catalog() {
   std::vector<Group> groups;
-  for (cp::GateRegime gates : {cp::GateRegime::Weak, cp::GateRegime::Default, cp::GateRegime::Strong})
+  for (harness::GateRegime gates :
+       {harness::GateRegime::Weak, harness::GateRegime::Default, harness::GateRegime::Strong})
     for (DType dtype : {DType::F64, DType::F32, DType::BF16}) groups.push_back({dtype, cp::Format::Thd, gates});
-  for (cp::GateRegime gates : {cp::GateRegime::Default, cp::GateRegime::Strong})
+  for (harness::GateRegime gates : {harness::GateRegime::Default, harness::GateRegime::Strong})
     for (DType dtype : {DType::F32, DType::BF16}) groups.push_back({dtype, cp::Format::Sbhd, gates});
   std::vector<Entry> entries;
   for (const Group& g : groups)
     for (cp::CpMode mode : {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather})
       for (int W : {1, 2, 4})
         for (int tp : {1, 2}) {
-          cp::RunSpec spec = group_spec(g);
+          harness::RunSpec spec = group_spec(g);
           spec.cp.mode = mode, spec.cp.cp = W, spec.cp.tp = tp;
-          if (!cp::is_legal(spec)) continue;
+          if (!harness::is_legal(spec)) continue;
           const bool quick_group =
-              g.dtype != DType::F64 && g.format == cp::Format::Thd && g.gates != cp::GateRegime::Weak;
+              g.dtype != DType::F64 && g.format == cp::Format::Thd && g.gates != harness::GateRegime::Weak;
           const bool quick = quick_group && tp == 1 &&
                              (W == 2 || (W == 1 && mode == cp::CpMode::Headwise && g.dtype == DType::F32 &&
-                                         g.gates == cp::GateRegime::Default));
+                                         g.gates == harness::GateRegime::Default));
           entries.push_back({std::string(cp::mode_name(mode)) + " W=" + std::to_string(W) +
                                  " tp=" + std::to_string(tp) + " " + g.name(),
                              g, spec, quick});
@@ -98,14 +99,14 @@ std::vector<Entry> precision_catalog() {
   return entries;
 }
 
-json spec_json(const cp::RunSpec& s) {
+json spec_json(const harness::RunSpec& s) {
   const auto& L = s.layer;
   json j = {{"mode", cp::mode_name(s.cp.mode)},
             {"cp", s.cp.cp},
             {"tp", s.cp.tp},
             {"dtype", dtype_option_name(s.dtype)},
             {"format", cp::format_name(s.format)},
-            {"gates", cp::gate_regime_name(s.gates)},
+            {"gates", harness::gate_regime_name(s.gates)},
             {"seed", s.seed},
             {"layer",
              {{"hidden_size", L.hidden_size},
@@ -123,8 +124,8 @@ json spec_json(const cp::RunSpec& s) {
 
 // The oracle's answer on a group's case, computed once per group.
 struct Oracle {
-  std::vector<cp::Case> cases;
-  cp::Answer answer;
+  std::vector<harness::Case> cases;
+  harness::Answer answer;
 };
 
 class OracleCache {
@@ -132,8 +133,8 @@ class OracleCache {
   const Oracle& of(const Entry& e) {
     auto it = by_group_.find(e.group.name());
     if (it == by_group_.end()) {
-      Oracle o{cp::make_cases(e.spec), {}};
-      o.answer = cp::oracle_answer(o.cases.front());
+      Oracle o{harness::make_cases(e.spec), {}};
+      o.answer = harness::oracle_answer(o.cases.front());
       it = by_group_.emplace(e.group.name(), std::move(o)).first;
     }
     return it->second;
@@ -147,7 +148,7 @@ class OracleCache {
 // elements only, so it would hide them).
 Deviations deviations(const Entry& e, OracleCache& oracles) {
   const Oracle& o = oracles.of(e);
-  const cp::Answer got = cp::run_in_process(e.spec, o.cases, cpu::make_backend).front().answer;
+  const harness::Answer got = harness::run_in_process(e.spec, o.cases, cpu::make_backend).front().answer;
   Deviations d;
   auto record = [&](const std::string& name, const Tensor& ref, const Tensor& cand) {
     const Metrics m = compare(ref, cand);

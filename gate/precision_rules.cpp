@@ -18,7 +18,7 @@
 #include "gpu/kernel_backend.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/params.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 #include "reference/conv1d.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/gates.hpp"

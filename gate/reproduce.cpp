@@ -22,7 +22,7 @@ std::string fault_prefix() {
   return f == Fault::None ? "" : "GDNV_FAULT=" + std::string(fault_name(f)) + " ";
 }
 
-std::string run_command(const cp::RunSpec& spec, const std::string& backend) {
+std::string run_command(const harness::RunSpec& spec, const std::string& backend) {
   const auto& L = spec.layer;
   std::string c = fault_prefix() + "gdn-verify run --mode " + std::string(cp::mode_name(spec.cp.mode)) + " --cp " +
                   std::to_string(spec.cp.cp) + " --tp " + std::to_string(spec.cp.tp) + " --dtype " +
@@ -39,7 +39,7 @@ std::string run_command(const cp::RunSpec& spec, const std::string& backend) {
        " --num-value-heads " + std::to_string(L.linear_num_value_heads) + " --key-head-dim " +
        std::to_string(L.linear_key_head_dim) + " --value-head-dim " + std::to_string(L.linear_value_head_dim) +
        " --conv-width " + std::to_string(L.linear_conv_kernel_dim) + " --gates " +
-       std::string(cp::gate_regime_name(spec.gates)) + " --seed " + std::to_string(spec.seed);
+       std::string(harness::gate_regime_name(spec.gates)) + " --seed " + std::to_string(spec.seed);
   if (spec.cp.deterministic) c += " --deterministic";
   if (spec.cp.allgather_cp) c += " --allgather-cp";
   if (spec.cp.inference) c += " --inference";

@@ -4,7 +4,7 @@
 // planted fault that is active so it fails the same way.
 #include <string>
 
-#include "harness/harness.hpp"
+#include "harness/run_spec.hpp"
 
 namespace gdnv::gate {
 
@@ -12,7 +12,7 @@ namespace gdnv::gate {
 std::string fault_prefix();
 
 // `gdn-verify run` with every option that `spec` sets, on `backend` ("cpu", "emu", "cuda").
-std::string run_command(const cp::RunSpec& spec, const std::string& backend);
+std::string run_command(const harness::RunSpec& spec, const std::string& backend);
 
 // `gdn-verify gate --step '<step>' --case '<label>'`; without --case for an empty label.
 std::string gate_case_command(const std::string& step, const std::string& label);

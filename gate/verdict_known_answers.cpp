@@ -15,8 +15,9 @@
 #include "core/metrics.hpp"
 #include "gate/cp_mode_matrix.hpp"
 #include "gate/steps.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 #include "harness/verdict.hpp"
+#include "harness/world.hpp"
 #include "probes/compare.hpp"
 #include "probes/policy.hpp"
 
@@ -177,9 +178,10 @@ std::string structure() {
 
 // The gate matrix's case at W = 4, fp64 (gates 1e-10), and the rows CP rank r holds.
 struct DivergenceCase {
-  cp::Case k = cp::make_case(cp::gate_matrix_spec(cp::CpMode::Headwise, 4, 1, DType::F64, cp::Format::Thd));
-  cp::Answer oracle = cp::oracle_answer(k);
-  std::vector<std::int64_t> rows(int r) const { return cp::zigzag_rows(k, 4, r); }
+  harness::Case k =
+      harness::make_case(harness::gate_matrix_spec(cp::CpMode::Headwise, 4, 1, DType::F64, cp::Format::Thd));
+  harness::Answer oracle = harness::oracle_answer(k);
+  std::vector<std::int64_t> rows(int r) const { return harness::zigzag_rows(k, 4, r); }
   std::string rows_of(int r) const {
     const auto v = rows(r);
     return std::to_string(*std::min_element(v.begin(), v.end())) + ".." +
@@ -187,15 +189,15 @@ struct DivergenceCase {
   }
 };
 
-std::string line_of(const DivergenceCase& c, const cp::Answer& got,
-                    std::vector<cp::TensorVerdict>* verdicts = nullptr) {
-  const auto v = cp::judge_answer(c.oracle, got, cp::oracle_gates(c.k, c.oracle, DType::F64));
+std::string line_of(const DivergenceCase& c, const harness::Answer& got,
+                    std::vector<harness::TensorVerdict>* verdicts = nullptr) {
+  const auto v = harness::judge_answer(c.oracle, got, harness::oracle_gates(c.k, c.oracle, DType::F64));
   if (verdicts) *verdicts = v;
-  cp::MicroBatchRun run;
+  harness::MicroBatchRun run;
   run.cp_size = 4;
   run.answer = got;
-  const auto d = cp::first_divergence(v, c.oracle, run, c.k);
-  return d ? cp::divergence_line(*d) : "(all pass)";
+  const auto d = harness::first_divergence(v, c.oracle, run, c.k);
+  return d ? harness::divergence_line(*d) : "(all pass)";
 }
 
 std::string rel(double v) {
@@ -206,7 +208,7 @@ std::string rel(double v) {
 
 // out's rows on rank 2 times 1.5: that rank's rel_rms is 0.5, every one of its rows over the gate.
 std::string rank_scaled(const DivergenceCase& c) {
-  cp::Answer got = c.oracle;
+  harness::Answer got = c.oracle;
   const std::int64_t width = got.out.numel() / got.out.dim(0);
   for (auto row : c.rows(2))
     for (std::int64_t j = 0; j < width; ++j) got.out.set(row * width + j, 1.5 * got.out.get(row * width + j));
@@ -218,7 +220,7 @@ std::string rank_scaled(const DivergenceCase& c) {
 // grad_hidden's shards of ranks 1 and 3 swapped (a permuted rank): out passes, grad_hidden diverges
 // first on rank 1, by rms(ref_3 - ref_1) / rms(ref_1) over its rows.
 std::string ranks_swapped(const DivergenceCase& c) {
-  cp::Answer got = c.oracle;
+  harness::Answer got = c.oracle;
   const Tensor& ref = c.oracle.grad_hidden;
   const std::int64_t width = ref.numel() / ref.dim(0);
   const auto a = c.rows(1), b = c.rows(3);
@@ -238,9 +240,9 @@ std::string ranks_swapped(const DivergenceCase& c) {
 
 // grad::A_log negated: summed over every rank; rel_rms 2 and 1 - cos = 2 in its verdict.
 std::string gradient_flipped(const DivergenceCase& c) {
-  cp::Answer got = c.oracle;
+  harness::Answer got = c.oracle;
   got.grads.at(ref::kALog) = scaled(got.grads.at(ref::kALog), -1);
-  std::vector<cp::TensorVerdict> v;
+  std::vector<harness::TensorVerdict> v;
   const std::string line = line_of(c, got, &v);
   double one_minus_cos = -1;
   for (const auto& t : v)
@@ -254,7 +256,7 @@ std::string gradient_flipped(const DivergenceCase& c) {
 
 // One NaN in out, in rank 0's first row: nan/inf on rank 0, that row alone.
 std::string nan_in_rank(const DivergenceCase& c) {
-  cp::Answer got = c.oracle;
+  harness::Answer got = c.oracle;
   const std::int64_t row = c.rows(0).front(), width = got.out.numel() / got.out.dim(0);
   got.out.set(row * width + 1, std::numeric_limits<double>::quiet_NaN());
   return expect_eq("line", line_of(c, got),
@@ -266,22 +268,24 @@ std::string nan_in_rank(const DivergenceCase& c) {
 // times its fp64 gate 1e-10 (scaled by 1 + 0.9e-10 and 1 + 1.1e-10), a negated gradient, a NaN, a
 // gradient missing from the run.
 std::string matrix_judge(const DivergenceCase& c) {
-  const auto gates = cp::oracle_gates(c.k, c.oracle, DType::F64);
-  const auto judged = [&](const std::function<void(cp::Answer&)>& change) {
-    cp::Answer got = c.oracle;
+  const auto gates = harness::oracle_gates(c.k, c.oracle, DType::F64);
+  const auto judged = [&](const std::function<void(harness::Answer&)>& change) {
+    harness::Answer got = c.oracle;
     change(got);
     return first_tensor_outside_gate(c.oracle, got, gates);
   };
-  const auto out_times = [](double s) { return [s](cp::Answer& a) { a.out = scaled(a.out, s); }; };
-  return first(
-      {expect_eq("identical", judged([](cp::Answer&) {}), ""),
-       expect_eq("out 0.9 gate", judged(out_times(1 + 0.9e-10)), ""),
-       expect_eq("out 1.1 gate", judged(out_times(1 + 1.1e-10)), "out: rel_rms 1.100e-10 >= gate 1.000e-10"),
-       expect_eq("negated", judged([](cp::Answer& a) { a.grads.at(ref::kALog) = scaled(a.grads.at(ref::kALog), -1); }),
-                 "grad::A_log: rel_rms 2.000e+00 >= gate 1.000e-10"),
-       expect_eq("NaN", judged([](cp::Answer& a) { a.grad_hidden.set(3, std::nan("")); }), "grad_hidden: 1 NaN, 0 Inf"),
-       expect_eq("missing", judged([](cp::Answer& a) { a.grads.erase(ref::kDtBias); }),
-                 "grad::dt_bias: missing from the run")});
+  const auto out_times = [](double s) { return [s](harness::Answer& a) { a.out = scaled(a.out, s); }; };
+  return first({expect_eq("identical", judged([](harness::Answer&) {}), ""),
+                expect_eq("out 0.9 gate", judged(out_times(1 + 0.9e-10)), ""),
+                expect_eq("out 1.1 gate", judged(out_times(1 + 1.1e-10)), "out: rel_rms 1.100e-10 >= gate 1.000e-10"),
+                expect_eq("negated", judged([](harness::Answer& a) {
+                            a.grads.at(ref::kALog) = scaled(a.grads.at(ref::kALog), -1);
+                          }),
+                          "grad::A_log: rel_rms 2.000e+00 >= gate 1.000e-10"),
+                expect_eq("NaN", judged([](harness::Answer& a) { a.grad_hidden.set(3, std::nan("")); }),
+                          "grad_hidden: 1 NaN, 0 Inf"),
+                expect_eq("missing", judged([](harness::Answer& a) { a.grads.erase(ref::kDtBias); }),
+                          "grad::dt_bias: missing from the run")});
 }
 
 // A candidate equal to the oracle passes, with no divergence.
@@ -292,16 +296,16 @@ std::string identical(const DivergenceCase& c) { return expect_eq("line", line_o
 // Storage dtype: gate_t = max(floor, 4 delta kappa_t), delta = 2^-p / sqrt(3) (p = 9 bf16, 24 fp32),
 // floor 2e-2 (bf16) or 1e-5 (fp32); fp64: 1e-10 for every tensor. On the gate matrix's W = 1 case.
 std::string gates_from_formula() {
-  cp::RunSpec spec = cp::gate_matrix_spec(cp::CpMode::Headwise, 1, 1, DType::F64, cp::Format::Thd);
+  harness::RunSpec spec = harness::gate_matrix_spec(cp::CpMode::Headwise, 1, 1, DType::F64, cp::Format::Thd);
   spec.lengths = {9, 5};
-  const cp::Case k = cp::make_case(spec);
-  const cp::Answer oracle = cp::oracle_answer(k);
-  const auto kappa = cp::condition_numbers(k, oracle);
+  const harness::Case k = harness::make_case(spec);
+  const harness::Answer oracle = harness::oracle_answer(k);
+  const auto kappa = harness::condition_numbers(k, oracle);
   const std::size_t tensors = 2 + oracle.grads.size();
   if (kappa.size() != tensors)
     return "kappa for " + std::to_string(kappa.size()) + " tensors, expected " + std::to_string(tensors);
   for (const auto& [dtype, p, floor] : {std::tuple{DType::BF16, 9, 2e-2}, {DType::F32, 24, 1e-5}}) {
-    const auto gates = cp::oracle_gates(k, oracle, dtype);
+    const auto gates = harness::oracle_gates(k, oracle, dtype);
     if (gates.size() != tensors) return std::string(dtype_name(dtype)) + ": " + std::to_string(gates.size()) + " gates";
     const double delta = std::ldexp(1.0, -p) / std::sqrt(3.0);
     for (const auto& [name, kap] : kappa)
@@ -310,7 +314,7 @@ std::string gates_from_formula() {
           !why.empty())
         return why;
   }
-  const auto f64 = cp::oracle_gates(k, oracle, DType::F64);
+  const auto f64 = harness::oracle_gates(k, oracle, DType::F64);
   for (const auto& [name, kap] : kappa)
     if (auto why = expect_near("F64 gate of " + name, f64.at(name), 1e-10); !why.empty()) return why;
   return "";

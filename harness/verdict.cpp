@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <limits>
 
-namespace gdnv::cp {
+namespace gdnv::harness {
 namespace {
 
 const Tensor* find_tensor(const Answer& a, const std::string& name) {
@@ -181,4 +181,4 @@ std::string first_divergence_line(const RunSpec& spec, const BackendFactory& fac
   }
 }
 
-}  // namespace gdnv::cp
+}  // namespace gdnv::harness

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/metrics.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
-namespace gdnv::cp {
+namespace gdnv::harness {
 
 struct TensorVerdict {
   std::string name;
@@ -54,4 +54,4 @@ std::optional<Divergence> find_first_divergence(const RunSpec& spec, const Backe
 // passes or the run does not complete (an Error other than ConfigError: there is no stage to name).
 std::string first_divergence_line(const RunSpec& spec, const BackendFactory& factory);
 
-}  // namespace gdnv::cp
+}  // namespace gdnv::harness

@@ -23,7 +23,7 @@ std::vector<HaloPiece> halo_before(Run mine, std::int64_t length) {
 }
 
 // Boundaries of sequences [first, last) clamped to `mine`, relative to its start.
-std::vector<std::int64_t> local_boundaries(const std::vector<std::int64_t>& cu, std::size_t first, std::size_t last,
+std::vector<std::int64_t> local_boundaries(std::span<const std::int64_t> cu, std::size_t first, std::size_t last,
                                            Run mine) {
   std::vector<std::int64_t> local{0};
   for (std::size_t i = first + 1; i < last; ++i) local.push_back(cu[i] - mine.begin);
@@ -47,6 +47,11 @@ ChunkwiseContext chunkwise_context(std::span<const std::int64_t> cu_seqlens, int
                       "; use the model's linear_conv_kernel_dim (4 by default)");
   const std::vector<std::int64_t> cu = checked_cu_seqlens(cu_seqlens);
   check_contiguous_total(cu.back(), cp_size);
+  return chunkwise_context_unchecked(cu, cp_size, cp_rank, conv_width);
+}
+
+ChunkwiseContext chunkwise_context_unchecked(std::span<const std::int64_t> cu, int cp_size, int cp_rank,
+                                             std::int64_t conv_width) {
   const Run mine = contiguous_span(cu.back(), cp_size, cp_rank);
   ChunkwiseContext ctx{cp_size, cp_rank, conv_width, {0}, 0, 0, true, true, 0, {}};
   if (mine.length == 0) return ctx;

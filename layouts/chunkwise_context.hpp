@@ -36,5 +36,9 @@ struct ChunkwiseContext {
 // segments.
 ChunkwiseContext chunkwise_context(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank,
                                    std::int64_t conv_width);
+// Unchecked, for callers that validated already (cu_seqlens as checked_cu_seqlens returns, its total divisible
+// by cp_size, conv_width >= 1).
+ChunkwiseContext chunkwise_context_unchecked(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank,
+                                             std::int64_t conv_width);
 
 }  // namespace gdnv::layouts

@@ -28,9 +28,10 @@ Partition make_partition(Layout layout, int cp_size, int cp_rank, std::int64_t t
 
 }  // namespace
 
-std::vector<std::int64_t> Partition::positions() const {
+std::vector<std::int64_t> Partition::positions() const { return positions_of(runs); }
+
+std::vector<std::int64_t> positions_of(std::span<const Run> runs) {
   std::vector<std::int64_t> out;
-  out.reserve(static_cast<std::size_t>(local_tokens));
   for (const Run& run : runs)
     for (std::int64_t p = run.begin; p < run.end(); ++p) out.push_back(p);
   return out;

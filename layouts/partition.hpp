@@ -47,6 +47,8 @@ Run contiguous_span(std::int64_t total_tokens, int cp_size, int cp_rank);
 // Chunks r and 2W-1-r of the sequence [seq.begin, seq.end()); at W = 1 the whole sequence and an empty run.
 std::pair<Run, Run> zigzag_chunks(Run seq, int cp_size, int cp_rank);
 std::vector<Run> zigzag_runs(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank);
+// Global position of each row of `runs`, in order (Partition::positions of those runs).
+std::vector<std::int64_t> positions_of(std::span<const Run> runs);
 // Sequences [first, last) that overlap `span` (first == last when none does).
 std::pair<std::size_t, std::size_t> sequences_overlapping(std::span<const std::int64_t> cu_seqlens, Run span);
 Run intersection(Run a, Run b);

@@ -27,7 +27,7 @@ std::int64_t append_local_rows(Run run, Run mine, std::vector<std::int64_t>& ind
   return overlap.length;
 }
 
-Route route_of_checked(const std::vector<std::int64_t>& cu, int cp_size, int cp_rank) {
+Route route_of_checked(std::span<const std::int64_t> cu, int cp_size, int cp_rank) {
   const std::int64_t total = cu.back();
   const Run mine = contiguous_span(total, cp_size, cp_rank);
   Route route{cp_size, cp_rank, std::vector<std::int64_t>(cp_size), std::vector<std::int64_t>(cp_size), {}};
@@ -68,6 +68,10 @@ Route sbhd_zigzag_contiguous_route(std::int64_t seq_len, int cp_size, int cp_ran
   check_sbhd_seq_len(Layout::zigzag, seq_len, cp_size);
   const std::int64_t cu[] = {0, seq_len};
   return route_of_checked(checked_cu_seqlens(cu), cp_size, cp_rank);
+}
+
+Route zigzag_contiguous_route_unchecked(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank) {
+  return route_of_checked(cu_seqlens, cp_size, cp_rank);
 }
 
 std::vector<std::int64_t> displacements(std::span<const std::int64_t> counts) {

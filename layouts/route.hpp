@@ -27,6 +27,9 @@ struct Route {
 // Validates (ConfigError) and drops zero-length segments. Cost O(num_seqs * W + T/W).
 Route zigzag_contiguous_route(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank);
 Route sbhd_zigzag_contiguous_route(std::int64_t seq_len, int cp_size, int cp_rank);
+// Unchecked, for callers that validated already (cu_seqlens as checked_cu_seqlens returns, lengths zigzag at
+// cp_size).
+Route zigzag_contiguous_route_unchecked(std::span<const std::int64_t> cu_seqlens, int cp_size, int cp_rank);
 
 // Exclusive prefix sums of per-peer counts: the displacements an all-to-all-v takes.
 std::vector<std::int64_t> displacements(std::span<const std::int64_t> counts);

@@ -1,11 +1,14 @@
 #include "layouts/validate.hpp"
 
+#include <atomic>
 #include <string>
 
 #include "core/error.hpp"
 
 namespace gdnv::layouts {
 namespace {
+
+std::atomic<std::uint64_t> checks{0};
 
 std::string list_str(std::span<const std::int64_t> values) {
   std::string s = "[";
@@ -50,7 +53,10 @@ void check_cp(int cp_size, int cp_rank) {
                       "; use a rank in [0, " + std::to_string(cp_size - 1) + "]");
 }
 
+std::uint64_t cu_seqlens_checks() { return checks.load(); }
+
 std::vector<std::int64_t> checked_cu_seqlens(std::span<const std::int64_t> cu_seqlens) {
+  ++checks;
   if (cu_seqlens.empty())
     throw ConfigError("cu_seqlens is empty; give the packed sequence boundaries starting at 0, e.g. 0,16,40");
   if (cu_seqlens[0] != 0) throw ConfigError("cu_seqlens must start at 0, got " + list_str(cu_seqlens) + "; prepend 0");

@@ -17,6 +17,8 @@ void check_cp(int cp_size, int cp_rank);
 // cu_seqlens with zero-length segments dropped ([0,16,40,40,40] -> [0,16,40]); rejects an empty list, a
 // first entry other than 0 and a decrease.
 std::vector<std::int64_t> checked_cu_seqlens(std::span<const std::int64_t> cu_seqlens);
+// How many times checked_cu_seqlens has run in this process: a test counts the checks of a run with it.
+std::uint64_t cu_seqlens_checks();
 // Zigzag cuts every sequence into 2*cp_size equal chunks when cp_size > 1 (at 1 any length is whole);
 // the message lists every offending length.
 void check_zigzag_lengths(std::span<const std::int64_t> cu_seqlens, int cp_size);

@@ -72,7 +72,7 @@ std::vector<std::int64_t> rows_outside(const Tensor& ref, const Tensor& cand, co
 }
 
 // The criterion a failing result broke, as the divergence line names it: metric, value and gate.
-void failed_criterion(const TensorResult& t, cp::Divergence& d) {
+void failed_criterion(const TensorResult& t, harness::Divergence& d) {
   const Rule& r = t.rule;
   const double frac = t.m.numel ? static_cast<double>(t.mismatched) / static_cast<double>(t.m.numel) : 0.0;
   if (t.m.nan_cand + t.m.inf_cand + t.m.nan_ref + t.m.inf_ref > 0 && t.why.find("NaN/Inf") != std::string::npos)
@@ -133,7 +133,7 @@ RankTable rank_file_table(const Comparison& c, const std::string& mode, const st
 
 // A mode reassembled to natural order (`got`) against `ref` under the rules `c` judged dump `file` with.
 RankTable piece_table(const Comparison& c, const std::string& file, const TensorFile& ref, const TensorFile& got,
-                      const cp::MicroBatchRun& run, const cp::Case& k) {
+                      const harness::MicroBatchRun& run, const harness::Case& k) {
   std::vector<std::string> names;
   for (const auto& [name, t] : ref.tensors) names.push_back(name);
   std::vector<std::pair<std::string, Rule>> rows;
@@ -154,18 +154,19 @@ const TensorResult* first_failing(const Comparison& c, const std::string& file, 
 // Where `run` (one mode reassembled) first leaves `ref` (natural order) under the results `c` holds for
 // dump `file`: the first failing tensor in the judged order, the lowest CP rank with an element outside
 // its rule, and that rank's rows holding one (every rank when no single rank's elements are outside).
-std::optional<cp::Divergence> policy_divergence(const Comparison& c, const std::string& file, const TensorFile& ref,
-                                                const cp::MicroBatchRun& run, const cp::Case& k) {
+std::optional<harness::Divergence> policy_divergence(const Comparison& c, const std::string& file,
+                                                     const TensorFile& ref, const harness::MicroBatchRun& run,
+                                                     const harness::Case& k) {
   std::vector<std::string> names;
   for (const auto& [name, t] : ref.tensors) names.push_back(name);
   const TensorResult* t = first_failing(c, file, names);
   if (!t) return std::nullopt;
-  cp::Divergence d{
+  harness::Divergence d{
       t->name, ref::is_backward_tensor(t->name), -1, run.cp_size, 0, ref.tensors.at(t->name).dim(0) - 1, "", 0, 0};
   failed_criterion(*t, d);
   const TensorFile got = answer_file(run.answer);
   std::map<int, std::vector<std::int64_t>> hot;
-  for (const cp::StagePiece& p : cp::pieces_of(t->name, run, k))
+  for (const harness::StagePiece& p : harness::pieces_of(t->name, run, k))
     for (const std::int64_t row :
          rows_outside(ref.tensors.at(t->name), got.tensors.at(t->name), t->rule, p.rows, p.cols))
       hot[p.cp_rank].push_back(row);
@@ -180,9 +181,9 @@ std::optional<cp::Divergence> policy_divergence(const Comparison& c, const std::
 
 // The natural rows of rank r's file's tensor `name`, by local row: out and grad_hidden the zigzag shard's,
 // a stage its rows:: tensor, a parameter gradient its own rows.
-std::vector<std::int64_t> natural_rows_of(const TensorFile& f, const std::string& name, const cp::Case& k, int W,
+std::vector<std::int64_t> natural_rows_of(const TensorFile& f, const std::string& name, const harness::Case& k, int W,
                                           int r) {
-  if (name == "out" || name == "grad_hidden") return cp::zigzag_rows(k, W, r);
+  if (name == "out" || name == "grad_hidden") return harness::zigzag_rows(k, W, r);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(f.tensors.at(name).dim(0)));
   const std::string rows_name = "rows::" + name;
   for (std::size_t i = 0; i < ids.size(); ++i)
@@ -194,8 +195,9 @@ std::vector<std::int64_t> natural_rows_of(const TensorFile& f, const std::string
 // Where CAND's dump of a mode (rank files `files`, compared file by file in `c`) first leaves REF's: the
 // first failing tensor in the judged order, the lowest rank whose file fails on it (every rank for a
 // CP-summed parameter gradient), and that file's rows holding an element outside the rule.
-std::optional<cp::Divergence> image_divergence(const Comparison& c, const std::string& ref, const std::string& cand,
-                                               const std::vector<std::string>& files, const cp::Case& k) {
+std::optional<harness::Divergence> image_divergence(const Comparison& c, const std::string& ref,
+                                                    const std::string& cand, const std::vector<std::string>& files,
+                                                    const harness::Case& k) {
   std::vector<std::string> names;
   for (const auto& [name, t] : read_safetensors((fs::path(ref) / files.front()).string()).tensors)
     names.push_back(name);
@@ -218,8 +220,8 @@ std::optional<cp::Divergence> image_divergence(const Comparison& c, const std::s
   std::vector<std::int64_t> hot = rows_outside(x, b.at(t->name, path), t->rule, local, {});
   if (hot.empty()) hot = local;
   const std::vector<std::int64_t> ids = natural_rows_of(a, t->name, k, W, rank);
-  cp::Divergence d{t->name, ref::is_backward_tensor(t->name), t->name.starts_with("grad::") ? -1 : rank, W, 0, 0, "", 0,
-                   0};
+  harness::Divergence d{
+      t->name, ref::is_backward_tensor(t->name), t->name.starts_with("grad::") ? -1 : rank, W, 0, 0, "", 0, 0};
   d.row_begin = d.row_end = ids[static_cast<std::size_t>(hot.front())];
   for (const std::int64_t i : hot) {
     d.row_begin = std::min(d.row_begin, ids[static_cast<std::size_t>(i)]);
@@ -231,7 +233,7 @@ std::optional<cp::Divergence> image_divergence(const Comparison& c, const std::s
 
 // A mode's reassembled tensors as cp1 can be compared with them: stages only where cp1 dumped them too,
 // never the chunkwise boundary state (cp1 has no boundaries; the oracle judges it).
-TensorFile comparable_with_cp1(const cp::Answer& a, const TensorFile& cp1) {
+TensorFile comparable_with_cp1(const harness::Answer& a, const TensorFile& cp1) {
   TensorFile f = answer_file(a);
   for (auto it = f.tensors.begin(); it != f.tensors.end();)
     it = it->first.starts_with("stage") && !cp1.has(it->first) ? f.tensors.erase(it) : std::next(it);
@@ -265,8 +267,8 @@ void judge_replicas(const std::string& dir, const std::string& mode, int W, Comp
     std::vector<std::int64_t> rows(static_cast<std::size_t>(a.dim(0)));
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
     const std::vector<std::int64_t> hot = rows_outside(a, copy.tensors.at(t->name), exact, rows, {});
-    cp::Divergence d{t->name, true, r, W, hot.empty() ? 0 : hot.front(), hot.empty() ? a.dim(0) - 1 : hot.back(),
-                     "",      0,    0};
+    harness::Divergence d{t->name, true, r, W, hot.empty() ? 0 : hot.front(), hot.empty() ? a.dim(0) - 1 : hot.back(),
+                          "",      0,    0};
     failed_criterion(*t, d);
     into.divergence = std::move(d);
     into.divergence_in = mode;
@@ -290,7 +292,7 @@ void compare_case_metadata(const TensorFile& ref, const TensorFile& cand, Compar
 }  // namespace
 
 RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
-                    const TensorFile& ref, const TensorFile& got, const cp::MicroBatchRun& run, const cp::Case& k) {
+                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run, const harness::Case& k) {
   RankTable table{title, run.cp_size, {}, {}, {}};
   for (const auto& [name, rule] : rows) {
     const Tensor &a = ref.tensors.at(name), &b = got.tensors.at(name);
@@ -298,7 +300,7 @@ RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::s
     const double ref_max_abs = compare(a, b).ref_max_abs;
     std::vector<std::string> cells(static_cast<std::size_t>(run.cp_size), "-");
     std::map<int, std::vector<std::int64_t>> elements;  // each rank's, flat
-    for (const cp::StagePiece& p : cp::pieces_of(name, run, k))
+    for (const harness::StagePiece& p : harness::pieces_of(name, run, k))
       for (const std::int64_t r : p.rows)
         for (std::int64_t j = 0; j < (p.cols.empty() ? width : static_cast<std::int64_t>(p.cols.size())); ++j)
           elements[p.cp_rank].push_back(r * width + (p.cols.empty() ? j : p.cols[static_cast<std::size_t>(j)]));
@@ -373,8 +375,8 @@ namespace {
 
 // The stages the oracle answers with for DIR's dumps: every stage when any mode dumped them, and the
 // chunkwise boundary state at the chunkwise dump's world size.
-cp::StageRequest stage_request_of(const std::string& dir, const ImageIndex& idx) {
-  cp::StageRequest request;
+harness::StageRequest stage_request_of(const std::string& dir, const ImageIndex& idx) {
+  harness::StageRequest request;
   for (const auto& mode : idx.modes) {
     if (!has_stages(dir, mode)) continue;
     request.on = true;
@@ -385,7 +387,7 @@ cp::StageRequest stage_request_of(const std::string& dir, const ImageIndex& idx)
 
 // The oracle's tensors one mode's dump is judged on: out, grad_hidden and the gradients; its stages when
 // the dump holds them, the boundary state only for a chunkwise dump on more than one rank.
-TensorFile oracle_file_for(const cp::Answer& oracle, const std::string& mode, bool stages, int world) {
+TensorFile oracle_file_for(const harness::Answer& oracle, const std::string& mode, bool stages, int world) {
   TensorFile f = answer_file(oracle);
   for (auto it = f.tensors.begin(); it != f.tensors.end();) {
     const bool stage = it->first.starts_with("stage");
@@ -423,9 +425,9 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   if (modes.empty() || modes.front() != "cp1")
     throw ConfigError(dir + " holds no cp1 dump: run 'gdn-verify probe dump --mode cp1' into it first");
   if (modes.size() < 2) throw ConfigError(dir + " holds only the cp1 dump: dump at least one CP mode into it");
-  const cp::Case k = read_inputs(dir);
+  const harness::Case k = read_inputs(dir);
   TensorFile cp1 = assemble(dir, "cp1", idx.world.at("cp1"), k);
-  const cp::Answer oracle_answer = cp::oracle_answer(k, stage_request_of(dir, idx));
+  const harness::Answer oracle_answer = harness::oracle_answer(k, stage_request_of(dir, idx));
   const TensorFile oracle = answer_file(oracle_answer);
   const auto rel_to_oracle = [&](const TensorFile& f, const std::string& name) {
     return compare(oracle.tensors.at(name), f.tensors.at(name)).rel_rms;
@@ -442,7 +444,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
     if (third_party && oracle.has(name) && rel_to_oracle(cp1, name) > kernel_gate(idx.dtype))
       out.band_only.push_back({name, rel_to_oracle(cp1, name), kernel_gate(idx.dtype), 0});
   if (!out.band_only.empty()) {
-    const auto gates = cp::oracle_gates(k, oracle_answer, idx.dtype, declared_decay_class(dir));
+    const auto gates = harness::oracle_gates(k, oracle_answer, idx.dtype, declared_decay_class(dir));
     for (BandOnly& b : out.band_only) band_only[b.tensor] = b.class_gate = gates.at(b.tensor);
   }
   const auto without_band_only = [&](TensorFile f) {
@@ -452,7 +454,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   std::map<std::string, TensorFile> by_mode;
   for (std::size_t i = 1; i < modes.size(); ++i) {
     const int W = idx.world.at(modes[i]);
-    const cp::MicroBatchRun run = assemble_run(dir, modes[i], W, k);
+    const harness::MicroBatchRun run = assemble_run(dir, modes[i], W, k);
     by_mode[modes[i]] = comparable_with_cp1(run.answer, cp1);
     TensorFile reference = without_band_only(cp1);  // cp1's stages only where this mode dumped them too
     for (auto it = reference.tensors.begin(); it != reference.tensors.end();)
@@ -498,25 +500,25 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
 Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* classes) {
   require_image(dir, "DIR");
   const ImageIndex idx = index_image(dir);
-  const cp::DecayClass declared = declared_decay_class(dir);
+  const harness::DecayClass declared = declared_decay_class(dir);
   Comparison out;
   out.name = "oracle " + dir_name(dir);
-  out.policy = "per-tensor oracle gates of the " + std::string(cp::decay_class_name(declared)) +
+  out.policy = "per-tensor oracle gates of the " + std::string(harness::decay_class_name(declared)) +
                " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2" +
-               (declared == cp::DecayClass::CumsumDecay ? "; the cumsum's delta_32 kappa^gamma in quadrature)" : ")");
+               (declared == harness::DecayClass::CumsumDecay ? "; the cumsum's delta_32 kappa^gamma in quadrature)" : ")");
   add_problems(idx, "", out);
   if (idx.modes.empty()) {
     if (idx.problems.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");
     return out;
   }
-  const cp::Case k = read_inputs(dir);
-  const cp::Answer oracle = cp::oracle_answer(k, stage_request_of(dir, idx));
+  const harness::Case k = read_inputs(dir);
+  const harness::Answer oracle = harness::oracle_answer(k, stage_request_of(dir, idx));
   // The gates' dtype is the image's (meta.json, which every file and tensor was checked to carry).
-  const cp::DecayClass all[] = {cp::DecayClass::ProductOfDecays, cp::DecayClass::CumsumDecay};
+  const harness::DecayClass all[] = {harness::DecayClass::ProductOfDecays, harness::DecayClass::CumsumDecay};
   if (classes) classes->assign({{all[0], 0}, {all[1], 0}});
-  std::map<cp::DecayClass, std::map<std::string, double>> gates;
-  for (const cp::DecayClass decays : all)
-    if (decays == declared || classes) gates[decays] = cp::oracle_gates(k, oracle, idx.dtype, decays);
+  std::map<harness::DecayClass, std::map<std::string, double>> gates;
+  for (const harness::DecayClass decays : all)
+    if (decays == declared || classes) gates[decays] = harness::oracle_gates(k, oracle, idx.dtype, decays);
   const std::map<std::string, double>& judged = gates.at(declared);
   Policy p{"oracle", {}, {}};
   for (const auto& [name, gate] : judged) {
@@ -526,17 +528,17 @@ Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* 
   }
   for (const auto& mode : idx.modes) {
     const int W = idx.world.at(mode);
-    const cp::MicroBatchRun run = assemble_run(dir, mode, W, k);
+    const harness::MicroBatchRun run = assemble_run(dir, mode, W, k);
     if (classes)
-      for (const cp::DecayClass decays : all)
-        for (const cp::TensorVerdict& v : cp::judge_answer(oracle, run.answer, gates.at(decays)))
+      for (const harness::DecayClass decays : all)
+        for (const harness::TensorVerdict& v : harness::judge_answer(oracle, run.answer, gates.at(decays)))
           (*classes)[decays == all[0] ? 0 : 1].outside += !v.pass;
     const TensorFile judged_file = oracle_file_for(oracle, mode, has_stages(dir, mode), run.cp_size);
     const TensorFile got = answer_file(run.answer);
     compare_files(judged_file, got, p, mode, out);
     if (any_failing(out, {mode})) out.rank_tables.push_back(piece_table(out, mode, judged_file, got, run, k));
     if (!out.divergence)
-      if (auto d = cp::first_divergence(cp::judge_answer(oracle, run.answer, judged), oracle, run, k)) {
+      if (auto d = harness::first_divergence(harness::judge_answer(oracle, run.answer, judged), oracle, run, k)) {
         out.divergence = std::move(d);
         out.divergence_in = mode;
       }

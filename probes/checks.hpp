@@ -17,10 +17,10 @@
 namespace gdnv::probes {
 
 // Each tensor of `rows` (name and rule, in order) of a run reassembled to natural order (`got`) against
-// `ref`: its error / bound (error_ratio) over the elements each CP rank of `run` computed (cp::pieces_of;
+// `ref`: its error / bound (error_ratio) over the elements each CP rank of `run` computed (harness::pieces_of;
 // "-" for a rank with none, as for a CP-summed parameter gradient) and over the whole tensor.
 RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
-                    const TensorFile& ref, const TensorFile& got, const cp::MicroBatchRun& run, const cp::Case& k);
+                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run, const harness::Case& k);
 
 // The inputs must be bitwise identical, their metadata (the layer config, case, seed, dtype) equal but
 // for the image label (else the images are of different cases: a structural mismatch); then each
@@ -56,7 +56,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy);
 
 // The tensors outside the oracle gates of one decay class (docs/DESIGN.md §4).
 struct ClassVerdict {
-  cp::DecayClass decays;
+  harness::DecayClass decays;
   int outside = 0;
 };
 // Judged under the gates of the class the image declares (declared_decay_class); `classes`, when given,

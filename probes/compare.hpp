@@ -47,7 +47,7 @@ struct Comparison {
   std::vector<TensorResult> tensors;  // in (file, name) order, structural mismatches included
   // Where a failing verdict starts (harness/verdict.hpp): the first tensor outside its gate in the judged
   // order, in the first failing dump (`divergence_in`: its mode); unset when it passes or is not judged.
-  std::optional<cp::Divergence> divergence;
+  std::optional<harness::Divergence> divergence;
   std::string divergence_in;
   std::vector<RankTable> rank_tables;  // of a failing comparison: each judged dump's tensors by rank
 

@@ -23,9 +23,9 @@ using nlohmann::json;
 
 const char* const kModes[] = {"cp1", "headwise", "chunkwise", "all_gather"};
 
-cp::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int64_t> lengths,
-                      cp::GateRegime gates = cp::GateRegime::Default) {
-  cp::RunSpec s;
+harness::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int64_t> lengths,
+                           harness::GateRegime gates = harness::GateRegime::Default) {
+  harness::RunSpec s;
   s.layer = layer;
   s.lengths = std::move(lengths);
   s.gates = gates;
@@ -73,7 +73,7 @@ void check_same_image(const json& meta, const DumpSpec& spec, const std::string&
                         ", not " + value.dump() + ": dump into a fresh --out directory");
 }
 
-json geometry(const cp::RunSpec& s) {
+json geometry(const harness::RunSpec& s) {
   const ref::LayerConfig c(s.layer);
   json g = {{"hidden_size", c.hidden()},          {"linear_num_key_heads", c.Hk()},  {"linear_num_value_heads", c.Hv()},
             {"linear_key_head_dim", c.dk()},      {"linear_value_head_dim", c.dv()}, {"linear_conv_kernel_dim", c.W()},
@@ -81,7 +81,7 @@ json geometry(const cp::RunSpec& s) {
   if (s.format == cp::Format::Thd) g["lengths"] = s.lengths;
   else g["seq_len"] = s.seq_len, g["batch"] = s.batch;
   g["conv_bias"] = c.conv_bias();
-  g["gates"] = std::string(cp::gate_regime_name(s.gates));
+  g["gates"] = std::string(harness::gate_regime_name(s.gates));
   return g;
 }
 
@@ -138,7 +138,7 @@ std::vector<cp::HostStage> read_stages(const TensorFile& f, const std::string& p
   return out;
 }
 
-TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType state, const std::string& run) {
+TensorFile rank_tensors(const harness::RankOutput& o, const DumpSpec& spec, DType state, const std::string& run) {
   TensorFile f;
   f.tensors["out"] = o.out.to(spec.dtype);
   f.tensors["grad_hidden"] = o.grad_hidden.to(spec.dtype);
@@ -154,7 +154,7 @@ TensorFile rank_tensors(const cp::RankOutput& o, const DumpSpec& spec, DType sta
   return f;
 }
 
-TensorFile inputs_file(const cp::Case& k, const DumpSpec& spec) {
+TensorFile inputs_file(const harness::Case& k, const DumpSpec& spec) {
   TensorFile f = ref::write_layer_case({k.config, k.params, k.hidden, k.cu_seqlens, k.grad_output, 64});
   f.metadata["image"] = spec.image;
   f.metadata["case"] = spec.case_name;
@@ -251,7 +251,7 @@ const std::vector<ProbeCase>& probe_cases() {
         {"thd-gva", "THD, 3 sequences (128, 64, 32), hidden 64, Hk 4, Hv 8, dk = dv = 16",
          base_spec({64, 4, 8, 16, 16, 4, 1e-6, false}, {128, 64, 32})},
         {"thd-short", "THD, one 16-token sequence (spans of 2 at W=8), Hk = Hv = 8, dk = dv = 8, weak gates",
-         base_spec({32, 8, 8, 8, 8, 4, 1e-6, false}, {16}, cp::GateRegime::Weak)},
+         base_spec({32, 8, 8, 8, 8, 4, 1e-6, false}, {16}, harness::GateRegime::Weak)},
         {"thd-odd",
          "THD, 3 sequences of odd lengths (9, 5, 3): CP=1 only, where nothing is split, hidden 64, Hk 4, "
          "Hv 8, dk = dv = 16",
@@ -265,7 +265,7 @@ const std::vector<ProbeCase>& probe_cases() {
   return table;
 }
 
-std::string geometry_case_name(const cp::RunSpec& g) {
+std::string geometry_case_name(const harness::RunSpec& g) {
   const ref::LayerConfig c(g.layer);
   std::string name = "--format " + std::string(cp::format_name(g.format));
   name += g.format == cp::Format::Thd
@@ -274,16 +274,16 @@ std::string geometry_case_name(const cp::RunSpec& g) {
   name += " --hidden " + std::to_string(c.hidden()) + " --num-key-heads " + std::to_string(c.Hk()) +
           " --num-value-heads " + std::to_string(c.Hv()) + " --key-head-dim " + std::to_string(c.dk()) +
           " --value-head-dim " + std::to_string(c.dv()) + " --conv-width " + std::to_string(c.W());
-  return name + (c.conv_bias() ? " --conv-bias" : "") + " --gates " + std::string(cp::gate_regime_name(g.gates));
+  return name + (c.conv_bias() ? " --conv-bias" : "") + " --gates " + std::string(harness::gate_regime_name(g.gates));
 }
 
-cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
+harness::CheckedRun dump_run_spec(const DumpSpec& spec, int world_size) {
   const ProbeCase* found = nullptr;
   for (const auto& c : probe_cases())
     if (c.name == spec.case_name) found = &c;
   if (!found && !spec.geometry)
     throw ConfigError("unknown --case '" + spec.case_name + "': use thd-gva, thd-short, thd-odd or sbhd");
-  cp::RunSpec s = spec.geometry ? *spec.geometry : found->spec;
+  harness::RunSpec s = spec.geometry ? *spec.geometry : found->spec;
   s.dtype = spec.dtype;
   s.seed = spec.seed;
   s.stages = spec.stages;
@@ -296,17 +296,17 @@ cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size) {
   } else {
     s.cp.mode = cp::parse_mode(spec.mode);
   }
-  cp::validate_run(s);
-  return s;
+  return harness::validate_run(s);
 }
 
 void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
                std::unique_ptr<cp::Backend> backend) {
-  const cp::RunSpec rs = dump_run_spec(spec, world.size());
+  const harness::CheckedRun checked = dump_run_spec(spec, world.size());
+  const harness::RunSpec& rs = checked.spec;
   check_same_image(read_meta(dir), spec, dir);
-  const cp::Case k = cp::make_case(rs);
+  const harness::Case k = harness::make_case(rs);
   const std::string run = spec.run.empty() ? shared_run_id(world) : spec.run;
-  const cp::RankOutput o = cp::run_rank(rs, k, std::move(backend), world).front();
+  const harness::RankOutput o = harness::run_rank(checked, k, std::move(backend), world).front();
   world.barrier();  // every rank has computed: nothing is written for a run that failed
   json meta;
   if (world.rank() == 0) {  // the mode undeclared while its rank files are replaced
@@ -317,7 +317,7 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
       meta = identity(spec);
       meta["versions"] = build_info();
       meta["geometry"] = geometry(rs);
-      meta["decay_class"] = cp::decay_class_name(cp::DecayClass::ProductOfDecays);  // docs/DESIGN.md §4
+      meta["decay_class"] = harness::decay_class_name(harness::DecayClass::ProductOfDecays);  // docs/DESIGN.md §4
       meta["modes"] = json::object();
     }
     meta["modes"].erase(spec.mode);
@@ -433,7 +433,7 @@ ImageIndex index_image(const std::string& dir) {
   return idx;
 }
 
-cp::Case read_inputs(const std::string& dir) {
+harness::Case read_inputs(const std::string& dir) {
   const std::string path = (fs::path(dir) / "inputs.safetensors").string();
   const ref::LayerCase c = ref::read_layer_case(read_safetensors(path), path);
   if (!c.grad_output) throw FormatError(path + ": no grad_output: the probes need it to judge the gradients");
@@ -447,17 +447,17 @@ bool has_stages(const std::string& dir, const std::string& mode) {
   return false;
 }
 
-cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int W, const cp::Case& k) {
-  cp::MicroBatchRun run;
+harness::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int W, const harness::Case& k) {
+  harness::MicroBatchRun run;
   run.cp_size = W;
   run.answer.out = Tensor(DType::F64, k.hidden.shape());
   run.answer.grad_hidden = Tensor(DType::F64, k.hidden.shape());
   const std::int64_t rows_total = k.hidden.dim(0), width = k.hidden.numel() / rows_total;
-  std::vector<cp::RankOutput> ranks(static_cast<std::size_t>(W));
+  std::vector<harness::RankOutput> ranks(static_cast<std::size_t>(W));
   for (int r = 0; r < W; ++r) {
     const std::string path = rank_file(dir, mode, r);
     const TensorFile f = read_safetensors(path);
-    const auto rows = cp::zigzag_rows(k, W, r);
+    const auto rows = harness::zigzag_rows(k, W, r);
     for (const char* name : {"out", "grad_hidden"}) {
       const Tensor& shard = f.at(name, path);
       if (shard.numel() != static_cast<std::int64_t>(rows.size()) * width)
@@ -475,13 +475,13 @@ cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, 
     ranks[static_cast<std::size_t>(r)].cp_rank = r;
     ranks[static_cast<std::size_t>(r)].stages = read_stages(f, path);
   }
-  std::vector<const cp::RankOutput*> group;
+  std::vector<const harness::RankOutput*> group;
   for (const auto& o : ranks) group.push_back(&o);
-  cp::assemble_stages(k, group, run);
+  harness::assemble_stages(k, group, run);
   return run;
 }
 
-TensorFile answer_file(const cp::Answer& a) {
+TensorFile answer_file(const harness::Answer& a) {
   TensorFile f;
   f.tensors["out"] = a.out;
   f.tensors["grad_hidden"] = a.grad_hidden;
@@ -490,15 +490,15 @@ TensorFile answer_file(const cp::Answer& a) {
   return f;
 }
 
-TensorFile assemble(const std::string& dir, const std::string& mode, int W, const cp::Case& k) {
+TensorFile assemble(const std::string& dir, const std::string& mode, int W, const harness::Case& k) {
   return answer_file(assemble_run(dir, mode, W, k).answer);
 }
 
-cp::DecayClass declared_decay_class(const std::string& dir) {
+harness::DecayClass declared_decay_class(const std::string& dir) {
   const json meta = read_meta(dir);
-  if (!meta.contains("decay_class")) return cp::DecayClass::ProductOfDecays;
+  if (!meta.contains("decay_class")) return harness::DecayClass::ProductOfDecays;
   try {
-    return cp::parse_decay_class(meta["decay_class"].is_string() ? meta["decay_class"].get<std::string>() : "");
+    return harness::parse_decay_class(meta["decay_class"].is_string() ? meta["decay_class"].get<std::string>() : "");
   } catch (const ConfigError& e) {
     throw FormatError(meta_path(dir) + ": " + e.what() + " (its decay_class)");
   }

@@ -26,19 +26,19 @@
 
 #include "comm/communicator.hpp"
 #include "core/safetensors.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::probes {
 
 // A built-in deterministic case: the geometry of the dumped layer run.
 struct ProbeCase {
   std::string name, what;
-  cp::RunSpec spec;  // layer, format, lengths / seq_len, gates; mode, world, dtype and seed set per dump
+  harness::RunSpec spec;  // layer, format, lengths / seq_len, gates; mode, world, dtype and seed set per dump
 };
 const std::vector<ProbeCase>& probe_cases();
 // The case name of a dump made from geometry options instead of a probe case: the options that rebuild it
 // ("--format thd --lengths 40,200,16 --hidden 64 ... --gates default"), so the image names its inputs.
-std::string geometry_case_name(const cp::RunSpec& geometry);
+std::string geometry_case_name(const harness::RunSpec& geometry);
 
 struct DumpSpec {
   std::string mode = "cp1";  // cp1 | headwise | chunkwise | all_gather
@@ -46,7 +46,7 @@ struct DumpSpec {
   std::string case_name = "thd-gva";
   // In place of a probe case: the layer, format, lengths / seq_len, batch and gates (case_name is then
   // geometry_case_name of it).
-  std::optional<cp::RunSpec> geometry;
+  std::optional<harness::RunSpec> geometry;
   DType dtype = DType::F32;
   std::uint64_t seed = 0;
   std::string backend = "cpu";  // what computed it (gdn-verify --backend), recorded in meta.json
@@ -60,9 +60,10 @@ std::string new_run_id();
 // dump carries. A device-memory world (emu, NCCL) gets it from the host world that launched it instead.
 std::string shared_run_id(Communicator& world);
 
-// The RunSpec of a dump on `world_size` ranks; ConfigError for an unknown mode or case, cp1 on more
-// than one rank, or an illegal combination (docs/DESIGN.md §3.1, the messages of `gdn-verify run`).
-cp::RunSpec dump_run_spec(const DumpSpec& spec, int world_size);
+// The RunSpec of a dump on `world_size` ranks, checked (harness::validate_run); ConfigError for an unknown
+// mode or case, cp1 on more than one rank, or an illegal combination (docs/DESIGN.md §3.1, the messages of
+// `gdn-verify run`).
+harness::CheckedRun dump_run_spec(const DumpSpec& spec, int world_size);
 
 // This rank's part of the dump (collective over `world`, whose Memory is the backend's): runs the layer
 // fwd+bwd on `backend` and writes DIR/<mode>.rank<r>.safetensors; rank 0 also writes inputs.safetensors
@@ -92,7 +93,7 @@ struct ImageIndex {
 ImageIndex index_image(const std::string& dir);
 
 // DIR/inputs.safetensors as the oracle harness's case.
-cp::Case read_inputs(const std::string& dir);
+harness::Case read_inputs(const std::string& dir);
 
 // DIR/<mode>.rank<r>.safetensors.
 std::string rank_file(const std::string& dir, const std::string& mode, int rank);
@@ -102,17 +103,18 @@ std::string rank_file(const std::string& dir, const std::string& mode, int rank)
 // other rank's copy is judged against it: the readers' replica check), the stages (when dumped) from
 // every rank's pieces with who computed what (stage_pieces), all F64; FormatError naming the file when
 // a shard does not fit the partition.
-cp::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int world, const cp::Case& inputs);
+harness::MicroBatchRun assemble_run(const std::string& dir, const std::string& mode, int world,
+                                    const harness::Case& inputs);
 // assemble_run's tensors by name: out, grad_hidden, grad::<param>, stage::<s>, stage_grad::<s>.
-TensorFile assemble(const std::string& dir, const std::string& mode, int world, const cp::Case& inputs);
-TensorFile answer_file(const cp::Answer& answer);
+TensorFile assemble(const std::string& dir, const std::string& mode, int world, const harness::Case& inputs);
+TensorFile answer_file(const harness::Answer& answer);
 
 // Whether the mode's dump holds stages.
 bool has_stages(const std::string& dir, const std::string& mode);
 
 // How the image's implementation forms its decays, as meta.json's "decay_class" declares it (absent:
 // product-of-decays, the class of this project's backends); FormatError for an unknown class.
-cp::DecayClass declared_decay_class(const std::string& dir);
+harness::DecayClass declared_decay_class(const std::string& dir);
 // Whether DIR's meta.json names the adapter that wrote it: an image of a third-party implementation
 // (docs/DESIGN.md §4: its CP verdict is relative to its own cp1).
 bool third_party_image(const std::string& dir);

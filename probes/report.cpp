@@ -110,7 +110,7 @@ const std::vector<std::string> kHeader = {"tensor",
 
 nlohmann::json divergence_json(const Comparison& c) {
   if (!c.divergence || c.exit_code() == 0) return nullptr;
-  const cp::Divergence& d = *c.divergence;
+  const harness::Divergence& d = *c.divergence;
   return {{"dump", c.divergence_in},
           {"tensor", d.name},
           {"pass", d.backward ? "backward" : "forward"},
@@ -121,7 +121,7 @@ nlohmann::json divergence_json(const Comparison& c) {
           {"metric", d.metric},
           {"value", d.value},
           {"gate", d.gate},
-          {"line", cp::divergence_line(d)}};
+          {"line", harness::divergence_line(d)}};
 }
 
 nlohmann::json rank_tables_json(const Comparison& c) {
@@ -187,7 +187,7 @@ std::string counts_line(const Comparison& c, double seconds) {
 }
 
 void write_divergence(const Comparison& c, std::ostream& out) {
-  if (c.divergence && c.exit_code() != 0) out << cp::divergence_line(*c.divergence) << "\n";
+  if (c.divergence && c.exit_code() != 0) out << harness::divergence_line(*c.divergence) << "\n";
 }
 
 void write_rows(const Comparison& c, std::ostream& out, const TextOptions& options) {
@@ -295,7 +295,7 @@ std::string to_markdown(const Comparison& c) {
     }
   }
   md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
-  if (c.divergence && c.exit_code() != 0) md << "\n`" << cp::divergence_line(*c.divergence) << "`\n";
+  if (c.divergence && c.exit_code() != 0) md << "\n`" << harness::divergence_line(*c.divergence) << "`\n";
   return md.str();
 }
 

@@ -10,6 +10,7 @@
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 using namespace gdnv::cp::testing;

@@ -1,6 +1,6 @@
 #pragma once
 // The shared harness of the CP property suites: generated geometry, the RunSpec it stands for, and
-// the judgement of a run against the fp64 oracle (per-tensor relative RMS within cp::oracle_gates).
+// the judgement of a run against the fp64 oracle (per-tensor relative RMS within harness::oracle_gates).
 #include <rapidcheck.h>
 
 #include <cstdio>
@@ -11,9 +11,10 @@
 
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::cp::testing {
+using namespace harness;
 
 struct Geometry {
   int W, tp;

@@ -7,6 +7,7 @@
 #include "harness/verdict.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 // The gate's matrix spec with its stages recorded, seeded.

@@ -28,7 +28,7 @@ CpConfig chunkwise(int cp) {
 }
 
 // Cases whose lengths are a legal zigzag micro-batch (divisible by 2W) are planned by the layer and
-// must carry FLA's context; the others must be rejected by prepare() naming the rule.
+// must carry FLA's context; the others must be rejected by check() naming the rule.
 TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
   const json cases = vector_cases("fla_cp_context.json");
   std::map<std::pair<Ints, int>, std::map<int, json>> by_batch;  // (cu_seqlens, W) -> rank -> case
@@ -49,14 +49,14 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
       SCOPED_TRACE(json(cu).dump() + " W=" + std::to_string(W) + " r=" + std::to_string(group.rank()));
       if (!legal) {
         try {
-          (void)layer.prepare({Format::Thd, cu});
+          (void)layer.check({Format::Thd, cu});
           ADD_FAILURE() << "accepted";
         } catch (const ConfigError& e) {
           EXPECT_NE(std::string(e.what()).find("divisible by"), std::string::npos) << e.what();
         }
         return;
       }
-      const auto mb = layer.prepare({Format::Thd, cu});
+      const auto mb = layer.prepare(layer.check({Format::Thd, cu}));
       const json& want = ranks.at(group.rank());
       const layouts::ChunkwiseContext& ctx = mb->chunkwise->context;
       EXPECT_EQ(layouts::fla_context_difference(ctx, want), "");
@@ -78,7 +78,7 @@ TEST(ChunkwisePlan, RouteIsBuiltOncePerMicroBatchAndReusedByEveryLayer) {
     std::shared_ptr<const MicroBatch> mb;
     {
       const ScopedCounter counter(acc);
-      mb = a.prepare({Format::Thd, {0, 8, 20}});
+      mb = a.prepare(a.check({Format::Thd, {0, 8, 20}}));
       EXPECT_EQ(counter.delta().route_builds, 1u);
       EXPECT_EQ(counter.delta().calls(), 0u);
     }

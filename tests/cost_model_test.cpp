@@ -9,9 +9,10 @@
 
 #include "cost/roofline.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 struct Scenario {

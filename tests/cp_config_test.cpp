@@ -199,7 +199,7 @@ TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
     }
     const GdnCpLayer ok(layer(), config(CpMode::Headwise, 2), params, *be, world);
     const ScopedCounter counter(world.accounting());
-    EXPECT_THROW(ok.prepare({Format::Thd, {0, 8, 14}}), ConfigError);
+    EXPECT_THROW(ok.check({Format::Thd, {0, 8, 14}}), ConfigError);
     EXPECT_EQ(counter.delta().calls(), 0u);
   });
 }
@@ -246,7 +246,7 @@ TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
       EXPECT_NE(before, GdnCpLayer(layer(), cp, other, *be, world).fingerprint());
       for (int c : {2, 1}) {
         Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
-        auto mb = gdn.prepare({Format::Thd, {0, 8, 16}}, group, group ? c : 0);
+        auto mb = gdn.prepare(gdn.check({Format::Thd, {0, 8, 16}}, group, group ? c : 0));
         const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 32}), DType::F32);
         Context ctx;
         const Buffer out = gdn.forward(mb, h, ctx);

@@ -9,11 +9,12 @@
 #include "core/faults.hpp"
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 #include "reference/layer.hpp"
 #include "tests/harness_testing.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 // The gate's geometry (harness/harness.hpp gate_matrix_spec): GVA 2, 4 key heads, hidden 24.

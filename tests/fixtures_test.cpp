@@ -48,11 +48,11 @@ TEST(FixturesCatalog, DefaultCoversTheDesignedVariety) {
       strong = strong || c.kernel.gates == KernelGates::Strong;
       continue;
     }
-    const cp::RunSpec& s = c.layer.run;
+    const harness::RunSpec& s = c.layer.run;
     (s.format == cp::Format::Thd ? thd : sbhd) = true;
     gva = gva || s.layer.linear_num_value_heads > s.layer.linear_num_key_heads;
-    weak = weak || s.gates == cp::GateRegime::Weak;
-    strong = strong || s.gates == cp::GateRegime::Strong;
+    weak = weak || s.gates == harness::GateRegime::Weak;
+    strong = strong || s.gates == harness::GateRegime::Strong;
     non_f64 = non_f64 || s.dtype != DType::F64;
     for (const auto& r : allowed_runs(fixture_of(c))) {
       if (r.cp > 1) modes_at_cp_gt1.insert(std::string(cp::mode_name(r.mode)));

@@ -5,10 +5,12 @@
 #include "core/error.hpp"
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
 #include "harness/verdict.hpp"
+#include "harness/world.hpp"
+#include "layouts/validate.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 using Ints = std::vector<std::int64_t>;
@@ -132,6 +134,42 @@ TEST(Verdict, ATensorTheRunLacksFailsAsMissing) {
   ASSERT_TRUE(d);
   EXPECT_EQ(divergence_line(*d),
             "first divergence: grad::A_log (backward, every rank of 1, rows 0..7): missing from the run");
+}
+
+// The cu_seqlens walk: each micro-batch is ruled on (docs/DESIGN.md §3.1) and its cu_seqlens checked once,
+// then every rank plans the checked micro-batch as it is: once per run in one process, whether the run
+// checks its cases or runs what validate_run checked, and once per rank where each rank checks for itself
+// (one process per rank, as under MPI).
+TEST(Harness, EachMicroBatchIsRuledOnOnceAndItsCuSeqlensCheckedOncePerRank) {
+  const RunSpec s = dynamic_spec();  // 3 micro-batches on 4 ranks
+  const std::vector<Case> cases = make_cases(s);
+  struct Counts {
+    std::uint64_t rulings = micro_batch_rulings(), checks = layouts::cu_seqlens_checks();
+    std::pair<std::uint64_t, std::uint64_t> since() const {
+      return {micro_batch_rulings() - rulings, layouts::cu_seqlens_checks() - checks};
+    }
+  };
+  using Pair = std::pair<std::uint64_t, std::uint64_t>;
+  {
+    const Counts counts;
+    (void)run_in_process(s, cases, cpu::make_backend);
+    EXPECT_EQ(counts.since(), (Pair{3, 3}));
+  }
+  {
+    const Counts counts;
+    (void)run_in_process(validate_run(s), cases, cpu::make_backend);
+    EXPECT_EQ(counts.since(), (Pair{3, 3}));
+  }
+  const Counts counts;
+  RankBackends ranks = make_rank_backends(4, cpu::make_backend, s.dtype);
+  run_world(
+      4,
+      [&](Communicator& world) {
+        (void)run_rank(validate_run(s), cases, std::move(ranks.backends[static_cast<std::size_t>(world.rank())]),
+                       world);
+      },
+      ranks.options);
+  EXPECT_EQ(counts.since(), (Pair{4 * 3, 4 * 3}));
 }
 
 TEST(Harness, RunInProcessTakesOneCasePerMicroBatchOrOneForAll) {

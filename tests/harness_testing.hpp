@@ -5,9 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "core/metrics.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 
 namespace gdnv::cp::testing {
+using namespace harness;
 
 // Every tensor of spec's (single) micro-batch within its oracle gate and free of NaN and Inf, which
 // rel_rms alone would miss: it covers the finite elements only.

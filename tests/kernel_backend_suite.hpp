@@ -20,11 +20,12 @@
 #include "core/metrics.hpp"
 #include "cost/counting_backend.hpp"
 #include "cpu/backend.hpp"
-#include "harness/harness.hpp"
+#include "harness/world.hpp"
 #include "tests/cpu_backend_testing.hpp"
 #include "tests/harness_testing.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 
 std::unique_ptr<Backend> suite_backend(DType storage);
 std::string suite_skip_reason();
@@ -395,7 +396,7 @@ TEST(SuiteFaults, RmsnormFastRsqrtMovesRstdLikeTheCpuBackend) {
 
 // ---- the CP modes, unchanged, on this backend ---------------------------------------------------------------
 // gdn-verify run's judgement: every tensor of the layer fwd+bwd against the fp64 oracle under the gate of
-// cp::oracle_gates (derived there from the storage dtype and the layer's condition numbers).
+// harness::oracle_gates (derived there from the storage dtype and the layer's condition numbers).
 class SuiteModes : public ::testing::TestWithParam<std::tuple<CpMode, int, DType>> {
  protected:
   void SetUp() override { GDNV_SUITE_SKIP_WITHOUT_BACKEND(); }

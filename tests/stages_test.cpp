@@ -9,6 +9,7 @@
 #include "harness/verdict.hpp"
 
 namespace gdnv::cp {
+using namespace harness;
 namespace {
 
 const BackendFactory kCpu = [](DType d) { return cpu::make_backend(d); };

@@ -132,8 +132,10 @@ MicroBatchResult RankModel::run(const Packed& p, int c, double normaliser, Recom
   Forward f;
   Communicator* group = c == cp_.cp ? nullptr : &layers_[0]->dynamic_group(c);
   // One plan per micro-batch, reused by every layer (its route and indices do not depend on parameters).
-  f.plan = layers_[0]->prepare({cp::Format::Thd, p.cu_seqlens, 0, 1}, group, group ? c : 0);
-  const std::vector<std::int64_t> rows = local_rows(p, c);
+  const cp::CheckedMicroBatch checked = layers_[0]->check({cp::Format::Thd, p.cu_seqlens, 0, 1}, group, group ? c : 0);
+  f.plan = layers_[0]->prepare(checked);
+  const std::vector<std::int64_t> rows =
+      layouts::positions_of(layouts::zigzag_runs(checked.cu(), c, static_group_.rank() % c));
   f.N = static_cast<std::int64_t>(rows.size());
   std::vector<std::int64_t> targets;
   for (auto r : rows) {

@@ -144,7 +144,7 @@ class CaseSpec:
     lengths: tuple[int, ...] = ()  # THD
     seq_len: int = 0  # SBHD
     batch: int = 1  # SBHD
-    gates: str = "default"  # "default" | "weak" | "strong" | "extreme" (harness/harness.hpp `GateRegime`)
+    gates: str = "default"  # "default" | "weak" | "strong" | "extreme" (harness/run_spec.hpp `GateRegime`)
 
 
 _GVA = Geometry(64, 4, 8, 16, 16)
