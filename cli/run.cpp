@@ -110,18 +110,6 @@ Evaluated evaluate(const cp::RunSpec& spec, const cp::BackendFactory& factory) {
   return e;
 }
 
-nlohmann::json divergence_json(const cp::Divergence& d) {
-  return {{"line", cp::divergence_line(d)},
-          {"tensor", d.name},
-          {"direction", d.backward ? "backward" : "forward"},
-          {"rank", d.rank},
-          {"world", d.world},
-          {"rows", {d.row_begin, d.row_end}},
-          {"metric", d.metric},
-          {"value", d.value},
-          {"gate", d.gate}};
-}
-
 // The active configuration in the upstream layer's own words, printed once when CP is in use.
 std::string upstream_config_line(const cp::RunSpec& spec) {
   const ref::LayerConfig layer(spec.layer);
@@ -200,7 +188,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     if (spec.format == Format::Thd) report.back()["lengths"] = cp::lengths_of(spec, i);
     const cp::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
     if (const auto d = cp::first_divergence(rows, e.oracles[i], e.runs[i], k)) {
-      report.back()["first_divergence"] = divergence_json(*d);
+      report.back()["first_divergence"] = cp::divergence_json(*d);
       if (first_line.empty()) first_line = cp::divergence_line(*d);
     }
   }
