@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/gate_steps.hpp"
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
 

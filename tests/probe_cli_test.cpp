@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
-#include "tests/mpirun_env.hpp"
+#include "tests/mpirun_testing.hpp"
 
 namespace gdnv {
 namespace {

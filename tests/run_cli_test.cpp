@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "cp/illegal.hpp"
 
 namespace gdnv {
