@@ -147,18 +147,6 @@ void print_rank_grid(const std::vector<harness::TensorVerdict>& rows, const Eval
       out);
 }
 
-nlohmann::json divergence_json(const harness::Divergence& d) {
-  return {{"line", harness::divergence_line(d)},
-          {"tensor", d.name},
-          {"direction", d.backward ? "backward" : "forward"},
-          {"rank", d.rank},
-          {"world", d.world},
-          {"rows", {d.row_begin, d.row_end}},
-          {"metric", d.metric},
-          {"value", d.value},
-          {"gate", d.gate}};
-}
-
 // The active configuration in the upstream layer's own words, printed once when CP is in use.
 std::string upstream_config_line(const harness::RunSpec& spec) {
   const ref::LayerConfig layer(spec.layer);
@@ -239,7 +227,7 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     if (spec.format == Format::Thd) report.back()["lengths"] = harness::lengths_of(spec, i);
     const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
     if (const auto d = harness::first_divergence(rows, e.oracles[i], e.runs[i], k)) {
-      report.back()["first_divergence"] = divergence_json(*d);
+      report.back()["first_divergence"] = harness::divergence_json(*d);
       if (first_line.empty()) first_line = harness::divergence_line(*d);
     }
   }

@@ -3,10 +3,12 @@
 // span boundaries: the conv halo (all-gather of every rank's tail; its gradient reduce-scattered back)
 // and the (M, h_ext) state maps (all-gathered once per direction). Both run on every rank or on none:
 // only when some span starts inside a sequence. Everything here is derived from the geometry by
-// interval arithmetic, independently of layouts/'s route and context builders.
+// interval arithmetic, independently of layouts/'s route and context builders; the zigzag rows a rank
+// holds are the partition's own (layouts::zigzag_runs).
 #include <algorithm>
 
 #include "cost/cost.hpp"
+#include "layouts/partition.hpp"
 
 namespace gdnv::cost {
 namespace {
@@ -19,21 +21,9 @@ std::int64_t overlap(Interval a, Interval b) {
   return std::max<std::int64_t>(0, std::min(a.end, b.end) - std::max(a.begin, b.begin));
 }
 
-// The two zigzag chunks of every sequence that rank p holds: chunks p and 2cp-1-p of 2cp.
-std::vector<Interval> zigzag_runs(const CostContext& cc, int p) {
-  std::vector<Interval> runs;
-  for (std::size_t i = 1; i < cc.g.cu.size(); ++i) {
-    const std::int64_t begin = cc.g.cu[i - 1], chunk = (cc.g.cu[i] - begin) / (2 * cc.c);
-    if (chunk == 0) continue;
-    runs.push_back({begin + p * chunk, begin + (p + 1) * chunk});
-    runs.push_back({begin + (2 * cc.c - 1 - p) * chunk, begin + (2 * cc.c - p) * chunk});
-  }
-  return runs;
-}
-
-std::int64_t tokens_in(const std::vector<Interval>& runs, Interval span) {
+std::int64_t tokens_in(const std::vector<layouts::Run>& runs, Interval span) {
   std::int64_t n = 0;
-  for (Interval r : runs) n += overlap(r, span);
+  for (const layouts::Run& r : runs) n += overlap({r.begin, r.end()}, span);
   return n;
 }
 
@@ -73,11 +63,12 @@ Span span_of(const CostContext& cc) {
 
 // The route swap, zigzag -> contiguous of a [*, width] tensor (`reverse`: contiguous -> zigzag).
 void route_swap(const CostContext& cc, const Span& sp, PhaseCost& phase, bool reverse) {
-  const std::vector<Interval> mine = zigzag_runs(cc, cc.at.cp_rank);
+  // Rank p holds chunks p and 2cp-1-p of 2cp of every sequence (layouts::zigzag_runs).
+  const std::vector<layouts::Run> mine = layouts::zigzag_runs(cc.g.cu, cc.c, cc.at.cp_rank);
   std::vector<std::int64_t> to_span, from_span;  // elements this rank's zigzag rows give to / take from
   for (int p = 0; p < cc.c; ++p) {
     to_span.push_back(tokens_in(mine, sp.of(p)) * cc.hidden);
-    from_span.push_back(tokens_in(zigzag_runs(cc, p), sp.of(cc.at.cp_rank)) * cc.hidden);
+    from_span.push_back(tokens_in(layouts::zigzag_runs(cc.g.cu, cc.c, p), sp.of(cc.at.cp_rank)) * cc.hidden);
   }
   if (reverse) std::swap(to_span, from_span);
   count_all_to_all_v(cc, phase, to_span, from_span, cc.e);

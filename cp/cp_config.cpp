@@ -5,14 +5,15 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "cp/illegal.hpp"
+#include "cp/rule.hpp"
 
 namespace gdnv::cp {
 namespace {
 
 std::atomic<std::uint64_t> rulings{0};
 
-// Every §3.1 check throws through its rule of cp/illegal.hpp, so the table can tell which rule fired.
+// Every §3.1 check throws through its rule id (cp/rule.hpp), so the table of cp/illegal.hpp can tell
+// which rule fired.
 [[noreturn]] void illegal(Rule rule, const std::string& what) { throw IllegalCombination(rule, what); }
 
 void check_heads(const CpConfig& cp, const ref::LayerConfig& layer, int cp_size) {

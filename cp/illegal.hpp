@@ -6,43 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
 #include "cp/cp_config.hpp"
+#include "cp/rule.hpp"
 
 namespace gdnv::cp {
-
-enum class Rule {
-  UnknownMode,
-  HvNotMultipleOfHk,
-  HeadwiseHeadsNotDivisibleByTpCp,
-  HeadsNotDivisibleByTp,
-  ChunkwiseWithAllgatherCp,
-  ChunkwiseDeterministicWithCp,
-  ChunkwiseDeterministicWithDynamicCp,
-  InferenceNotHeadwise,
-  AllGatherDeterministic,
-  AllGatherSbhdWithCp,
-  ChunkwiseSbhdBatch,
-  ThdBatchNotOne,
-  LengthsNotDivisibleByCp,
-  LengthsNotDivisibleByTwoCp,
-  LocalCpSizeNotGroupSize,
-  OnlyOneOfGroupAndLocalSize,
-  DynamicCpSizeNotDividing,
-  TpBelowOne,
-  CpBelowOne,
-  kCount
-};
-
-// A ConfigError raised by one rule of the table.
-class IllegalCombination : public ConfigError {
- public:
-  IllegalCombination(Rule rule, const std::string& what) : ConfigError(what), rule_(rule) {}
-  Rule rule() const { return rule_; }
-
- private:
-  Rule rule_;
-};
 
 // Where a rule is checked: parse_mode, the layer config's constructor (before any CP check),
 // validate_static, or validate_micro_batch alone.

@@ -155,6 +155,18 @@ std::string divergence_line(const Divergence& d) {
          "): " + (d.metric == "missing" ? "missing from the run" : d.metric + " " + numbers);
 }
 
+nlohmann::json divergence_json(const Divergence& d) {
+  return {{"tensor", d.name},
+          {"direction", d.backward ? "backward" : "forward"},
+          {"rank", d.rank},
+          {"world", d.world},
+          {"rows", {d.row_begin, d.row_end}},
+          {"metric", d.metric},
+          {"value", d.value},
+          {"gate", d.gate},
+          {"line", divergence_line(d)}};
+}
+
 std::optional<Divergence> find_first_divergence(const RunSpec& spec, const BackendFactory& factory) {
   RunSpec s = spec;
   s.stages = true;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/metrics.hpp"
 #include "harness/world.hpp"
 
@@ -46,6 +48,9 @@ std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& 
 // "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>"
 // ("... rows a..b): missing from the run" for a missing tensor)
 std::string divergence_line(const Divergence& d);
+// The same as JSON, one shape for every report (docs/json_format.md): tensor, direction, rank, world,
+// rows [a, b], metric, value, gate and line.
+nlohmann::json divergence_json(const Divergence& d);
 
 // Reruns `spec` (each micro-batch) with its stages recorded; the first divergence of the first failing
 // micro-batch, nullopt when every tensor passes.

@@ -108,20 +108,12 @@ const std::vector<std::string> kHeader = {"tensor",
                                           "min rtol (atol 0)",
                                           "abs(err) by decade"};
 
+// run --json's first_divergence plus the dump (mode) it was found in; null when the comparison passes.
 nlohmann::json divergence_json(const Comparison& c) {
   if (!c.divergence || c.exit_code() == 0) return nullptr;
-  const harness::Divergence& d = *c.divergence;
-  return {{"dump", c.divergence_in},
-          {"tensor", d.name},
-          {"pass", d.backward ? "backward" : "forward"},
-          {"rank", d.rank},
-          {"world", d.world},
-          {"row_begin", d.row_begin},
-          {"row_end", d.row_end},
-          {"metric", d.metric},
-          {"value", d.value},
-          {"gate", d.gate},
-          {"line", harness::divergence_line(d)}};
+  nlohmann::json j = harness::divergence_json(*c.divergence);
+  j["dump"] = c.divergence_in;
+  return j;
 }
 
 nlohmann::json rank_tables_json(const Comparison& c) {

@@ -1,4 +1,4 @@
-// The serial-model properties of properties/comm_model.hpp on the MPI transport, run by ctest under
+// The serial-model properties of properties/comm_testing.hpp on the MPI transport, run by ctest under
 // `mpirun -np 4`: each case forms a group of n <= 4 ranks by split, checks the collective on it, and
 // all ranks agree on the verdict (so RapidCheck takes the same path, shrinking included, on every
 // rank). Only rank 0 prints gtest output.
@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "comm/mpi.hpp"
-#include "properties/comm_model.hpp"
+#include "properties/comm_testing.hpp"
 
 namespace gdnv {
 namespace {

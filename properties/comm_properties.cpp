@@ -1,11 +1,11 @@
-// Every collective of the in-process world against its serial model (properties/comm_model.hpp):
+// Every collective of the in-process world against its serial model (properties/comm_testing.hpp):
 // groups of 1..8 ranks, random counts including zeros, F64/F32/BF16. Each rank sleeps a varying few
 // microseconds before the collective, so arrival order changes from case to case; the bits must not.
 #include <chrono>
 #include <thread>
 
 #include "comm/inprocess.hpp"
-#include "properties/comm_model.hpp"
+#include "properties/comm_testing.hpp"
 
 namespace gdnv {
 namespace {

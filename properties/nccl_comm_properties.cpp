@@ -1,4 +1,4 @@
-// The serial-model properties of properties/comm_model.hpp on the NCCL transport, under
+// The serial-model properties of properties/comm_testing.hpp on the NCCL transport, under
 // `mpirun -np 2`. A test-only adapter (HostStaging) copies each host buffer to the device, runs the
 // NCCL collective and copies the result back, so the checks run unchanged. Groups span several
 // ranks only when every rank has its own GPU (NCCL puts one rank per device); with fewer devices
@@ -13,7 +13,7 @@
 #include "comm/transport.hpp"
 #include "gpu/device.hpp"
 #include "gpu/nccl_comm.hpp"
-#include "properties/comm_model.hpp"
+#include "properties/comm_testing.hpp"
 
 namespace gdnv {
 namespace {

@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/command.hpp"
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 #include "core/vectors.hpp"
 

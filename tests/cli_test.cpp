@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/faults.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"

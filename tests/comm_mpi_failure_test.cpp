@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/file.hpp"
-#include "tests/mpirun_env.hpp"
+#include "tests/mpirun_testing.hpp"
 
 namespace gdnv {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "gpu/cuda_backend.hpp"
 #include "gpu/cuda_plugin.hpp"
 

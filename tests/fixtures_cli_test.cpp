@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"

@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/safetensors.hpp"
-#include "layer_test_util.hpp"
+#include "layer_testing.hpp"
 #include "reference/layer_io.hpp"
 
 namespace gdnv {

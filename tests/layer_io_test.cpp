@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "layer_test_util.hpp"
+#include "layer_testing.hpp"
 #include "reference/layer_io.hpp"
 
 namespace gdnv::ref {

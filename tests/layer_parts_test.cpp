@@ -7,7 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
-#include "layer_test_util.hpp"
+#include "layer_testing.hpp"
 #include "reference/gates.hpp"
 #include "reference/layer_config.hpp"
 #include "reference/layer_params.hpp"

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "layer_test_util.hpp"
+#include "layer_testing.hpp"
 #include "reference/layer.hpp"
 #include "reference/tp_sharding.hpp"
 

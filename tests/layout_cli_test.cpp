@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"

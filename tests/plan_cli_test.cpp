@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 
 namespace gdnv {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/faults.hpp"
 #include "core/file.hpp"
 #include "gate/precision_regression.hpp"

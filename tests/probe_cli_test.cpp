@@ -12,10 +12,10 @@
 #include <regex>
 #include <sstream>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
-#include "tests/mpirun_env.hpp"
+#include "tests/mpirun_testing.hpp"
 
 namespace gdnv {
 namespace {
@@ -173,9 +173,13 @@ TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) 
       << "the line ends the report, before the counts line\n"
       << oracle.out;
   const auto json = nlohmann::json::parse(read_file_text((root / "o.json").string()));
-  EXPECT_EQ(json["first_divergence"]["tensor"], "stage::conv");
-  EXPECT_EQ(json["first_divergence"]["dump"], "chunkwise");
-  EXPECT_EQ(json["first_divergence"]["rank"], 1);
+  const auto& d = json["first_divergence"];
+  EXPECT_EQ(d["tensor"], "stage::conv");
+  EXPECT_EQ(d["dump"], "chunkwise");
+  EXPECT_EQ(d["direction"], "forward");
+  EXPECT_EQ(d["rank"], 1);
+  EXPECT_EQ(d["rows"], nlohmann::json({112, 114}));
+  EXPECT_EQ(d.size(), 10u) << "run --json's nine fields plus dump: " << d.dump();
   EXPECT_TRUE(contains(read_file_text((root / "o.md").string()), where)) << "markdown carries the line";
   const auto cross = run_cli("probe cross-mode --dir " + bad);
   EXPECT_EQ(cross.code, 1) << cross.out << cross.err;

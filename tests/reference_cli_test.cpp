@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
 #include "reference/kernel_io.hpp"

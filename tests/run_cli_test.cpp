@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "cp/illegal.hpp"
 
 namespace gdnv {
@@ -63,8 +63,11 @@ TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
   EXPECT_NE(r.out.find("\n" + line), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.ends_with("> gate 1.000e-10\nFAIL\n")) << r.out;
   const auto report = nlohmann::json::parse(read_file_text(json));
-  EXPECT_EQ(report.at(0).at("first_divergence").at("tensor"), "stage::conv");
-  EXPECT_EQ(report.at(0).at("first_divergence").at("rank"), 1);
+  const auto& d = report.at(0).at("first_divergence");
+  EXPECT_EQ(d.at("tensor"), "stage::conv");
+  EXPECT_EQ(d.at("direction"), "forward");
+  EXPECT_EQ(d.at("rank"), 1);
+  EXPECT_EQ(d.at("rows"), nlohmann::json({12, 14}));
   EXPECT_TRUE(report.at(0).at("tensors").at(0).contains("min_rtol"));
   // The grid of error / gate by rank: rank 1 (the halo's reader) is outside from stage::conv on, rank 0 within.
   EXPECT_NE(r.out.find("  error / gate over each rank's own elements (above 1 fails):\n"), std::string::npos) << r.out;

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/half.hpp"
 #include "core/safetensors.hpp"
 

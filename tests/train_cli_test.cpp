@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_harness.hpp"
+#include "cli_testing.hpp"
 #include "core/file.hpp"
-#include "mpirun_env.hpp"
+#include "mpirun_testing.hpp"
 
 namespace gdnv {
 namespace {
