@@ -568,6 +568,36 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
   fs::remove_all(dir);
 }
 
+// A third-party image (meta.json names its adapter) leaves a tensor whose cp1 is itself beyond the kernel
+// gate of the oracle (bf16's layer tensors) to its deviation from the oracle, within cp1's band or its
+// class's gate (docs/DESIGN.md §4); this project's own image keeps the elementwise rule for every tensor,
+// and a conv halo from the wrong rank still fails the third-party verdict.
+TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation) {
+  const auto as_third_party = [](const fs::path& dir) {
+    auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+    meta["adapter"] = "test";
+    write_file_atomic((dir / "meta.json").string(), meta.dump());
+  };
+  const auto good = testing::temp_dir("probe_band_good"), bad = testing::temp_dir("probe_band_bad");
+  dump(good, "b", {"cp1", "chunkwise"}, "--case thd-gva --dtype bf16");
+  EXPECT_FALSE(contains(run_cli("probe cross-mode --dir " + good.string()).out, "band only"));
+  as_third_party(good);
+  const auto r = run_cli("probe cross-mode --dir " + good.string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "band only out: cp1 itself rel_rms ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "vs oracle > kernel gate 2e-03; bound: the band or its class's oracle gate")) << r.out;
+  dump(bad, "b", {"cp1"}, "--case thd-gva --dtype bf16");
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
+  dump(bad, "b", {"chunkwise"}, "--case thd-gva --dtype bf16");
+  unsetenv("GDNV_FAULT");
+  as_third_party(bad);
+  const auto f = run_cli("probe cross-mode --dir " + bad.string());
+  EXPECT_EQ(f.code, 1) << f.out << f.err;
+  EXPECT_TRUE(contains(f.out, "deviation chunkwise grad::conv1d.weight: rel_rms ")) << f.out;
+  fs::remove_all(good);
+  fs::remove_all(bad);
+}
+
 // An image is judged by the decay class its meta.json declares, and the report says whose gates it meets
 // (docs/DESIGN.md §4): this project's images declare product-of-decays and meet both; an unknown class is
 // bad input naming the file.

@@ -516,7 +516,8 @@ def dump_world(world, directory, case: Case, image: str, backend: str, mode: str
     answers = world.run(_rank_dump, case, mode, tp, core, stages, megatron_path)
     dumps = [d for d, _ in answers if d is not None]
     ran = answers[0][1]
-    meta = dict(extra_meta or {}, path=ran, decay_class=DECAY_CLASS, tp=tp,
+    # "adapter" marks a third-party image: probe cross-mode judges its CP relative to its own cp1
+    meta = dict(extra_meta or {}, adapter="megatron", path=ran, decay_class=DECAY_CLASS, tp=tp,
                 notes={"megatron_path": _PATH_NOTE[ran]})
     images.write_image(directory, case, image, backend, dumps, transport="gloo", extra_meta=meta)
     return ran
