@@ -11,8 +11,8 @@
 #include "cli/lists.hpp"
 #include "cli/reproduce.hpp"
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/file.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::cli {
 namespace {

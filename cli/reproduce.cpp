@@ -1,8 +1,8 @@
 #include "cli/reproduce.hpp"
 
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/text.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::cli {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "cli/gate_steps.hpp"
 #include "cli_harness.hpp"
-#include "core/faults.hpp"
 #include "core/file.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::testing {
 namespace {

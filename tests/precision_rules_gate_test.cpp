@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/gate_steps.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "train/dynamic_cp.hpp"
 #include "train/oracle.hpp"
 #include "train/padding.hpp"

@@ -5,9 +5,9 @@
 
 #include "comm/inprocess.hpp"
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/text.hpp"
 #include "cpu/backend.hpp"
+#include "faults/seams.hpp"
 #include "train/dynamic_cp.hpp"
 #include "train/padding.hpp"
 
@@ -121,16 +121,13 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
     std::vector<Packed> packed;
     std::int64_t counted = 0;
     for (std::size_t m = 0; m < cps.size(); ++m) {
-      packed.push_back(pack(batch.micro_batches[m], cps[m], fault_active(Fault::PaddingCountedInLoss)));
+      packed.push_back(pack(batch.micro_batches[m], cps[m], faults::padding_counted()));
       counted += counted_tokens(packed.back());
     }
     const RankModel model(spec.model, cpc, optimizer.params(), be, world);
     // The loss is the sum of CE over counted tokens divided by the global batch's count, on every rank.
-    // The planted fault: each rank's own count, and the ranks' means averaged (divided by W).
-    const double normaliser =
-        fault_active(Fault::LossNormalizedPerRank)
-            ? static_cast<double>(std::max<std::int64_t>(1, own_counted(model, packed, where, rank))) * W
-            : static_cast<double>(counted);
+    const double normaliser = faults::loss_normaliser(static_cast<double>(counted), W,
+                                                      [&] { return own_counted(model, packed, where, rank); });
 
     // Gradient accumulation. A micro-batch at the static size comes back summed over the whole world;
     // one on a smaller sub-group summed over that sub-group only, so the sub-groups' sums are added
@@ -146,12 +143,10 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
       totals[0] += r.loss;
       totals[1] += static_cast<double>(r.counted);
       if (c == W) add_into(complete, r.grads, sd);
-      else if ((fault_active(Fault::DynamicCpGradsRootRankZero) && c == 1 ? rank == 0 : rank % c == 0) ||
-               fault_active(Fault::DynamicCpGradsOverStaticWorld) || fault_active(Fault::DynamicCpGradsNotCombined))
-        add_into(partial, r.grads, sd);
+      else if (faults::adds_sub_group_grads(rank % c == 0, rank, c)) add_into(partial, r.grads, sd);
     }
     const bool sub_groups = std::any_of(cps.begin(), cps.end(), [&](int c) { return c < W; });
-    if (sub_groups && !fault_active(Fault::DynamicCpGradsNotCombined)) all_reduce(partial, world, sd);
+    if (faults::sub_groups_combined(sub_groups)) all_reduce(partial, world, sd);
     add_into(complete, partial, sd);
     world.all_reduce(MutBuf(totals, 2));
 
