@@ -48,7 +48,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu/" + std::string(dtype_option_name(dtype())); }
   DType dtype() const override { return dtype_of<S>(); }
-  DType state_dtype() const override { return std::is_same_v<S, double> ? DType::F64 : DType::F32; }
+  DType state_dtype() const override { return state_dtype_for(dtype()); }
   Memory memory() const override { return Memory::Host; }
 
  protected:

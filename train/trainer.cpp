@@ -111,7 +111,7 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
   cp::Backend& be = *backend;
   const DType sd = be.state_dtype();
   const cp::CpConfig cpc = cp_config(spec);
-  AdamW optimizer(spec.adam, init_model(spec.model, spec.seed), spec.dtype == DType::F64 ? DType::F64 : DType::F32);
+  AdamW optimizer(spec.adam, init_model(spec.model, spec.seed), state_dtype_for(spec.dtype));
   Trajectory out{spec.mode, cp_label(spec), {}, 0};
   for (int step = 0; step < spec.steps; ++step) {
     const GlobalBatch batch = global_batch(spec.data, step);
