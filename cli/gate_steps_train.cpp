@@ -160,7 +160,7 @@ std::string pad_id_vocabulary() {
   s.model.layers = 1;
   s.steps = 2;
   const train::Trajectory oracle = train::oracle_trajectory(s), cp1 = train::train_in_process(s);
-  s.mode = "headwise";
+  s.mode = train::TrainMode::Headwise;
   s.dynamic = kDynamic;
   const train::Trajectory dynamic = train::train_in_process(s);
   for (int step = 0; step < s.steps; ++step) {
@@ -265,7 +265,7 @@ StepResult training_equivalence(const StepOptions& options) {
   const std::string sub_groups = "fp64 headwise@1/2/4 sub-groups of sizes 1 and 2";
   if (r.selected(sub_groups)) {  // --quick too
     train::TrainSpec s = gate_train_spec(DType::F64);
-    s.mode = "headwise";
+    s.mode = train::TrainMode::Headwise;
     s.dynamic = kDynamic;
     s.rank_budget = kSubGroupBudget;
     std::string why = sub_group_geometry(s);
@@ -290,7 +290,7 @@ StepResult training_equivalence(const StepOptions& options) {
         const std::string label = case_label(dtype, mode, dynamic);
         if (!r.selected(label) || (options.quick_matrix() && !quick(dtype, mode, dynamic))) continue;
         train::TrainSpec s = gate_train_spec(dtype);
-        s.mode = mode;
+        s.mode = train::parse_train_mode(mode);
         if (dynamic) s.dynamic = kDynamic;
         try {
           const auto& [cp1, reordered] = base.cp1_of(dtype);
