@@ -1,6 +1,6 @@
 #pragma once
 // The seams where the planted faults act (docs/DESIGN.md §10): one function per thing a fault perturbs,
-// called at the one place the implementation under test computes it. A value seam takes the right
+// called where the implementation under test computes that thing. A value seam takes the right
 // value and returns it unchanged unless its fault is active; a switch (a seam without an argument to
 // pass through) says whether the planted variant of an operation runs, for faults whose variant is
 // another formula or buffer operation in cp/, cpu/ or gpu/ code. No code outside faults/ reads the
