@@ -32,7 +32,7 @@ void BM_TrainDemo(benchmark::State& state) {
   plan.base.model.layer = {128, 4, 8, 16, 16, 4, 1e-6, false};
   plan.base.steps = 50;
   plan.base.dtype = DType::BF16;
-  plan.modes = {"headwise", "chunkwise", "all_gather"};
+  plan.modes = {TrainMode::Headwise, TrainMode::Chunkwise, TrainMode::AllGather};
   for (auto _ : state) {
     const Comparison c = compare(plan, oracle_trajectory(plan.base));
     double worst = 0;

@@ -11,12 +11,12 @@
 #include "cli/command.hpp"
 #include "cli/lists.hpp"
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/file.hpp"
 #include "core/progress.hpp"
 #include "gate/report.hpp"
 #include "gate/reproduce.hpp"
 #include "gate/steps.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::cli {
 namespace {

@@ -87,15 +87,12 @@ std::string modes_of(const po::variables_map& vm) {
   return spelled(vm, "mode", "modes").value_or("cp1,headwise,chunkwise,all_gather");
 }
 
-std::vector<std::string> parse_modes(const std::string& text) {
-  std::vector<std::string> modes;
+std::vector<train::TrainMode> parse_modes(const std::string& text) {
+  std::vector<train::TrainMode> modes;
   std::size_t begin = 0;
   while (begin <= text.size()) {
     const std::size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string m = text.substr(begin, comma - begin);
-    if (m != "cp1" && m != "headwise" && m != "chunkwise" && m != "all_gather")
-      throw ConfigError("--mode: '" + m + "' is not a mode: list cp1, headwise, chunkwise or all_gather");
-    modes.push_back(m);
+    modes.push_back(train::parse_train_mode(text.substr(begin, comma - begin)));
     begin = comma + 1;
   }
   return modes;
@@ -173,7 +170,7 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   };
   auto run_all = [&](const train::Runner& runner) {
     const train::Runner shown = [&](const train::TrainSpec& s) {
-      starting((s.reordered ? "cp1-reordered" : s.mode) + "@" + train::cp_label(s));
+      starting((s.reordered ? std::string("cp1-reordered") : std::string(train::train_mode_name(s.mode))) + "@" + train::cp_label(s));
       return runner(s);
     };
     for (int i = 0; i < seeds; ++i) {

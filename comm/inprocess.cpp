@@ -10,6 +10,7 @@
 
 #include "comm/rank_sum.hpp"
 #include "comm/transport.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv {
 namespace {
@@ -227,12 +228,12 @@ class InProcessCommunicator final : public Communicator {
           const Call& c = *posts[r]->call;
           inputs.push_back(static_cast<const std::byte*>(c.send) + c.send_offset(rank()) * es);
         }
-        order_for_sum(inputs, rank());
+        faults::summand_order(inputs, rank());
         mover_->sum(call.dtype, call.recv, inputs, call.from[rank()]);
         break;
       case Collective::AllReduce:
         for (int r = 0; r < size(); ++r) inputs.push_back(posts[r]->call->send);
-        order_for_sum(inputs, rank());
+        faults::summand_order(inputs, rank());
         mover_->sum(call.dtype, call.recv, inputs, call.to[0]);
         break;
       case Collective::Broadcast:

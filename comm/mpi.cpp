@@ -14,9 +14,9 @@
 
 #include "comm/rank_sum.hpp"
 #include "comm/transport.hpp"
-#include "core/faults.hpp"
 #include "core/rng.hpp"
 #include "core/text.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv {
 namespace {
@@ -415,7 +415,7 @@ void MpiCommunicator::execute(const Call& call) {
   const auto sum_blocks = [&](const std::vector<std::byte>& blocks, void* out, std::int64_t own) {
     std::vector<const void*> inputs;
     for (int r = 0; r < n; ++r) inputs.push_back(blocks.data() + r * own * es);
-    order_for_sum(inputs, me);
+    faults::summand_order(inputs, me);
     rank_sum(call.dtype, out, inputs, own);
   };
   switch (call.kind) {
@@ -440,11 +440,13 @@ void MpiCommunicator::execute(const Call& call) {
     case Collective::AllReduce: {
       // Reduce-scatter over the balanced partition, then all-gather of the summed parts.
       const std::int64_t count = call.to[0];
-      const bool drop = fault_active(Fault::MpiAllReduceDropsRemainder);  // planted: count / n per rank
+      const auto begin = [&](int p) {
+        return faults::all_reduce_part_begin(partition_begin(count, n, p), count, n, p);
+      };
       std::vector<int> parts, begins;
       for (int p = 0; p < n; ++p) {
-        begins.push_back(as_int(drop ? p * (count / n) : partition_begin(count, n, p), at));
-        parts.push_back(as_int(drop ? count / n : partition_begin(count, n, p + 1) - partition_begin(count, n, p), at));
+        begins.push_back(as_int(begin(p), at));
+        parts.push_back(as_int(begin(p + 1) - begin(p), at));
       }
       const int own = parts[me];
       std::vector<std::byte> blocks(static_cast<std::size_t>(n * own * es)), summed(static_cast<std::size_t>(own * es));

@@ -1,10 +1,9 @@
 #include "comm/rank_sum.hpp"
 
-#include <algorithm>
 #include <vector>
 
 #include "core/error.hpp"
-#include "core/faults.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv {
 namespace {
@@ -24,7 +23,7 @@ void rank_sum_typed(void* out, std::span<const void* const> inputs, std::int64_t
   for (const void* p : inputs) in.push_back(static_cast<const T*>(p));
   T* o = static_cast<T*>(out);
   const int n = static_cast<int>(in.size());
-  const bool every_hop = fault_active(Fault::ReduceRoundsPerHop);
+  const bool every_hop = faults::sum_rounds_every_hop();
   for (std::int64_t i = 0; i < count; ++i) {
     const auto x = [&](int r) { return in[r][i]; };
     o[i] = every_hop ? sum_rounding_every_hop<T>(n, x) : rank_ordered_sum<T>(n, x);
@@ -32,10 +31,6 @@ void rank_sum_typed(void* out, std::span<const void* const> inputs, std::int64_t
 }
 
 }  // namespace
-
-void order_for_sum(std::vector<const void*>& inputs, int own_rank) {
-  if (fault_active(Fault::ReduceOwnRankFirst)) std::rotate(inputs.begin(), inputs.begin() + own_rank, inputs.end());
-}
 
 void rank_sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) {
   if (inputs.empty() || count == 0) return;

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
-#include <vector>
 
 #include "core/dtype.hpp"
 #include "core/half.hpp"
@@ -35,11 +34,6 @@ GDNV_HD T rank_ordered_sum(int n, Contribution x) {
   for (int r = 1; r < n; ++r) acc += widen(x(r));
   return narrow<T>(acc);
 }
-
-// The contributions of a sum in the order a rank adds them: group-rank order, or under the planted fault
-// ReduceOwnRankFirst from the rank's own onwards, wrapping around (a ring's order: every rank rounds
-// differently).
-void order_for_sum(std::vector<const void*>& inputs, int own_rank);
 
 // Host: out[i] = rank-ordered sum of inputs[r][i] for i < count (inputs in rank order; out may be
 // one of them). dtype must be F64, F32 or BF16.

@@ -22,6 +22,7 @@ constexpr std::array<DTypeInfo, 6> kTypes{{{DType::F64, "F64", 8, "fp64"},
 
 std::size_t dtype_size(DType t) { return kTypes[static_cast<std::size_t>(t)].size; }
 std::string_view dtype_name(DType t) { return kTypes[static_cast<std::size_t>(t)].name; }
+DType state_dtype_for(DType storage) { return storage == DType::F64 ? DType::F64 : DType::F32; }
 bool is_float(DType t) { return t != DType::I64 && t != DType::I32; }
 
 DType parse_dtype(std::string_view name, const std::string& what) {

@@ -13,6 +13,9 @@ enum class DType : std::uint8_t { F64, F32, BF16, F16, I64, I32 };
 std::size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);
 bool is_float(DType t);
+// The dtype of the states, gates and parameter gradients kept beside `storage`: fp64 for fp64, else
+// fp32 (docs/DESIGN.md §4).
+DType state_dtype_for(DType storage);
 // Parses a safetensors dtype name ("F32", ...); throws FormatError naming `what` when unknown.
 DType parse_dtype(std::string_view name, const std::string& what);
 

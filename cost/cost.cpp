@@ -52,7 +52,7 @@ CostContext::CostContext(const CostGeometry& geometry, RankPlace place)
       c(geometry.cp_size),
       tp(geometry.cp.tp),
       e(static_cast<std::int64_t>(dtype_size(geometry.dtype))),
-      s(geometry.dtype == DType::F64 ? 8 : 4),
+      s(static_cast<std::int64_t>(dtype_size(state_dtype_for(geometry.dtype)))),
       hidden(geometry.config.hidden()),
       T(geometry.cu.back()),
       N_loc(geometry.cu.back() / geometry.cp_size),

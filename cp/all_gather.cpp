@@ -2,9 +2,9 @@
 // layer redundantly on every rank, keep this rank's rows. Backward: every rank back-propagates its own
 // rows' gradient through the whole layer; the gradient of the gathered input is reduce-scattered (sum)
 // back to the shards' owners. Without that reduce-scatter input gradients are wrong.
-#include "core/faults.hpp"
 #include "cp/exchanges.hpp"
 #include "cp/modes.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cp {
 
@@ -20,14 +20,14 @@ namespace {
 // The rows the reduce-scatter reads: source-rank-major, undoing the forward's reorder to natural order
 // (under the planted fault: natural order, the reorder not undone).
 Buffer received_order(Backend& be, const MicroBatch& mb, const Buffer& dgathered) {
-  if (fault_active(Fault::AllGatherGradNaturalOrder)) return dgathered;
+  if (faults::all_gather_grad_unreordered()) return dgathered;
   return be.gather_rows(dgathered, mb.received_from_natural);
 }
 
 }  // namespace
 
 Buffer reduce_scatter_shards(Backend& be, const MicroBatch& mb, const Buffer& dgathered) {
-  if (fault_active(Fault::AllGatherNoReduceScatter))
+  if (faults::all_gather_grad_unreduced())
     return be.gather_rows(dgathered, mb.own_positions);  // this rank's own contribution only
   const std::int64_t D = dgathered.dim(1);
   Buffer dhidden = be.alloc(dgathered.dtype(), {mb.local_tokens, D});

@@ -11,9 +11,9 @@
 //         dht.
 // Swapping hidden_states rather than the projection output moves 2 x hidden values per token instead
 // of the projection width. The fold's arithmetic, per backend and in the oracle: cp/README.md.
-#include "core/faults.hpp"
 #include "cp/exchanges.hpp"
 #include "cp/modes.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cp {
 
@@ -22,7 +22,7 @@ namespace {
 // The rows to_zigzag sends: contiguous row index[k] as send row k, or under the planted fault row k
 // placed at index[k] (the forward's placement, not inverted).
 Buffer route_send_rows(Backend& be, const ChunkwisePlan& plan, const Buffer& x) {
-  if (!fault_active(Fault::RouteReturnUninverted)) return be.gather_rows(x, plan.route_index);
+  if (!faults::route_return_uninverted()) return be.gather_rows(x, plan.route_index);
   Buffer send = be.alloc(x.dtype(), x.shape());
   be.scatter_rows(x, plan.route_index, send);
   return send;
@@ -31,10 +31,10 @@ Buffer route_send_rows(Backend& be, const ChunkwisePlan& plan, const Buffer& x) 
 // The halo gradient to return: all of it, or under the planted fault only its last T/W rows, the most
 // the previous rank's span holds (rows read from ranks further back get no gradient).
 Buffer returned_dhalo(Backend& be, const MicroBatch& mb, const Buffer& dhalo) {
-  const std::int64_t n = mb.cu.back() / mb.cp_size, rows = dhalo.dim(0);
-  if (!fault_active(Fault::HaloGradPreviousRankOnly) || n >= rows) return dhalo;
+  const std::int64_t rows = dhalo.dim(0), returned = faults::dhalo_rows_returned(rows, mb.cu.back() / mb.cp_size);
+  if (returned == rows) return dhalo;
   std::vector<std::int64_t> last;
-  for (std::int64_t i = rows - n; i < rows; ++i) last.push_back(i);
+  for (std::int64_t i = rows - returned; i < rows; ++i) last.push_back(i);
   const Buffer index = upload_index(be, last);
   Buffer kept = be.alloc(dhalo.dtype(), dhalo.shape());
   be.scatter_rows(be.gather_rows(dhalo, index), index, kept);
@@ -100,8 +100,9 @@ namespace {
 
 // A span map or folded state as exchanged: unchanged, or rounded to bf16 under the planted fault.
 Buffer as_exchanged(Backend& be, const Buffer& x) {
-  if (!fault_active(Fault::ChunkwiseBf16StateChain) || x.empty()) return x;
-  return be.upload(be.download(x).to(DType::BF16), be.state_dtype());
+  const DType exchanged = faults::state_exchange_dtype(be.state_dtype());
+  if (exchanged == be.state_dtype() || x.empty()) return x;
+  return be.upload(be.download(x).to(exchanged), be.state_dtype());
 }
 
 // Every rank's span map [Hv, dk, dv+dk] (zeros where no other rank reads it) -> [cp, Hv, dk, dv+dk].

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/faults.hpp"
 #include "core/rng.hpp"
+#include "faults/seams.hpp"
 #include "layouts/apply.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
@@ -19,10 +19,11 @@ std::vector<std::int64_t> iota(std::int64_t n) {
   return v;
 }
 
-// Planted fault GradAllreduceBf16: a state-dtype gradient summed over CP as bf16 (cast, all-reduce, cast
-// back): half the bytes, and the sum rounded to bf16.
-void all_reduce_as_bf16(Backend& be, Communicator& cp, Buffer& grad) {
-  Buffer narrow = be.alloc(DType::BF16, grad.shape());
+// A gradient summed over CP in `dtype`: in place, or (the planted fault GradAllreduceBf16) cast, all-reduced
+// and cast back: half the bytes, and the sum rounded to bf16.
+void all_reduce_in(Backend& be, Communicator& cp, Buffer& grad, DType dtype) {
+  if (dtype == grad.dtype()) return cp.all_reduce(grad.mut());
+  Buffer narrow = be.alloc(dtype, grad.shape());
   be.accumulate(narrow, grad);
   cp.all_reduce(narrow.mut());
   grad = be.alloc(grad.dtype(), grad.shape());
@@ -85,8 +86,7 @@ std::unique_ptr<GdnCpLayer::SizeParams> GdnCpLayer::make_size_params(int c) cons
   sp->in_proj_rows_host = rows;
   const int slices = headwise ? c : 1;
   for (int j = 0; j < slices; ++j) {
-    // headwise_head_perm_shift: rank j computes with the parameters of rank j+1's heads.
-    const int owner = fault_active(Fault::HeadwiseHeadPermShift) && slices > 1 ? (j + 1) % slices : j;
+    const int owner = faults::head_owner(j, slices);
     sp->slices.push_back(
         headwise ? make_slice(layouts::conv_channels_of(geo, owner), layouts::value_head_indices_of(geo, owner), c)
                  : make_slice(iota(local_config_.conv_dim()), iota(local_config_.Hv()), 1));
@@ -163,11 +163,13 @@ std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const CheckedMicroBatch& c
   (void)size_params(checked.cp_size());
   Communicator* cp_group = checked.dynamic() ? &dynamic_group(checked.cp_size()) : nullptr;
   auto mb = make_micro_batch(be_, checked, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
-  if (fault_active(Fault::DynamicCpReusesPlan)) mb = plan_by_size_.emplace(mb->cp_size, mb).first->second;
-  if (!cp_group || !fault_active(Fault::DynamicCpUsesStaticGroup)) return mb;
-  auto wrong = std::make_shared<MicroBatch>(*mb);
-  wrong->cp = &cp_group_;
-  return wrong;
+  mb = faults::reused_plan(plan_by_size_, mb->cp_size, mb);
+  if (!cp_group) return mb;
+  Communicator* const group = faults::dynamic_cp_group(mb->cp, &cp_group_);
+  if (group == mb->cp) return mb;
+  auto moved = std::make_shared<MicroBatch>(*mb);
+  moved->cp = group;
+  return moved;
 }
 
 LayerParts GdnCpLayer::parts(const MicroBatch& mb) const {
@@ -239,10 +241,8 @@ BufferGrads GdnCpLayer::reduce_grads(const MicroBatch& mb, const LocalGrads& g) 
   if (tp_ && tp_->size() > 1) tp_->all_reduce(grads[ref::kOutNorm].mut());  // replicated over TP, per-head partials
 
   for (auto& [name, buf] : grads) {
-    if (mb.cp_size > 1 && !fault_active(Fault::MissingGradReductionOverCp)) {
-      if (be_.dtype() == DType::BF16 && fault_active(Fault::GradAllreduceBf16)) all_reduce_as_bf16(be_, *mb.cp, buf);
-      else mb.cp->all_reduce(buf.mut());
-    }
+    if (faults::grad_reduction_ranks(mb.cp_size) > 1)
+      all_reduce_in(be_, *mb.cp, buf, faults::grad_all_reduce_dtype(buf.dtype(), be_.dtype()));
     buf = buf.reshaped(ref::param_shape(L, name));
   }
   return grads;
@@ -331,7 +331,7 @@ std::shared_ptr<const StagePlan> GdnCpLayer::stage_plan(const MicroBatch& mb) co
     for (std::int64_t j = 0; j < dv; ++j) p->v.push_back(tc.head(h) * dv + j);
     for (std::int64_t j = 0; j < dk * dv; ++j) p->state.push_back(tc.head(h) * dk * dv + j);
   }
-  p->l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;  // as the backends' core applies it
+  p->l2_eps = faults::l2norm_eps(1e-6);  // as the backends' core applies it
   return p;
 }
 

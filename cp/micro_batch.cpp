@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/faults.hpp"
+#include "faults/seams.hpp"
 #include "layouts/headwise.hpp"
 #include "layouts/partition.hpp"
 #include "layouts/route.hpp"
@@ -41,21 +41,9 @@ void plan_peer_major(Backend& be, MicroBatch& mb) {
   mb.from_peer_major = upload_index(be, from);
 }
 
-// Rank p's zigzag rows (natural positions), or under the planted fault with each sequence's two chunks
-// swapped.
+// Rank p's zigzag rows (natural positions).
 std::vector<std::int64_t> zigzag_positions(const std::vector<std::int64_t>& cu, int cp_size, int p) {
-  auto positions = layouts::positions_of(layouts::zigzag_runs(cu, cp_size, p));
-  if (!fault_active(Fault::ZigzagSwapHalves)) return positions;
-  std::vector<std::int64_t> swapped;
-  auto at = positions.begin();
-  for (std::size_t i = 1; i < cu.size(); ++i) {
-    const std::int64_t chunk = (cu[i] - cu[i - 1]) / (2 * cp_size);
-    const std::int64_t held = cp_size == 1 ? cu[i] - cu[i - 1] : 2 * chunk;  // CP=1: the whole sequence, any length
-    swapped.insert(swapped.end(), at + chunk, at + held);
-    swapped.insert(swapped.end(), at, at + chunk);
-    at += held;
-  }
-  return swapped;
+  return faults::zigzag_positions(layouts::positions_of(layouts::zigzag_runs(cu, cp_size, p)), cu, cp_size);
 }
 
 std::vector<std::int64_t> iota(std::int64_t begin, std::int64_t end) {
@@ -70,14 +58,13 @@ void plan_halo(Backend& be, const MicroBatch& mb, std::int64_t conv_width, Chunk
   std::vector<std::int64_t> from, rows;
   std::int64_t at = conv_width - 1 - plan.context.halo_tokens();
   for (const layouts::HaloPiece& piece : plan.context.halo) {
-    int rank = piece.rank;
-    if (fault_active(Fault::ConvHaloWrongRank)) rank = (rank + 1) % mb.cp_size;
-    const bool dropped = fault_active(Fault::ConvHaloOneRank) && rank != mb.cp_rank - 1;
-    for (std::int64_t i = 0; i < piece.length; ++i, ++at) {
-      if (dropped) continue;
+    const int rank = faults::halo_rank(piece.rank, mb.cp_size);
+    const std::int64_t read = faults::halo_rows_read(piece.length, rank, mb.cp_rank);
+    for (std::int64_t i = 0; i < read; ++i) {
       from.push_back(rank * plan.tail + piece.local_begin + i - (n - plan.tail));
-      rows.push_back(at);
+      rows.push_back(at + i);
     }
+    at += piece.length;
   }
   if (from.empty()) return;
   plan.halo_from = upload_index(be, from);
@@ -90,10 +77,7 @@ std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatc
   const layouts::Route route = layouts::zigzag_contiguous_route_unchecked(mb.cu, mb.cp_size, mb.cp_rank);
   plan->send_counts = route.send_counts;
   plan->recv_counts = route.recv_counts;
-  std::vector<std::int64_t> index = route.index;
-  if (fault_active(Fault::RouteOffByOne))
-    for (auto& i : index) i = (i + 1) % static_cast<std::int64_t>(index.size());
-  plan->route_index = upload_index(be, index);
+  plan->route_index = upload_index(be, faults::route_index(route.index));
 
   plan->context = layouts::chunkwise_context_unchecked(mb.cu, mb.cp_size, mb.cp_rank, conv_width);
   plan->span = make_varlen(be, plan->context.local_cu_seqlens);
@@ -103,8 +87,7 @@ std::shared_ptr<const ChunkwisePlan> plan_chunkwise(Backend& be, const MicroBatc
     plan->state_exchange = plan->state_exchange || peer.pre_num_ranks > 0;
   }
   const std::int64_t n = mb.cu.back() / mb.cp_size;
-  // The planted fault HaloGathersWholeSpan exchanges the whole span: the halo is still right, the bytes not.
-  plan->tail = fault_active(Fault::HaloGathersWholeSpan) ? n : std::min(conv_width - 1, n);
+  plan->tail = faults::halo_tail(std::min(conv_width - 1, n), n);
   plan->tail_rows = upload_index(be, iota(n - plan->tail, n));
   plan_halo(be, mb, conv_width, *plan);
   return plan;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/faults.hpp"
 #include "cpu/kernels.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cpu {
 namespace {
@@ -48,7 +48,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu/" + std::string(dtype_option_name(dtype())); }
   DType dtype() const override { return dtype_of<S>(); }
-  DType state_dtype() const override { return std::is_same_v<S, double> ? DType::F64 : DType::F32; }
+  DType state_dtype() const override { return state_dtype_for(dtype()); }
   Memory memory() const override { return Memory::Host; }
 
  protected:
@@ -192,8 +192,7 @@ class CpuBackend final : public Backend {
   Buffer act_out(const Array<C>& v, Shape shape) const { return cpu::from_compute(v, dtype(), std::move(shape)); }
   // dt_bias as the gates use it (zeros under the planted fault that drops it).
   Array<C> gate_bias(const Buffer& dt_bias) const {
-    if (fault_active(Fault::GateSoftplusMissingDtBias))
-      return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
+    if (faults::dt_bias_dropped()) return Array<C>(static_cast<std::size_t>(dt_bias.numel()), C(0));
     return act(dt_bias);
   }
   Buffer state_out(const Array<C>& v, Shape shape) const {
@@ -233,7 +232,7 @@ class CpuBackend final : public Backend {
 
   typename cpu::Gdr<C>::Input gdr_input(const GdrArgs& a) const {
     const std::int64_t Hk = a.q.dim(1), K = a.q.dim(2), Hv = a.v.dim(1), V = a.v.dim(2);
-    const double l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0 : 1e-6;
+    const double l2_eps = faults::l2norm_eps(1e-6);
     return {act(a.q),
             act(a.k),
             act(a.v),

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/faults.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cpu {
 namespace {
@@ -108,7 +108,7 @@ template <class C>
 Intra<C> ChunkStages<C>::intra(const Chunk<C>& x) {
   const Index c = x.g.size(), K = x.k.cols(), V = x.v.cols();
   Intra<C> in;
-  if (fault_active(Fault::DecayCumsumFp32)) {
+  if (faults::decay_from_cumsum()) {
     decays_from_cumsum(x.g, in);
   } else {
     const Vec<C> e_g = x.g.array().exp();

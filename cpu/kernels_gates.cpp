@@ -2,10 +2,10 @@
 // beta = sigmoid(b); forward and backward.
 #include <cmath>
 
-#include "core/faults.hpp"
 #include "core/half.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cpu {
 
@@ -30,8 +30,8 @@ typename GateMath<C>::Out GateMath<C>::forward(const Array<C>& a, const Array<C>
                                                const Array<C>& dt_bias, bool bf16_storage) {
   const std::size_t Hv = A_log.size();
   Out out{Array<C>(a.size()), Array<C>(b.size())};
-  const bool naive = fault_active(Fault::SoftplusOverflows);
-  const bool to_bf16 = bf16_storage && fault_active(Fault::GateBf16BeforeExp);
+  const bool naive = faults::naive_softplus();
+  const bool to_bf16 = faults::gates_rounded_to_bf16(bf16_storage);
   for (std::size_t j = 0; j < a.size(); ++j) {
     const std::size_t h = j % Hv;
     out.g[j] = stored_gate(-std::exp(A_log[h]) * gate_softplus(a[j] + dt_bias[h], naive), to_bf16);
@@ -48,7 +48,7 @@ typename GateMath<C>::Grads GateMath<C>::backward(const Array<C>& dg, const Arra
   const auto Hv = static_cast<std::int64_t>(A_log.size());
   const auto rows = Hv == 0 ? 0 : static_cast<std::int64_t>(a.size()) / Hv;
   Grads g{Array<C>(a.size()), Array<C>(b.size()), Array<C>(A_log.size()), Array<C>(dt_bias.size())};
-  const bool naive = fault_active(Fault::SoftplusOverflows);
+  const bool naive = faults::naive_softplus();
   for (std::int64_t j = 0; j < rows * Hv; ++j) {
     const std::int64_t h = j % Hv;
     g.da[j] = dg[j] * -std::exp(A_log[h]) * sigmoid(a[j] + dt_bias[h]);

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <utility>
 
-#include "core/faults.hpp"
 #include "core/parallel.hpp"
 #include "cpu/gdr_chunk.hpp"
 #include "cpu/kernels.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cpu {
 namespace {
@@ -216,7 +216,7 @@ Array<C> Gdr<C>::first_backward_span_map(const Input& in, const Array<C>& d_o) {
   const Array<C> do_hm = head_major(d_o, x.N, in.Hv, V);
   const auto chunks = chunks_reversed(x, 0);
   // The planted fault composes M <- M_c M, the forward's order, while walking the chunks last to first.
-  const bool forward_order = fault_active(Fault::BackwardSpanMapUntransposed);
+  const bool forward_order = faults::backward_span_map_forward_order();
   Array<C> maps(static_cast<std::size_t>(in.Hv * K * (V + K)));
   parallel_for(in.Hv, 0, [&](std::int64_t h) {
     Mat<C> M = Mat<C>::Identity(K, K), dh_ext = Mat<C>::Zero(K, V);

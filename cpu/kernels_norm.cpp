@@ -3,9 +3,9 @@
 #include <type_traits>
 
 #include "core/fast_rsqrt.hpp"
-#include "core/faults.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/math.hpp"
+#include "faults/seams.hpp"
 
 namespace gdnv::cpu {
 namespace {
@@ -18,7 +18,7 @@ C row_rstd(const C* x, std::int64_t n, double eps) {
   for (std::int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   const C mean_eps = ss / static_cast<C>(n) + static_cast<C>(eps);
   if constexpr (std::is_same_v<C, float>)
-    if (fault_active(Fault::RmsnormFastRsqrt)) return fast_rsqrt(mean_eps);
+    if (faults::fast_norm_rsqrt()) return fast_rsqrt(mean_eps);
   return C(1) / std::sqrt(mean_eps);
 }
 

@@ -1,8 +1,8 @@
 #include "gate/reproduce.hpp"
 
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/text.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv::gate {
 namespace {

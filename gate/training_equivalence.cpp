@@ -69,7 +69,7 @@ StepResult run(const StepOptions& options) {
   const std::string sub_groups = "fp64 headwise@1/2/4 sub-groups of sizes 1 and 2";
   if (r.selected(sub_groups)) {  // --quick too
     train::TrainSpec s = gate_train_spec(DType::F64);
-    s.mode = "headwise";
+    s.mode = train::TrainMode::Headwise;
     s.dynamic = kDynamic;
     s.rank_budget = kSubGroupBudget;
     std::string why = sub_group_geometry(s);
@@ -94,7 +94,7 @@ StepResult run(const StepOptions& options) {
         const std::string label = case_label(dtype, mode, dynamic);
         if (!r.selected(label) || (options.quick_matrix() && !quick(dtype, mode, dynamic))) continue;
         train::TrainSpec s = gate_train_spec(dtype);
-        s.mode = mode;
+        s.mode = train::parse_train_mode(mode);
         if (dynamic) s.dynamic = kDynamic;
         try {
           const auto& [cp1, reordered] = base.cp1_of(dtype);

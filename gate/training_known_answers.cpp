@@ -106,7 +106,7 @@ std::string pad_id_vocabulary() {
   s.model.layers = 1;
   s.steps = 2;
   const train::Trajectory oracle = train::oracle_trajectory(s), cp1 = train::train_in_process(s);
-  s.mode = "headwise";
+  s.mode = train::TrainMode::Headwise;
   s.dynamic = kDynamic;
   const train::Trajectory dynamic = train::train_in_process(s);
   for (int step = 0; step < s.steps; ++step) {

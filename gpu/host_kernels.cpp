@@ -2,8 +2,8 @@
 // the same item functions the CUDA kernels call, run in order on the stream's worker thread. Items
 // write disjoint outputs, so any thread count gives the same bits (and a race between items would show
 // up as a test failure here too).
-#include "core/faults.hpp"
 #include "core/parallel.hpp"
+#include "faults/seams.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/math_conv.hpp"
 #include "gpu/math_data.hpp"
@@ -29,7 +29,7 @@ class HostKernels final : public Kernels {
 
   void linear_forward(const LinearParams& p) override { loop(p, p.N * p.out, linear_forward_item); }
   void linear_backward(const LinearParams& p) override {
-    loop(p, p.N * p.in, fault_active(Fault::GpuLinearDxAccumulates) ? linear_dx_accumulate_item : linear_dx_item);
+    loop(p, p.N * p.in, faults::linear_dx_accumulates() ? linear_dx_accumulate_item : linear_dx_item);
     loop(p, p.out * p.in, linear_dw_item);
   }
 

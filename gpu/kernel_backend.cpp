@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
-#include "core/faults.hpp"
+#include "faults/seams.hpp"
 #include "gpu/math_gdr.hpp"
 #include "gpu/stream_mover.hpp"
 
@@ -300,7 +300,7 @@ class KernelBackend final : public cp::Backend {
     NormParams p{};
     p.x = x.data(), p.z = z ? z->data() : nullptr, p.w = w.data();
     p.rows = rows, p.n = n, p.eps = static_cast<float>(eps), p.bf16 = bf16();
-    p.fast_rsqrt = fault_active(Fault::RmsnormFastRsqrt);
+    p.fast_rsqrt = faults::fast_norm_rsqrt();
     return p;
   }
 
@@ -319,8 +319,8 @@ class KernelBackend final : public cp::Backend {
     p.x = a.x.data(), p.weight = a.weight.data(), p.bias = a.bias ? a.bias->data() : nullptr;
     p.halo = a.halo.empty() ? nullptr : a.halo.data();
     p.cu = device_offsets(a.seqs, op), p.n = a.seqs.count(), p.N = N, p.D = D, p.W = W, p.bf16 = bf16();
-    p.bleed = fault_active(Fault::GpuConvBleedsAcrossSequences);
-    p.halo_grad_past_first = fault_active(Fault::GpuConvHaloGradPastFirstSequence);
+    p.bleed = faults::conv_bleeds_across_sequences();
+    p.halo_grad_past_first = faults::conv_halo_grad_past_first_sequence();
     return p;
   }
 
@@ -328,10 +328,10 @@ class KernelBackend final : public cp::Backend {
     GateParams p{};
     p.a = a.data(), p.b = b.data(), p.A_log = A_log.data();
     // The planted fault drops dt_bias as the CPU backend's does.
-    p.dt_bias = fault_active(Fault::GateSoftplusMissingDtBias) ? nullptr : dt_bias.data();
+    p.dt_bias = faults::dt_bias_dropped() ? nullptr : dt_bias.data();
     p.N = a.dim(0), p.Hv = a.dim(1), p.bf16 = bf16();
-    p.naive_softplus = fault_active(Fault::SoftplusOverflows);
-    p.bf16_gates = bf16() && fault_active(Fault::GateBf16BeforeExp);
+    p.naive_softplus = faults::naive_softplus();
+    p.bf16_gates = faults::gates_rounded_to_bf16(bf16());
     return p;
   }
 
@@ -358,8 +358,8 @@ class KernelBackend final : public cp::Backend {
     p.N = N, p.Hk = Hk, p.Hv = Hv, p.K = K, p.V = V;
     p.scale = static_cast<float>(a.scale);
     // The planted fault drops the epsilon as the CPU backend's does.
-    p.l2_eps = fault_active(Fault::L2normEpsDropped) ? 0.0f : 1e-6f;
-    p.decay_cumsum = fault_active(Fault::DecayCumsumFp32);
+    p.l2_eps = faults::l2norm_eps(1e-6f);
+    p.decay_cumsum = faults::decay_from_cumsum();
     p.bf16 = bf16();
     p.qn = x.qn.as<float>(), p.kn = x.kn.as<float>(), p.rq = x.rq.as<float>(), p.rk = x.rk.as<float>();
     p.work = x.work.as<float>();

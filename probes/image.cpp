@@ -202,7 +202,7 @@ std::string meta_text(const std::map<std::string, std::string>& metadata, const 
 // gradients the state dtype (fp64 for fp64 storage, else fp32), stages F64, their rows and cols I64.
 std::optional<DType> expected_dtype(const std::string& name, DType dtype) {
   if (name == "out" || name == "grad_hidden") return dtype;
-  if (name.starts_with("grad::")) return dtype == DType::F64 ? DType::F64 : DType::F32;
+  if (name.starts_with("grad::")) return state_dtype_for(dtype);
   if (name.starts_with("stage::") || name.starts_with("stage_grad::")) return DType::F64;
   if (name.starts_with(kRowsPrefix) || name.starts_with(kColsPrefix)) return DType::I64;
   return std::nullopt;
@@ -324,7 +324,7 @@ void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& 
     write_file_atomic(meta_path(dir), meta.dump(2) + "\n");
   }
   world.barrier();
-  const DType state = spec.dtype == DType::F64 ? DType::F64 : DType::F32;
+  const DType state = state_dtype_for(spec.dtype);
   write_safetensors(rank_file(dir, spec.mode, world.rank()), rank_tensors(o, spec, state, run));
   world.barrier();  // every rank file is written: only now is the mode declared
   if (world.rank() != 0) return;

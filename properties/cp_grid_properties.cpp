@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "properties/cp_testing.hpp"
 
 namespace gdnv::cp {

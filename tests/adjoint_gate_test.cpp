@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "gate/steps.hpp"
 
 namespace gdnv {

@@ -3,15 +3,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "cli_testing.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
+#include "faults/registry.hpp"
 
 namespace gdnv {
 namespace {
@@ -303,6 +305,23 @@ TEST(Cli, EveryPlantedFaultHasTheGateStepThatCatchesIt) {
                             [&](const FaultCatch& c) { return c.fault == f.name; }))
         << f.name << " has no gate step in kFaultCatches";
   EXPECT_GE(all_faults().size(), 20u);
+}
+
+// docs/DESIGN.md §10's table names the seams of every planted fault, as the registry does.
+TEST(Cli, DesignTableNamesEveryPlantedFaultsSeams) {
+  std::ifstream design(std::string(GDNV_SOURCE_DIR) + "/docs/DESIGN.md");
+  std::map<std::string, std::string> rows;
+  std::smatch m;
+  for (std::string line; std::getline(design, line);)
+    if (std::regex_search(line, m, std::regex("^\\| `(\\w+)` \\|"))) rows[m[1].str()] = line;
+  const std::regex seam(R"(faults::\w+)");
+  for (const FaultInfo& f : all_faults()) {
+    const auto row = rows.find(std::string(f.name));
+    ASSERT_NE(row, rows.end()) << f.name << " has no row in docs/DESIGN.md";
+    const std::string where(f.where);
+    for (std::sregex_iterator s(where.begin(), where.end(), seam), end; s != end; ++s)
+      EXPECT_TRUE(contains(row->second, "`" + s->str() + "`")) << f.name << ": its row does not name " << s->str();
+  }
 }
 
 // Whether the reproduce command's output shows the gate's first failure: the same detail for a gate

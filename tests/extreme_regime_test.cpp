@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/faults.hpp"
 #include "core/metrics.hpp"
 #include "cpu/backend.hpp"
+#include "faults/registry.hpp"
 #include "harness/world.hpp"
 #include "reference/layer.hpp"
 #include "tests/harness_testing.hpp"

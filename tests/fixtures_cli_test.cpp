@@ -11,10 +11,11 @@
 #include <gtest/gtest.h>
 
 #include "cli_testing.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "core/sha256.hpp"
+#include "faults/registry.hpp"
 #include "fixtures/fixtures.hpp"
 #include "fixtures/manifest.hpp"
 
@@ -92,7 +93,7 @@ TEST(FixturesCli, CaseVerifiesThatCaseAlone) {
   EXPECT_TRUE(contains(unknown.err, ": use one of kernel-thd-varlen-gva, kernel-batch-weak")) << unknown.err;
 }
 
-// Every planted fault of the CP implementation (core/faults.hpp) moves some CP run of the committed
+// Every planted fault of the CP implementation (faults/registry.hpp) moves some CP run of the committed
 // catalog outside its gate: the catalog is strong enough to catch each of them. Except the faults that
 // stay inside every absolute gate by design, which the gate's "precision regression" step catches
 // against its baseline (tests/precision_regression_test.cpp).

@@ -15,11 +15,11 @@
 
 #include <gtest/gtest.h>
 
-#include "core/faults.hpp"
 #include "core/half.hpp"
 #include "core/metrics.hpp"
 #include "cost/counting_backend.hpp"
 #include "cpu/backend.hpp"
+#include "faults/registry.hpp"
 #include "harness/world.hpp"
 #include "tests/cpu_backend_testing.hpp"
 #include "tests/harness_testing.hpp"

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_testing.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "core/file.hpp"
 #include "gate/precision_regression.hpp"
 #include "gate/steps.hpp"

@@ -3,7 +3,7 @@
 // fails its step, in the case that names the rule it breaks, while that case passes without the fault.
 #include <gtest/gtest.h>
 
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "gate/steps.hpp"
 
 namespace gdnv::gate {

@@ -3,8 +3,8 @@
 // fault (docs/DESIGN.md §10) is named at the stage where it acts.
 #include <gtest/gtest.h>
 
-#include "core/faults.hpp"
 #include "cpu/backend.hpp"
+#include "faults/registry.hpp"
 #include "gpu/kernel_backend.hpp"
 #include "harness/verdict.hpp"
 

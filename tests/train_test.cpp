@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.hpp"
-#include "core/faults.hpp"
+#include "faults/registry.hpp"
 #include "train/dynamic_cp.hpp"
 #include "train/oracle.hpp"
 #include "train/padding.hpp"
@@ -24,7 +24,7 @@ TrainSpec small_spec(const std::string& mode, DType dtype, std::vector<int> dyna
   s.data.docs_per_batch = 10;
   s.data.max_length = s.data.micro_batch_tokens = 64;
   s.adam.lr = 3e-3;
-  s.mode = mode;
+  s.mode = parse_train_mode(mode);
   s.cp = 4;
   s.dynamic = std::move(dynamic);
   s.dtype = dtype;
@@ -34,7 +34,7 @@ TrainSpec small_spec(const std::string& mode, DType dtype, std::vector<int> dyna
 
 Comparison fp64_comparison(const std::string& mode, std::vector<int> dynamic) {
   TrainSpec base = small_spec("cp1", DType::F64);
-  return compare({base, {mode}, std::move(dynamic)}, oracle_trajectory(base));
+  return compare({base, {parse_train_mode(mode)}, std::move(dynamic)}, oracle_trajectory(base));
 }
 
 bool bitwise_equal(const Trajectory& a, const Trajectory& b) {
@@ -200,7 +200,7 @@ TEST(TrainVerdict, Fp64ModesEqualCp1AtEveryStep) {
 
 TEST(TrainVerdict, AReorderedCp1IsTheNoiseBandAndPassesItsOwnBand) {
   TrainSpec base = small_spec("cp1", DType::BF16);
-  const Comparison c = compare({base, {"chunkwise"}, {}}, oracle_trajectory(base));
+  const Comparison c = compare({base, {TrainMode::Chunkwise}, {}}, oracle_trajectory(base));
   EXPECT_GT(c.band.max, 0.0);
   EXPECT_TRUE(c.pass) << c.verdicts.at(0).why;
 }

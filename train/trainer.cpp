@@ -5,20 +5,25 @@
 
 #include "comm/inprocess.hpp"
 #include "core/error.hpp"
-#include "core/faults.hpp"
 #include "core/text.hpp"
 #include "cpu/backend.hpp"
+#include "faults/seams.hpp"
 #include "train/dynamic_cp.hpp"
 #include "train/padding.hpp"
 
 namespace gdnv::train {
 namespace {
 
+constexpr TrainMode kTrainModes[] = {TrainMode::Cp1, TrainMode::Headwise, TrainMode::Chunkwise, TrainMode::AllGather};
+
+// cp1 runs the layer as headwise does on one rank.
 cp::CpConfig cp_config(const TrainSpec& spec) {
   cp::CpConfig c;
-  c.mode = spec.mode == "cp1" ? cp::CpMode::Headwise : cp::parse_mode(spec.mode);
+  c.mode = spec.mode == TrainMode::Chunkwise   ? cp::CpMode::Chunkwise
+           : spec.mode == TrainMode::AllGather ? cp::CpMode::AllGather
+                                               : cp::CpMode::Headwise;
   c.cp = world_size(spec);
-  if (spec.mode != "cp1") c.dynamic_cp = spec.dynamic;
+  if (spec.mode != TrainMode::Cp1) c.dynamic_cp = spec.dynamic;
   return c;
 }
 
@@ -43,10 +48,30 @@ std::int64_t own_counted(const RankModel& model, const std::vector<Packed>& pack
 
 }  // namespace
 
-int world_size(const TrainSpec& spec) { return spec.mode == "cp1" ? 1 : spec.cp; }
+std::string_view train_mode_name(TrainMode mode) {
+  switch (mode) {
+    case TrainMode::Cp1:
+      return "cp1";
+    case TrainMode::Headwise:
+      return "headwise";
+    case TrainMode::Chunkwise:
+      return "chunkwise";
+    case TrainMode::AllGather:
+      return "all_gather";
+  }
+  return "?";
+}
+
+TrainMode parse_train_mode(std::string_view name) {
+  for (TrainMode m : kTrainModes)
+    if (train_mode_name(m) == name) return m;
+  throw ConfigError("--mode: '" + std::string(name) + "' is not a mode: list cp1, headwise, chunkwise or all_gather");
+}
+
+int world_size(const TrainSpec& spec) { return spec.mode == TrainMode::Cp1 ? 1 : spec.cp; }
 
 std::string cp_label(const TrainSpec& spec) {
-  if (spec.mode == "cp1") return "1";
+  if (spec.mode == TrainMode::Cp1) return "1";
   if (spec.dynamic.empty()) return std::to_string(spec.cp);
   std::string s;
   for (int c : spec.dynamic) s += (s.empty() ? "" : "/") + std::to_string(c);
@@ -63,7 +88,6 @@ std::int64_t rank_budget(const TrainSpec& spec) {
 
 void validate(const TrainSpec& spec) {
   validate(spec.data);
-  if (spec.mode != "cp1") (void)cp::parse_mode(spec.mode);
   if (spec.cp < 1) throw ConfigError("--cp " + std::to_string(spec.cp) + " is invalid: give a CP size of at least 1");
   if (spec.steps < 1) throw ConfigError("--steps " + std::to_string(spec.steps) + " is invalid: give at least 1 step");
   if (spec.model.layers < 1)
@@ -83,14 +107,14 @@ void validate(const TrainSpec& spec) {
 std::vector<int> micro_batch_cps(const TrainSpec& spec, const GlobalBatch& batch) {
   std::vector<int> cps;
   for (const MicroBatchData& mb : batch.micro_batches)
-    cps.push_back(spec.mode == "cp1"     ? 1
-                  : spec.dynamic.empty() ? spec.cp
-                                         : choose_cp(mb, spec.dynamic, rank_budget(spec)));
+    cps.push_back(spec.mode == TrainMode::Cp1 ? 1
+                  : spec.dynamic.empty()      ? spec.cp
+                                              : choose_cp(mb, spec.dynamic, rank_budget(spec)));
   return cps;
 }
 
 void check_recompute(const TrainSpec& spec, const std::vector<int>& cps, int step) {
-  if (spec.mode != "all_gather" || spec.recompute == Recompute::Full) return;
+  if (spec.mode != TrainMode::AllGather || spec.recompute == Recompute::Full) return;
   for (std::size_t m = 0; m < cps.size(); ++m)
     if (cps[m] > 1)
       throw ConfigError(
@@ -106,13 +130,13 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
   validate(spec);
   const int W = world_size(spec), rank = world.rank();
   if (world.size() != W)
-    throw ConfigError("a " + spec.mode + " run needs " + std::to_string(W) + " ranks, the world has " +
-                      std::to_string(world.size()) + ": start it on " + std::to_string(W));
+    throw ConfigError("a " + std::string(train_mode_name(spec.mode)) + " run needs " + std::to_string(W) +
+                      " ranks, the world has " + std::to_string(world.size()) + ": start it on " + std::to_string(W));
   cp::Backend& be = *backend;
   const DType sd = be.state_dtype();
   const cp::CpConfig cpc = cp_config(spec);
-  AdamW optimizer(spec.adam, init_model(spec.model, spec.seed), spec.dtype == DType::F64 ? DType::F64 : DType::F32);
-  Trajectory out{spec.mode, cp_label(spec), {}, 0};
+  AdamW optimizer(spec.adam, init_model(spec.model, spec.seed), state_dtype_for(spec.dtype));
+  Trajectory out{std::string(train_mode_name(spec.mode)), cp_label(spec), {}, 0};
   for (int step = 0; step < spec.steps; ++step) {
     const GlobalBatch batch = global_batch(spec.data, step);
     const std::vector<int> cps = micro_batch_cps(spec, batch);
@@ -121,16 +145,13 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
     std::vector<Packed> packed;
     std::int64_t counted = 0;
     for (std::size_t m = 0; m < cps.size(); ++m) {
-      packed.push_back(pack(batch.micro_batches[m], cps[m], fault_active(Fault::PaddingCountedInLoss)));
+      packed.push_back(pack(batch.micro_batches[m], cps[m], faults::padding_counted()));
       counted += counted_tokens(packed.back());
     }
     const RankModel model(spec.model, cpc, optimizer.params(), be, world);
     // The loss is the sum of CE over counted tokens divided by the global batch's count, on every rank.
-    // The planted fault: each rank's own count, and the ranks' means averaged (divided by W).
-    const double normaliser =
-        fault_active(Fault::LossNormalizedPerRank)
-            ? static_cast<double>(std::max<std::int64_t>(1, own_counted(model, packed, where, rank))) * W
-            : static_cast<double>(counted);
+    const double normaliser = faults::loss_normaliser(static_cast<double>(counted), W,
+                                                      [&] { return own_counted(model, packed, where, rank); });
 
     // Gradient accumulation. A micro-batch at the static size comes back summed over the whole world;
     // one on a smaller sub-group summed over that sub-group only, so the sub-groups' sums are added
@@ -146,12 +167,10 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
       totals[0] += r.loss;
       totals[1] += static_cast<double>(r.counted);
       if (c == W) add_into(complete, r.grads, sd);
-      else if ((fault_active(Fault::DynamicCpGradsRootRankZero) && c == 1 ? rank == 0 : rank % c == 0) ||
-               fault_active(Fault::DynamicCpGradsOverStaticWorld) || fault_active(Fault::DynamicCpGradsNotCombined))
-        add_into(partial, r.grads, sd);
+      else if (faults::adds_sub_group_grads(rank % c == 0, rank, c)) add_into(partial, r.grads, sd);
     }
     const bool sub_groups = std::any_of(cps.begin(), cps.end(), [&](int c) { return c < W; });
-    if (sub_groups && !fault_active(Fault::DynamicCpGradsNotCombined)) all_reduce(partial, world, sd);
+    if (faults::sub_groups_combined(sub_groups)) all_reduce(partial, world, sd);
     add_into(complete, partial, sd);
     world.all_reduce(MutBuf(totals, 2));
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -15,11 +16,17 @@
 
 namespace gdnv::train {
 
+// What a run trains: cp1 (one rank, the reference) or a CP mode at TrainSpec::cp.
+enum class TrainMode { Cp1, Headwise, Chunkwise, AllGather };
+std::string_view train_mode_name(TrainMode mode);  // "cp1", "headwise", "chunkwise", "all_gather"
+// --mode's names: ConfigError naming the choices for anything else.
+TrainMode parse_train_mode(std::string_view name);
+
 struct TrainSpec {
   ModelConfig model;
   DataSpec data;
   AdamWConfig adam;
-  std::string mode = "cp1";      // cp1 (one rank, the reference) | headwise | chunkwise | all_gather
+  TrainMode mode = TrainMode::Cp1;
   int cp = 4;                    // static CP size: the world of the CP modes
   std::vector<int> dynamic;      // dynamic CP sizes (divisors of cp); empty: every micro-batch at cp
   std::int64_t rank_budget = 0;  // dynamic CP's per-rank tokens; 0: 7 data.micro_batch_tokens / (4 cp)

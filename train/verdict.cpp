@@ -104,8 +104,8 @@ Comparison judge(DType dtype, Trajectory cp1, Trajectory reordered, Trajectory o
 
 std::vector<TrainSpec> mode_runs(const ComparisonPlan& plan) {
   std::vector<TrainSpec> runs;
-  for (const std::string& mode : plan.modes) {
-    if (mode == "cp1") continue;
+  for (const TrainMode mode : plan.modes) {
+    if (mode == TrainMode::Cp1) continue;
     TrainSpec s = plan.base;
     s.mode = mode;
     s.dynamic.clear();
@@ -119,7 +119,7 @@ std::vector<TrainSpec> mode_runs(const ComparisonPlan& plan) {
 
 Comparison compare(const ComparisonPlan& plan, const Trajectory& oracle, const Runner& runner) {
   TrainSpec cp1 = plan.base;
-  cp1.mode = "cp1";
+  cp1.mode = TrainMode::Cp1;
   cp1.dynamic.clear();
   TrainSpec reordered = cp1;
   reordered.reordered = true;

@@ -67,7 +67,7 @@ Comparison judge(DType dtype, Trajectory cp1, Trajectory reordered, Trajectory o
 // `dynamic`, again under dynamic CP over those sizes.
 struct ComparisonPlan {
   TrainSpec base;
-  std::vector<std::string> modes;
+  std::vector<TrainMode> modes;
   std::vector<int> dynamic;
 };
 std::vector<TrainSpec> mode_runs(const ComparisonPlan& plan);
