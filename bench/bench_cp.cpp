@@ -47,13 +47,13 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode, Geometry geo, DType 
   spec.dtype = dtype;
   spec.lengths = {geo.length, geo.length};
   const Case k = make_case(spec);
-  Counters fwd, bwd;
+  comm::Counters fwd, bwd;
   for (auto _ : state) {
     double seconds = 0;
     RankBackends ranks = make_rank_backends(W, g_factory, dtype);
-    run_world(
+    comm::run_world(
         W,
-        [&](Communicator& world) {
+        [&](comm::Communicator& world) {
           Backend& be = *ranks.backends[static_cast<std::size_t>(world.rank())];
           be.count_host_syncs(world.shared_accounting());
           const GdnCpLayer layer(k.config, spec.cp, k.params, be, world);
@@ -66,12 +66,12 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode, Geometry geo, DType 
           world.barrier();
           const auto t0 = std::chrono::steady_clock::now();
           Context ctx;
-          ScopedCounter f(world.accounting());
+          comm::ScopedCounter f(world.accounting());
           const Buffer out = layer.forward(mb, hb, ctx);
-          const Counters forward = f.delta();
-          ScopedCounter b(world.accounting());
+          const comm::Counters forward = f.delta();
+          comm::ScopedCounter b(world.accounting());
           const LayerBackward back = layer.backward(ctx, gb);
-          const Counters backward = b.delta();
+          const comm::Counters backward = b.delta();
           (void)be.download(back.grad_hidden);  // the step has finished on the device
           world.barrier();
           if (world.rank() == 0) {
@@ -83,14 +83,14 @@ void BM_CpLayerFwdBwd(benchmark::State& state, CpMode mode, Geometry geo, DType 
         ranks.options);
     state.SetIterationTime(seconds);
   }
-  const Counters total = fwd + bwd;
+  const comm::Counters total = fwd + bwd;
   state.counters["calls"] = static_cast<double>(total.calls());
   state.counters["MB_sent"] = static_cast<double>(total.bytes_sent()) / 1e6;
   state.counters["host_syncs"] = static_cast<double>(total.host_syncs);
-  const std::pair<const char*, Collective> kinds[] = {{"a2a", Collective::AllToAllV},
-                                                      {"allgather", Collective::AllGather},
-                                                      {"reduce_scatter", Collective::ReduceScatter},
-                                                      {"all_reduce", Collective::AllReduce}};
+  const std::pair<const char*, comm::Collective> kinds[] = {{"a2a", comm::Collective::AllToAllV},
+                                                            {"allgather", comm::Collective::AllGather},
+                                                            {"reduce_scatter", comm::Collective::ReduceScatter},
+                                                            {"all_reduce", comm::Collective::AllReduce}};
   for (const auto& [name, kind] : kinds) {
     state.counters[name] = static_cast<double>(total[kind].calls);
     state.counters[std::string(name) + "_MB"] = static_cast<double>(total[kind].bytes_sent) / 1e6;

@@ -13,10 +13,10 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/progress.hpp"
+#include "faults/registry.hpp"
 #include "gate/report.hpp"
 #include "gate/reproduce.hpp"
 #include "gate/steps.hpp"
-#include "faults/registry.hpp"
 
 namespace gdnv::cli {
 namespace {

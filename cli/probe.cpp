@@ -108,7 +108,7 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
         "or use --backend cpu (or cuda, which runs under mpirun over NCCL)");
   harness::RankBackends ranks = harness::make_rank_backends(world.mpi ? 0 : world.size, factory, spec.dtype);
   if (!world.mpi) spec.run = probes::new_run_id();  // one process: every rank's thread shares it
-  const auto body = [&](Communicator& comm) {
+  const auto body = [&](comm::Communicator& comm) {
     if (world.mpi && spec.backend == "cuda") {  // one GPU per process, collectives over NCCL
       spec.run = probes::shared_run_id(comm);   // over MPI, before the device world exists
       gpu::NcclRank rank = gpu::cuda_plugin().api->make_nccl_rank(comm, spec.dtype);
@@ -124,8 +124,8 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
           << dir << "/{inputs.safetensors, " << spec.mode << ".rank"
           << (world.size == 1 ? "0" : "0.." + std::to_string(world.size - 1)) << ".safetensors, meta.json}\n";
   };
-  if (world.mpi) run_mpi(body);
-  else run_world(world.size, body, ranks.options);
+  if (world.mpi) comm::run_mpi(body);
+  else comm::run_world(world.size, body, ranks.options);
   return kPass;
 }
 

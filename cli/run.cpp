@@ -132,7 +132,8 @@ Evaluated evaluate(const harness::CheckedRun& run, const cp::BackendFactory& fac
 }
 
 // A failing micro-batch's tensors, error / gate over each CP rank's own elements: which rank goes wrong.
-void print_rank_grid(const std::vector<harness::TensorVerdict>& rows, const Evaluated& e, std::size_t i, std::ostream& out) {
+void print_rank_grid(const std::vector<harness::TensorVerdict>& rows, const Evaluated& e, std::size_t i,
+                     std::ostream& out) {
   std::vector<std::pair<std::string, probes::Rule>> gated;
   for (const auto& v : rows) {
     if (v.missing) continue;
@@ -207,8 +208,8 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     if (!std::all_of(rows.begin(), rows.end(), [](const harness::TensorVerdict& v) { return v.pass; }))
       print_rank_grid(rows, e, i, out);
     out << "  collectives of rank 0, forward:\n"
-        << indented(format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
-        << indented(format_counters(e.runs[i].backward));
+        << indented(comm::format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
+        << indented(comm::format_counters(e.runs[i].backward));
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& r : rows)
       tensors.push_back({{"name", r.name},

@@ -170,7 +170,8 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
   };
   auto run_all = [&](const train::Runner& runner) {
     const train::Runner shown = [&](const train::TrainSpec& s) {
-      starting((s.reordered ? std::string("cp1-reordered") : std::string(train::train_mode_name(s.mode))) + "@" + train::cp_label(s));
+      starting((s.reordered ? std::string("cp1-reordered") : std::string(train::train_mode_name(s.mode))) + "@" +
+               train::cp_label(s));
       return runner(s);
     };
     for (int i = 0; i < seeds; ++i) {
@@ -187,7 +188,7 @@ int train_main(const std::vector<std::string>& args, std::ostream& out) {
     if (!mpi) {
       run_all(train::train_in_process);
     } else {
-      run_mpi([&](Communicator& comm) {
+      comm::run_mpi([&](comm::Communicator& comm) {
         root = comm.rank() == 0;
         // Each run on the first world_size(spec) processes; the others wait at the next run's split.
         run_all([&](const train::TrainSpec& s) {

@@ -3,7 +3,7 @@
 #include <ostream>
 #include <sstream>
 
-namespace gdnv {
+namespace gdnv::comm {
 
 std::string_view collective_name(Collective kind) {
   static constexpr std::array<std::string_view, kCollectiveKinds> kNames{
@@ -76,4 +76,4 @@ void Accounting::record(Collective kind, std::uint64_t bytes_sent, std::uint64_t
   t.bytes_recv += bytes_recv;
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

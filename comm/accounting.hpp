@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace gdnv {
+namespace gdnv::comm {
 
 enum class Collective : std::uint8_t { AllToAllV, AllGather, ReduceScatter, AllReduce, Broadcast, Barrier, Split };
 inline constexpr int kCollectiveKinds = 7;
@@ -83,4 +83,4 @@ class ScopedCounter {
   Counters* sink_;
 };
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

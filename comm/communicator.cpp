@@ -6,7 +6,7 @@
 
 #include "comm/transport.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 namespace {
 
 std::string join_ranks(const std::vector<int>& ranks) {
@@ -275,4 +275,4 @@ std::string mismatch(const Communicator& comm, const CallHeader& from_sender, in
   return "";
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

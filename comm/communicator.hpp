@@ -24,7 +24,7 @@
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 // A collective that cannot complete: bad arguments, a mismatch between ranks, a failed peer, a timeout.
 struct CommError : Error {
@@ -135,4 +135,4 @@ class Communicator {
   std::uint64_t calls_ = 0;
 };
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -2,7 +2,7 @@
 
 #include <string>
 
-namespace gdnv {
+namespace gdnv::comm {
 
 TpCpGrid make_tp_cp_grid(Communicator& world, int tp) {
   if (tp < 1 || world.size() % tp != 0)
@@ -37,4 +37,4 @@ Communicator& DynamicCpGroups::group(int size) const {
   return *it->second;
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -8,7 +8,7 @@
 
 #include "comm/communicator.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 // world.size() == tp * cp; rank = cp_rank * tp + tp_rank (TP innermost, as Megatron lays out
 // ranks). `tp` holds the tp ranks sharing one cp_rank, `cp` the cp ranks sharing one tp_rank.
@@ -34,4 +34,4 @@ class DynamicCpGroups {
   std::map<int, std::unique_ptr<Communicator>> groups_;
 };
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

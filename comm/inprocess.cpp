@@ -12,7 +12,7 @@
 #include "comm/transport.hpp"
 #include "faults/seams.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -307,4 +307,4 @@ void run_world(int n, const std::function<void(Communicator&)>& fn, const WorldO
   if (world.error) std::rethrow_exception(world.error);
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

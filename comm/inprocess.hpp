@@ -11,7 +11,7 @@
 
 #include "comm/communicator.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 // How one rank of the in-process world moves collective data. The default (host_data_mover) copies
 // host memory on the calling thread. A device mover (gpu/stream_mover.hpp) enqueues the same copies
@@ -60,4 +60,4 @@ struct WorldOptions {
 // a rank it waits for has already returned from fn.
 void run_world(int n, const std::function<void(Communicator&)>& fn, const WorldOptions& options = {});
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

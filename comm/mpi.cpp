@@ -18,7 +18,7 @@
 #include "core/text.hpp"
 #include "faults/seams.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -539,4 +539,4 @@ void run_mpi(const std::function<void(Communicator&)>& fn, const WorldOptions& o
   if (!initialized) MPI_Finalize();
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -15,7 +15,7 @@
 #include "comm/communicator.hpp"
 #include "comm/inprocess.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 // Runs fn on this process's rank of MPI_COMM_WORLD, initialising MPI when it is not yet (and then
 // finalising it), and waits for every rank to return from fn. On a failure anywhere the job ends:
@@ -65,4 +65,4 @@ class MpiCommunicator final : public Communicator {
   std::uint64_t entered_ = 0;  // handshakes on this group so far, the current one included
 };
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

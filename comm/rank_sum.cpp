@@ -5,7 +5,7 @@
 #include "core/error.hpp"
 #include "faults/seams.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 namespace {
 
 // Planted fault ReduceRoundsPerHop: the running sum rounded to T after every rank's addition, as a
@@ -46,4 +46,4 @@ void rank_sum(DType dtype, void* out, std::span<const void* const> inputs, std::
   }
 }
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -12,7 +12,7 @@
 #include "core/hd.hpp"
 #include "core/tensor.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 template <class T>
 using rank_sum_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -42,4 +42,4 @@ void rank_sum(DType dtype,
               std::span<const void* const> inputs,  // n pointers to [count]
               std::int64_t count);
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -10,7 +10,7 @@
 
 #include "comm/communicator.hpp"
 
-namespace gdnv {
+namespace gdnv::comm {
 
 // One collective as the calling rank sees it, checked on that rank; what a transport executes.
 // to[p]: elements this rank sends to peer p; from[r]: elements it receives from peer r. all_gather
@@ -52,4 +52,4 @@ std::string format_seconds(std::chrono::milliseconds t);
 // what() of a captured exception ("unknown exception" when it is not a std::exception).
 std::string message_of(const std::exception_ptr& e);
 
-}  // namespace gdnv
+}  // namespace gdnv::comm

@@ -9,7 +9,7 @@ namespace {
 double d(std::int64_t n) { return static_cast<double>(n); }
 
 void record(PhaseCost& phase, CallCost call) {
-  Traffic& t = phase.comm[call.kind];
+  comm::Traffic& t = phase.comm[call.kind];
   ++t.calls;
   t.bytes_sent += static_cast<std::uint64_t>(call.sent);
   t.bytes_recv += static_cast<std::uint64_t>(call.recv);
@@ -78,21 +78,21 @@ void count_all_to_all_v(const CostContext& cc, PhaseCost& phase, const std::vect
       sent += send_counts[p] * esize;
       recv += recv_counts[p] * esize;
     }
-  record(phase, {Collective::AllToAllV, Group::Cp, cc.c, sent, recv});
+  record(phase, {comm::Collective::AllToAllV, Group::Cp, cc.c, sent, recv});
 }
 
 void count_all_gather_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
                         std::int64_t esize) {
   const std::int64_t mine = counts[cc.at.cp_rank];
   const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - mine;
-  record(phase, {Collective::AllGather, Group::Cp, cc.c, (cc.c - 1) * mine * esize, others * esize});
+  record(phase, {comm::Collective::AllGather, Group::Cp, cc.c, (cc.c - 1) * mine * esize, others * esize});
 }
 
 void count_reduce_scatter_v(const CostContext& cc, PhaseCost& phase, const std::vector<std::int64_t>& counts,
                             std::int64_t esize) {
   const std::int64_t mine = counts[cc.at.cp_rank];
   const std::int64_t others = std::accumulate(counts.begin(), counts.end(), std::int64_t{0}) - mine;
-  record(phase, {Collective::ReduceScatter, Group::Cp, cc.c, others * esize, (cc.c - 1) * mine * esize});
+  record(phase, {comm::Collective::ReduceScatter, Group::Cp, cc.c, others * esize, (cc.c - 1) * mine * esize});
 }
 
 void count_all_reduce(const CostContext& cc, PhaseCost& phase, Group group, std::int64_t n, std::int64_t esize) {
@@ -101,7 +101,7 @@ void count_all_reduce(const CostContext& cc, PhaseCost& phase, Group group, std:
   // all-gather of the summed parts: the rank sends every other part once and its own to every peer.
   const std::int64_t own = n * (rank + 1) / size - n * rank / size;
   const std::int64_t bytes = ((n - own) + (size - 1) * own) * esize;
-  record(phase, {Collective::AllReduce, group, size, bytes, bytes});
+  record(phase, {comm::Collective::AllReduce, group, size, bytes, bytes});
 }
 
 std::int64_t in_proj_forward_cost(const CostContext& cc, PhaseCost& phase, std::int64_t N) {

@@ -36,14 +36,14 @@ enum class Group : std::uint8_t { Tp, Cp };
 
 // One collective call of one rank (bytes as comm/accounting.hpp counts them).
 struct CallCost {
-  Collective kind;
+  comm::Collective kind;
   Group group;
   int size;  // ranks in the group
   std::int64_t sent, recv;
 };
 
 struct PhaseCost {
-  Counters comm;                // the calls below, added up as the accounting does
+  comm::Counters comm;          // the calls below, added up as the accounting does
   std::vector<CallCost> calls;  // in program order
   std::vector<OpCost> ops;
 

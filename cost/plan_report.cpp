@@ -11,8 +11,8 @@ namespace gdnv::cost {
 namespace {
 
 constexpr cp::CpMode kModes[] = {cp::CpMode::Headwise, cp::CpMode::Chunkwise, cp::CpMode::AllGather};
-constexpr Collective kKinds[] = {Collective::AllToAllV, Collective::AllGather, Collective::ReduceScatter,
-                                 Collective::AllReduce};
+constexpr comm::Collective kKinds[] = {comm::Collective::AllToAllV, comm::Collective::AllGather,
+                                       comm::Collective::ReduceScatter, comm::Collective::AllReduce};
 
 std::string fixed(double v, int digits) {
   std::ostringstream s;
@@ -22,7 +22,7 @@ std::string fixed(double v, int digits) {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-std::string traffic_cell(const Traffic& t) {
+std::string traffic_cell(const comm::Traffic& t) {
   return t.calls ? std::to_string(t.calls) + " x " + fixed(mib(static_cast<double>(t.bytes_sent)), 2) + " MiB" : "-";
 }
 
@@ -48,7 +48,7 @@ void print_plan_collectives(const std::vector<PlanRow>& rows, const HardwareProf
     if (!r.illegal.empty()) continue;
     for (int dir = 0; dir < 2; ++dir) {
       const PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
-      std::vector<std::tuple<Collective, Group, int>> keys;
+      std::vector<std::tuple<comm::Collective, Group, int>> keys;
       for (const auto& c : p.calls)
         if (std::find(keys.begin(), keys.end(), std::tuple{c.kind, c.group, c.size}) == keys.end())
           keys.emplace_back(c.kind, c.group, c.size);
@@ -63,7 +63,7 @@ void print_plan_collectives(const std::vector<PlanRow>& rows, const HardwareProf
           }
         const double algbw = seconds > 0 ? bytes / seconds / 1e9 : 0;
         out << std::left << std::setw(12) << cp::mode_name(r.mode) << std::setw(5) << (dir ? "bwd" : "fwd")
-            << std::setw(16) << collective_name(kind) << std::setw(7) << (group == Group::Tp ? "tp" : "cp")
+            << std::setw(16) << comm::collective_name(kind) << std::setw(7) << (group == Group::Tp ? "tp" : "cp")
             << std::right << std::setw(6) << size << std::setw(7) << calls << std::setw(14)
             << static_cast<std::int64_t>(bytes) << std::setw(11) << fixed(seconds * 1e6, 1) << std::setw(12)
             << fixed(algbw, 2) << std::setw(12) << fixed(algbw * bus_factor(kind, size), 2) << "\n";
@@ -74,7 +74,7 @@ void print_plan_collectives(const std::vector<PlanRow>& rows, const HardwareProf
 
 void print_plan_table(const std::vector<PlanRow>& rows, int layers, std::ostream& out) {
   out << std::left << std::setw(12) << "mode" << std::setw(5) << "dir";
-  for (Collective k : kKinds) out << std::setw(18) << collective_name(k);
+  for (comm::Collective k : kKinds) out << std::setw(18) << comm::collective_name(k);
   out << std::right << std::setw(6) << "syncs" << std::setw(11) << "GFLOP" << std::setw(10) << "act MiB"
       << std::setw(10) << "comm ms" << std::setw(12) << "compute ms" << std::setw(10) << "total ms"
       << "\n";
@@ -88,7 +88,7 @@ void print_plan_table(const std::vector<PlanRow>& rows, int layers, std::ostream
       const PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
       const PhaseTime& t = dir ? r.bwd : r.fwd;
       out << std::left << std::setw(12) << mode << std::setw(5) << (dir ? "bwd" : "fwd");
-      for (Collective k : kKinds) out << std::setw(18) << traffic_cell(p.comm[k]);
+      for (comm::Collective k : kKinds) out << std::setw(18) << traffic_cell(p.comm[k]);
       out << std::right << std::setw(6) << p.comm.host_syncs << std::setw(11) << fixed(p.flops() / 1e9, 1)
           << std::setw(10) << (dir ? "-" : fixed(mib(static_cast<double>(r.cost.saved_bytes)), 1)) << std::setw(10)
           << fixed(t.comm_s * 1e3, 3) << std::setw(12) << fixed(t.compute_s * 1e3, 3) << std::setw(10)
@@ -130,9 +130,9 @@ std::string plan_csv(const std::vector<PlanRow>& rows, int tp) {
   std::ostringstream out;
   out << "cp,tp,micro_batch,micro_batch_cp,tokens,mode,legal,busiest_world_rank";
   for (const char* dir : {"fwd", "bwd"}) {
-    for (Collective k : kKinds)
-      out << "," << dir << "_" << collective_name(k) << "_calls," << dir << "_" << collective_name(k) << "_bytes_sent,"
-          << dir << "_" << collective_name(k) << "_bytes_recv";
+    for (comm::Collective k : kKinds)
+      out << "," << dir << "_" << comm::collective_name(k) << "_calls," << dir << "_" << comm::collective_name(k)
+          << "_bytes_sent," << dir << "_" << comm::collective_name(k) << "_bytes_recv";
     out << "," << dir << "_host_syncs," << dir << "_flops," << dir << "_hbm_bytes," << dir << "_comm_ms," << dir
         << "_compute_ms";
   }
@@ -143,7 +143,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows, int tp) {
     for (int dir = 0; dir < 2; ++dir) {
       const PhaseCost& p = dir ? r.cost.backward : r.cost.forward;
       const PhaseTime& t = dir ? r.bwd : r.fwd;
-      for (Collective k : kKinds)
+      for (comm::Collective k : kKinds)
         out << "," << p.comm[k].calls << "," << p.comm[k].bytes_sent << "," << p.comm[k].bytes_recv;
       out << "," << p.comm.host_syncs << "," << p.flops() << "," << p.bytes() << "," << t.comm_s * 1e3 << ","
           << t.compute_s * 1e3;

@@ -14,7 +14,7 @@ namespace {
 
 // Collective steps a call's latency is paid for: ring all-gather / reduce-scatter (size - 1),
 // ring all-reduce (twice that), pairwise all-to-all (size - 1).
-int steps(Collective kind, int size) { return kind == Collective::AllReduce ? 2 * (size - 1) : size - 1; }
+int steps(comm::Collective kind, int size) { return kind == comm::Collective::AllReduce ? 2 * (size - 1) : size - 1; }
 
 double peak_flops(const HardwareProfile& hw, DType dtype) {
   const double tflops = dtype == DType::BF16 ? hw.bf16_tflops : dtype == DType::F64 ? hw.fp64_tflops : hw.fp32_tflops;
@@ -91,9 +91,9 @@ double call_time(const CallCost& call, const HardwareProfile& hw, int tp, int cp
          static_cast<double>(std::max(call.sent, call.recv)) / (gbps * 1e9);
 }
 
-double bus_factor(Collective kind, int size) {
+double bus_factor(comm::Collective kind, int size) {
   const double n = size;
-  return kind == Collective::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
+  return kind == comm::Collective::AllReduce ? 2 * (n - 1) / n : (n - 1) / n;
 }
 
 }  // namespace gdnv::cost

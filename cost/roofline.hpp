@@ -37,7 +37,7 @@ double call_time(const CallCost& call, const HardwareProfile& hw, int tp, int cp
 // The bus bandwidth factor of nccl-tests (its doc/PERFORMANCE.md): busbw = algbw x 2(n-1)/n for an
 // all-reduce, x (n-1)/n for an all-gather, reduce-scatter or all-to-all, so a link's speed reads the
 // same whatever the collective.
-double bus_factor(Collective kind, int size);
+double bus_factor(comm::Collective kind, int size);
 
 // `tp`, `cp`: the layer's group sizes. Groups are blocks of consecutive ranks (TP innermost, as
 // Megatron lays them out), so a group crosses nodes when tp (TP) or tp * cp (CP) exceeds a node.

@@ -120,13 +120,13 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu/bf16"
   virtual DType dtype() const = 0;
   virtual DType state_dtype() const = 0;
-  virtual Memory memory() const = 0;
+  virtual comm::Memory memory() const = 0;
   // How the in-process world moves this rank's collective data in order with the backend's work
   // (comm/inprocess.hpp); nullptr: host memory, copied once the op that produced it has returned.
-  virtual std::shared_ptr<DataMover> data_mover() { return nullptr; }
+  virtual std::shared_ptr<comm::DataMover> data_mover() { return nullptr; }
   // Counts each time the backend blocks the host on its device work (a download, a pageable upload)
   // as a host sync of `accounting` (the rank's). A host backend never does.
-  virtual void count_host_syncs(std::shared_ptr<Accounting> /*accounting*/) {}
+  virtual void count_host_syncs(std::shared_ptr<comm::Accounting> /*accounting*/) {}
 
   // ---- buffers and data movement --------------------------------------------------------------
   Buffer alloc(DType dtype, Shape shape) { return do_alloc(dtype, std::move(shape)); }  // zero-filled
@@ -216,9 +216,9 @@ class BackendDecorator : public Backend {
   std::string name() const override { return inner_->name(); }
   DType dtype() const override { return inner_->dtype(); }
   DType state_dtype() const override { return inner_->state_dtype(); }
-  Memory memory() const override { return inner_->memory(); }
-  std::shared_ptr<DataMover> data_mover() override { return inner_->data_mover(); }
-  void count_host_syncs(std::shared_ptr<Accounting> accounting) override {
+  comm::Memory memory() const override { return inner_->memory(); }
+  std::shared_ptr<comm::DataMover> data_mover() override { return inner_->data_mover(); }
+  void count_host_syncs(std::shared_ptr<comm::Accounting> accounting) override {
     inner_->count_host_syncs(std::move(accounting));
   }
 

@@ -35,8 +35,8 @@ class Buffer {
   }
 
   // Views for the communicators.
-  MutBuf mut() { return MutBuf(data(), numel(), dtype_); }
-  ConstBuf view() const { return ConstBuf(data(), numel(), dtype_); }
+  comm::MutBuf mut() { return comm::MutBuf(data(), numel(), dtype_); }
+  comm::ConstBuf view() const { return comm::ConstBuf(data(), numel(), dtype_); }
 
   // Same storage, new shape of the same element count.
   Buffer reshaped(Shape shape) const {

@@ -21,7 +21,7 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 
 // A gradient summed over CP in `dtype`: in place, or (the planted fault GradAllreduceBf16) cast, all-reduced
 // and cast back: half the bytes, and the sum rounded to bf16.
-void all_reduce_in(Backend& be, Communicator& cp, Buffer& grad, DType dtype) {
+void all_reduce_in(Backend& be, comm::Communicator& cp, Buffer& grad, DType dtype) {
   if (dtype == grad.dtype()) return cp.all_reduce(grad.mut());
   Buffer narrow = be.alloc(dtype, grad.shape());
   be.accumulate(narrow, grad);
@@ -47,7 +47,7 @@ struct GdnCpLayer::SizeParams {
 };
 
 GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params,
-                       Backend& backend, Communicator& cp_group, Communicator* tp_group)
+                       Backend& backend, comm::Communicator& cp_group, comm::Communicator* tp_group)
     : config_(config),
       local_config_((validate_static(cp, config), ref::tp_local_config(config, cp.tp))),
       cp_(cp),
@@ -67,7 +67,7 @@ GdnCpLayer::GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const
   std::vector<int> sizes{cp.cp};
   for (int c : cp.dynamic_cp)
     if (c != cp.cp) sizes.push_back(c);
-  dynamic_groups_ = std::make_unique<DynamicCpGroups>(cp_group, sizes);
+  dynamic_groups_ = std::make_unique<comm::DynamicCpGroups>(cp_group, sizes);
   for (int c : sizes) by_size_[c] = make_size_params(c);
 }
 
@@ -143,7 +143,7 @@ std::uint64_t GdnCpLayer::fingerprint() const {
   return h;
 }
 
-Communicator& GdnCpLayer::dynamic_group(int size) const {
+comm::Communicator& GdnCpLayer::dynamic_group(int size) const {
   (void)size_params(size);  // ConfigError naming the fix for an undeclared size
   return dynamic_groups_->group(size);
 }
@@ -155,17 +155,18 @@ const GdnCpLayer::SizeParams& GdnCpLayer::size_params(int cp_size) const {
   return *it->second;
 }
 
-CheckedMicroBatch GdnCpLayer::check(const MicroBatchSpec& spec, const Communicator* cp_group, int local_cp_size) const {
+CheckedMicroBatch GdnCpLayer::check(const MicroBatchSpec& spec, const comm::Communicator* cp_group,
+                                    int local_cp_size) const {
   return check_micro_batch(cp_, config_, spec, cp_group ? cp_group->size() : 0, local_cp_size);
 }
 
 std::shared_ptr<const MicroBatch> GdnCpLayer::prepare(const CheckedMicroBatch& checked) const {
   (void)size_params(checked.cp_size());
-  Communicator* cp_group = checked.dynamic() ? &dynamic_group(checked.cp_size()) : nullptr;
+  comm::Communicator* cp_group = checked.dynamic() ? &dynamic_group(checked.cp_size()) : nullptr;
   auto mb = make_micro_batch(be_, checked, cp_group ? *cp_group : cp_group_, cp_.mode, config_.W());
   mb = faults::reused_plan(plan_by_size_, mb->cp_size, mb);
   if (!cp_group) return mb;
-  Communicator* const group = faults::dynamic_cp_group(mb->cp, &cp_group_);
+  comm::Communicator* const group = faults::dynamic_cp_group(mb->cp, &cp_group_);
   if (group == mb->cp) return mb;
   auto moved = std::make_shared<MicroBatch>(*mb);
   moved->cp = group;

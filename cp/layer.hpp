@@ -42,11 +42,11 @@ class GdnCpLayer {
   // `params`: the full layer (F64); the layer keeps its TP rank's shard in the backend's dtype.
   // `tp_group` may be nullptr (tp = 1). Throws ConfigError (docs/DESIGN.md §3.1) before any collective.
   GdnCpLayer(const ref::LayerConfig& config, const CpConfig& cp, const ref::LayerParams& params, Backend& backend,
-             Communicator& cp_group, Communicator* tp_group = nullptr);
+             comm::Communicator& cp_group, comm::Communicator* tp_group = nullptr);
   ~GdnCpLayer();
 
   // check_micro_batch against this layer's configuration. Dynamic CP: pass its group and local_cp_size together.
-  CheckedMicroBatch check(const MicroBatchSpec& spec, const Communicator* cp_group = nullptr,
+  CheckedMicroBatch check(const MicroBatchSpec& spec, const comm::Communicator* cp_group = nullptr,
                           int local_cp_size = 0) const;
   // Plans a micro-batch checked against this layer's configuration, on the group it was checked for (the
   // static one, or dynamic_group of its CP size), checking nothing again.
@@ -55,7 +55,7 @@ class GdnCpLayer {
   LayerBackward backward(const Context& ctx, const Buffer& grad_output) const;
 
   // The sub-group of the static CP group for a dynamic CP size (split once, at construction).
-  Communicator& dynamic_group(int size) const;
+  comm::Communicator& dynamic_group(int size) const;
 
   // Hash of everything the layer holds (configs, parameter shards on the host and on the backend),
   // so a test can show forward/backward never write shared state.
@@ -78,10 +78,10 @@ class GdnCpLayer {
   ref::LayerConfig config_, local_config_;
   CpConfig cp_;
   Backend& be_;
-  Communicator& cp_group_;
-  Communicator* tp_;
+  comm::Communicator& cp_group_;
+  comm::Communicator* tp_;
   ref::LayerParams local_params_;  // TP shard, F64
-  std::unique_ptr<DynamicCpGroups> dynamic_groups_;
+  std::unique_ptr<comm::DynamicCpGroups> dynamic_groups_;
   std::map<int, std::unique_ptr<SizeParams>> by_size_;
   // Only under the planted fault DynamicCpReusesPlan: the first plan of each CP size.
   mutable std::map<int, std::shared_ptr<const MicroBatch>> plan_by_size_;

@@ -115,8 +115,8 @@ CheckedMicroBatch check_micro_batch(const CpConfig& cp, const ref::LayerConfig& 
   return mb;
 }
 
-std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const CheckedMicroBatch& checked, Communicator& group,
-                                                   CpMode mode, std::int64_t conv_width) {
+std::shared_ptr<const MicroBatch> make_micro_batch(Backend& be, const CheckedMicroBatch& checked,
+                                                   comm::Communicator& group, CpMode mode, std::int64_t conv_width) {
   auto mb = std::make_shared<MicroBatch>();
   mb->format = checked.format();
   mb->cp = &group;

@@ -39,9 +39,9 @@ struct ChunkwisePlan {
 
 struct MicroBatch {
   Format format = Format::Thd;
-  std::int64_t batch = 1;      // B (SBHD); THD: 1
-  std::int64_t seq_len = 0;    // S (SBHD)
-  Communicator* cp = nullptr;  // the group this micro-batch runs on
+  std::int64_t batch = 1;            // B (SBHD); THD: 1
+  std::int64_t seq_len = 0;          // S (SBHD)
+  comm::Communicator* cp = nullptr;  // the group this micro-batch runs on
   int cp_size = 1, cp_rank = 0;
 
   // Sequences as packed rows: THD cu_seqlens, or SBHD [0, S, 2S, ..., B*S] (batch-major rows);
@@ -101,6 +101,6 @@ CheckedMicroBatch check_micro_batch(const CpConfig& cp, const ref::LayerConfig& 
 // Plans `mb` on `cp_group`, the group it was checked for; chunkwise CP also plans its route (counted in the
 // group's accounting as a route build) and halo for conv width `conv_width`.
 std::shared_ptr<const MicroBatch> make_micro_batch(Backend& backend, const CheckedMicroBatch& mb,
-                                                   Communicator& cp_group, CpMode mode, std::int64_t conv_width);
+                                                   comm::Communicator& cp_group, CpMode mode, std::int64_t conv_width);
 
 }  // namespace gdnv::cp

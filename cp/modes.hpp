@@ -14,7 +14,7 @@ struct LayerParts {
   Backend& be;
   const ProjParams& proj;
   const MixerParams& mixer;  // this rank's mixer slice (headwise: its CP head block)
-  Communicator* tp;          // TP group (nullptr: no TP)
+  comm::Communicator* tp;    // TP group (nullptr: no TP)
 };
 
 // What a forward keeps for its backward (autograd's ctx): owned by the caller, never by the layer.

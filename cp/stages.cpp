@@ -32,7 +32,7 @@ Buffer in_proj_forward(Backend& be, const ProjParams& pp, const Buffer& hidden, 
 }
 
 InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,
-                             Communicator* tp_group, const StageTap& tap) {
+                             comm::Communicator* tp_group, const StageTap& tap) {
   LinearGrads lin = be.linear_backward(dp, saved.x, pp.in_proj);
   if (tp_group && tp_group->size() > 1) tp_group->all_reduce(lin.dx.mut());  // column-parallel in_proj
   tap("stage_grad::in_proj", dp, StageRows::Proj, StageCols::InProj);

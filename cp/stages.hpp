@@ -58,7 +58,7 @@ struct InProjGrads {
 // dp [N, P]; `reduce_dx` all-reduces d(rmsnorm output) over TP before the norm's backward (nullptr: none).
 // With a tap: records stage_grad::in_proj (dp) and stage_grad::x_norm.
 InProjGrads in_proj_backward(Backend& be, const ProjParams& pp, const InProjSaved& saved, const Buffer& dp,
-                             Communicator* tp_group, const StageTap& tap = StageTap{});
+                             comm::Communicator* tp_group, const StageTap& tap = StageTap{});
 
 struct MixerSaved {
   Buffer p, qkv, conv, q, k, v, z, a, b, o, norm_rstd;

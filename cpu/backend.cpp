@@ -49,7 +49,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu/" + std::string(dtype_option_name(dtype())); }
   DType dtype() const override { return dtype_of<S>(); }
   DType state_dtype() const override { return state_dtype_for(dtype()); }
-  Memory memory() const override { return Memory::Host; }
+  comm::Memory memory() const override { return comm::Memory::Host; }
 
  protected:
   Buffer do_alloc(DType dtype, Shape shape) override { return cpu::host_buffer(dtype, std::move(shape)); }

@@ -271,7 +271,7 @@ void exchange_case(StepResult& r, const std::string& label, int W, const Ints& c
   // A layer whose heads shard over every W of the step (2..5), for check_micro_batch's rules.
   const ref::LayerConfig exchange_layer({60, 60, 60, 1, 1, 4, 1e-6, false});
   try {
-    run_world(W, [&](Communicator& comm) {
+    comm::run_world(W, [&](comm::Communicator& comm) {
       const auto be = cpu::make_backend(DType::F64);
       cp::MicroBatchSpec spec;
       spec.cu_seqlens = cu;

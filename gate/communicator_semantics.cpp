@@ -83,7 +83,7 @@ std::vector<std::vector<Tensor>> run_sums(SumKind kind, const std::vector<Tensor
   const int n = static_cast<int>(sends.size());
   const Ints counts = block_counts(kind, n);
   std::vector<std::vector<Tensor>> got(static_cast<std::size_t>(n));
-  run_world(n, [&](Communicator& c) {
+  comm::run_world(n, [&](comm::Communicator& c) {
     const Tensor& send = sends[static_cast<std::size_t>(c.rank())];
     for (int call = 0; call < calls; ++call) {
       Tensor recv(dtype, {kind == SumKind::AllReduce ? send.numel() : counts[static_cast<std::size_t>(c.rank())]});
@@ -152,17 +152,17 @@ harness::RunSpec bytes_spec(cp::CpMode mode, int W, DType dtype) {
 
 // "forward all_gather: 2 calls, 96 B sent, 96 B received; the cost model: ..." for the first kind that
 // differs, or the host syncs or route builds.
-std::string counters_differ(const char* phase, const Counters& got, const Counters& want) {
-  for (int k = 0; k < kCollectiveKinds; ++k) {
-    const auto kind = static_cast<Collective>(k);
-    const Traffic& g = got[kind];
-    const Traffic& w = want[kind];
+std::string counters_differ(const char* phase, const comm::Counters& got, const comm::Counters& want) {
+  for (int k = 0; k < comm::kCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::Collective>(k);
+    const comm::Traffic& g = got[kind];
+    const comm::Traffic& w = want[kind];
     if (g == w) continue;
-    const auto line = [](const Traffic& t) {
+    const auto line = [](const comm::Traffic& t) {
       return std::to_string(t.calls) + " calls, " + std::to_string(t.bytes_sent) + " B sent, " +
              std::to_string(t.bytes_recv) + " B received";
     };
-    return std::string(phase) + " " + std::string(collective_name(kind)) + ": " + line(g) +
+    return std::string(phase) + " " + std::string(comm::collective_name(kind)) + ": " + line(g) +
            "; the cost model: " + line(w);
   }
   if (got != want) return std::string(phase) + " host syncs or route builds differ from the cost model";
@@ -189,9 +189,10 @@ std::string bytes_match_cost_model(const harness::RunSpec& spec) {
 // partition_begin): rank p's part [begin(p), begin(p + 1)) covers [0, n) in order, each part floor(n / W)
 // or ceil(n / W) elements, for counts that do not split evenly.
 std::string partition_is_balanced(std::int64_t n, int W) {
-  if (partition_begin(n, W, 0) != 0 || partition_begin(n, W, W) != n) return "the parts do not cover [0, n)";
+  if (comm::partition_begin(n, W, 0) != 0 || comm::partition_begin(n, W, W) != n)
+    return "the parts do not cover [0, n)";
   for (int p = 0; p < W; ++p) {
-    const std::int64_t size = partition_begin(n, W, p + 1) - partition_begin(n, W, p);
+    const std::int64_t size = comm::partition_begin(n, W, p + 1) - comm::partition_begin(n, W, p);
     if (size != n / W && size != (n + W - 1) / W)
       return "rank " + std::to_string(p) + "'s part holds " + std::to_string(size) + " elements";
   }

@@ -29,7 +29,7 @@ StepResult run(const StepOptions& options) {
         spec.mode = mode;
         spec.image = "gate";
         spec.case_name = "thd-short";
-        run_world(mode == "cp1" ? 1 : 4, [&](Communicator& world) {
+        comm::run_world(mode == "cp1" ? 1 : 4, [&](comm::Communicator& world) {
           probes::dump_rank(spec, (root / image).string(), "inproc", world, cpu::make_backend(spec.dtype));
         });
       }

@@ -15,7 +15,6 @@
 #include "core/metrics.hpp"
 #include "gate/cp_mode_matrix.hpp"
 #include "gate/steps.hpp"
-#include "harness/world.hpp"
 #include "harness/verdict.hpp"
 #include "harness/world.hpp"
 #include "probes/compare.hpp"

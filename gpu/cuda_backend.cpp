@@ -94,12 +94,12 @@ std::unique_ptr<cp::Backend> make_cuda_backend(DType storage) {
   return make_kernel_backend(storage, std::make_unique<CudaKernels>(std::make_shared<CudaStream>()));
 }
 
-NcclRank make_nccl_rank(Communicator& mpi, DType storage) {
+NcclRank make_nccl_rank(comm::Communicator& mpi, DType storage) {
   if (const std::string reason = cuda_backend_unavailable_reason(); !reason.empty())
     throw Error("no CUDA device: " + reason);
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
   const int device = (local ? std::atoi(local) : mpi.rank()) % cuda_device_count();
-  auto nccl = NcclCommunicator::create(static_cast<MpiCommunicator&>(mpi), device);
+  auto nccl = NcclCommunicator::create(static_cast<comm::MpiCommunicator&>(mpi), device);
   const cudaStream_t stream = nccl->stream();
   NcclRank rank{std::move(nccl), nullptr};
   rank.backend = make_kernel_backend(storage, std::make_unique<CudaKernels>(std::make_shared<CudaStream>(stream)));

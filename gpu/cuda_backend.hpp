@@ -22,10 +22,10 @@ std::string cuda_backend_unavailable_reason();
 // so kernels and collectives are ordered without host syncs. `backend` must go before `comm`.
 // Collective over `mpi` (an MpiCommunicator); Error/ConfigError as make_cuda_backend.
 struct NcclRank {
-  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<cp::Backend> backend;
 };
-NcclRank make_nccl_rank(Communicator& mpi, DType storage);
+NcclRank make_nccl_rank(comm::Communicator& mpi, DType storage);
 
 // The reason a build without CUDA gives.
 inline constexpr const char* kBuiltWithoutCuda =

@@ -10,6 +10,6 @@ std::unique_ptr<cp::Backend> make_cuda_backend(DType /*storage*/) {
   throw ConfigError("no CUDA device: " + cuda_backend_unavailable_reason());
 }
 
-NcclRank make_nccl_rank(Communicator& /*mpi*/, DType storage) { return {nullptr, make_cuda_backend(storage)}; }
+NcclRank make_nccl_rank(comm::Communicator& /*mpi*/, DType storage) { return {nullptr, make_cuda_backend(storage)}; }
 
 }  // namespace gdnv::gpu

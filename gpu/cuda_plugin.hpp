@@ -17,7 +17,7 @@ struct CudaPluginApi {
   int abi;
   std::string (*unavailable_reason)();  // cuda_backend_unavailable_reason
   std::unique_ptr<cp::Backend> (*make_backend)(DType storage);
-  NcclRank (*make_nccl_rank)(Communicator& mpi, DType storage);
+  NcclRank (*make_nccl_rank)(comm::Communicator& mpi, DType storage);
 };
 inline constexpr int kCudaPluginAbi = 2;
 inline constexpr const char* kCudaPluginEntry = "gdnv_cuda_plugin_api";

@@ -25,7 +25,7 @@ class CudaStream final : public Stream, public std::enable_shared_from_this<Cuda
   // Throws Error "<what>: <CUDA error>" when the last launch on this thread failed.
   static void check_launch(const char* what);
 
-  Memory memory() const override { return Memory::Device; }
+  comm::Memory memory() const override { return comm::Memory::Device; }
   std::shared_ptr<void> alloc(std::size_t bytes) override;
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;

@@ -111,7 +111,7 @@ void HostStream::rank_sum(DType dtype, void* out, const void* blocks, std::int64
     const auto es = static_cast<std::int64_t>(dtype_size(dtype));
     std::vector<const void*> inputs;
     for (int r = 0; r < n; ++r) inputs.push_back(static_cast<const std::byte*>(blocks) + r * stride * es);
-    gdnv::rank_sum(dtype, out, inputs, count);
+    gdnv::comm::rank_sum(dtype, out, inputs, count);
   });
 }
 
@@ -147,7 +147,7 @@ void HostStream::wait(const std::shared_ptr<Event>& event) {
 }
 
 void HostStream::synchronize(const char* what) {
-  if (const std::exception_ptr e = queue_->drain()) throw Error(std::string(what) + ": " + message_of(e));
+  if (const std::exception_ptr e = queue_->drain()) throw Error(std::string(what) + ": " + comm::message_of(e));
 }
 
 void HostStream::fetch(void* host_dst, const void* src, std::size_t bytes) { copy(host_dst, src, bytes); }

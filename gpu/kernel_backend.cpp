@@ -47,9 +47,9 @@ class KernelBackend final : public cp::Backend {
   std::string name() const override { return k_->platform() + "/" + std::string(dtype_option_name(dtype_)); }
   DType dtype() const override { return dtype_; }
   DType state_dtype() const override { return DType::F32; }
-  Memory memory() const override { return s_.memory(); }
-  std::shared_ptr<DataMover> data_mover() override { return make_stream_mover(k_->stream()); }
-  void count_host_syncs(std::shared_ptr<Accounting> accounting) override { syncs_ = std::move(accounting); }
+  comm::Memory memory() const override { return s_.memory(); }
+  std::shared_ptr<comm::DataMover> data_mover() override { return make_stream_mover(k_->stream()); }
+  void count_host_syncs(std::shared_ptr<comm::Accounting> accounting) override { syncs_ = std::move(accounting); }
 
  protected:
   Buffer do_alloc(DType dtype, Shape shape) override {
@@ -374,9 +374,9 @@ class KernelBackend final : public cp::Backend {
   DType dtype_;
   std::unique_ptr<Kernels> k_;
   Stream& s_;
-  Buffer error_;                       // I32 [1]: the index kernels' error flag
-  std::vector<Indexed> indexed_;       // indexed launches since the flag was last read
-  std::shared_ptr<Accounting> syncs_;  // where host syncs are counted, if anywhere
+  Buffer error_;                             // I32 [1]: the index kernels' error flag
+  std::vector<Indexed> indexed_;             // indexed launches since the flag was last read
+  std::shared_ptr<comm::Accounting> syncs_;  // where host syncs are counted, if anywhere
 };
 
 }  // namespace

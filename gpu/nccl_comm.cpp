@@ -11,11 +11,12 @@ namespace gdnv {
 namespace {
 
 void cuda_check(cudaError_t e, const std::string& where) {
-  if (e != cudaSuccess) throw CommError(where + ": CUDA error: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw comm::CommError(where + ": CUDA error: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
 void nccl_check(ncclResult_t r, const std::string& where) {
-  if (r != ncclSuccess) throw CommError(where + ": NCCL error: " + ncclGetErrorString(r));
+  if (r != ncclSuccess) throw comm::CommError(where + ": NCCL error: " + ncclGetErrorString(r));
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -79,14 +80,15 @@ struct NcclCommunicator::DeviceStream {
   cudaStream_t stream = nullptr;
 };
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::create(MpiCommunicator& mpi, int device) {
+std::unique_ptr<NcclCommunicator> NcclCommunicator::create(comm::MpiCommunicator& mpi, int device) {
   auto stream = std::make_shared<DeviceStream>(device, "NCCL communicator on " + mpi.describe());
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(stream, mpi.detached_copy(), mpi.shared_accounting()));
 }
 
-NcclCommunicator::NcclCommunicator(std::shared_ptr<DeviceStream> device, std::unique_ptr<MpiCommunicator> bootstrap,
-                                   std::shared_ptr<Accounting> accounting)
-    : Communicator(bootstrap->rank(), bootstrap->world_ranks(), std::move(accounting)),
+NcclCommunicator::NcclCommunicator(std::shared_ptr<DeviceStream> device,
+                                   std::unique_ptr<comm::MpiCommunicator> bootstrap,
+                                   std::shared_ptr<comm::Accounting> accounting)
+    : comm::Communicator(bootstrap->rank(), bootstrap->world_ranks(), std::move(accounting)),
       device_(std::move(device)),
       bootstrap_(std::move(bootstrap)) {
   const std::string at = "NCCL communicator on " + describe();
@@ -96,7 +98,7 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<DeviceStream> device, std::un
     nccl_check(ncclGetUniqueId(&id), at);
     std::memcpy(words.data(), &id, sizeof id);
   }
-  bootstrap_->broadcast(MutBuf(words.data(), static_cast<std::int64_t>(words.size())), 0);
+  bootstrap_->broadcast(comm::MutBuf(words.data(), static_cast<std::int64_t>(words.size())), 0);
   std::memcpy(&id, words.data(), sizeof id);
   cuda_check(cudaSetDevice(device_->device), at);
   nccl_check(ncclCommInitRank(&nccl_, size(), id, rank()), at);
@@ -124,9 +126,9 @@ void NcclCommunicator::drain(const std::string& where) {
   accounting().host_sync();
 }
 
-void NcclCommunicator::execute(const Call& call) {
+void NcclCommunicator::execute(const comm::Call& call) {
   const std::string at = where(call);
-  if (call.kind == Collective::Barrier) drain(at);
+  if (call.kind == comm::Collective::Barrier) drain(at);
   bootstrap_->handshake(call, at);
   cuda_check(cudaSetDevice(device_->device), at);
   const cudaStream_t s = device_->stream;
@@ -164,11 +166,11 @@ void NcclCommunicator::execute(const Call& call) {
   const auto to = [&](int p) { return call.to[p]; };
 
   switch (call.kind) {
-    case Collective::AllToAllV:
+    case comm::Collective::AllToAllV:
       exchange(
           send, send_offset, to, recv, [&](int r) { return call.recv_offset(r); }, [&](int r) { return call.from[r]; });
       break;
-    case Collective::AllGather: {
+    case comm::Collective::AllGather: {
       if (std::all_of(call.from.begin(), call.from.end(), [&](std::int64_t c) { return c == call.from[0]; })) {
         if (call.from[0]) nccl_check(ncclAllGather(send, recv, call.from[0], type, nccl_, s), at);
         break;
@@ -178,7 +180,7 @@ void NcclCommunicator::execute(const Call& call) {
       gather(send, call.from, begins);
       break;
     }
-    case Collective::ReduceScatter: {
+    case comm::Collective::ReduceScatter: {
       const std::int64_t own = call.from[me];
       const Scratch blocks(static_cast<std::size_t>(n * own * es), s, at);
       exchange(
@@ -186,13 +188,13 @@ void NcclCommunicator::execute(const Call& call) {
       device_rank_sum(call.dtype, recv, blocks.data(), own, n, own, s);
       break;
     }
-    case Collective::AllReduce: {
+    case comm::Collective::AllReduce: {
       // Reduce-scatter over the balanced partition, then all-gather of the summed parts.
       const std::int64_t count = call.to[0];
       std::vector<std::int64_t> parts, begins;
       for (int p = 0; p < n; ++p) {
-        begins.push_back(partition_begin(count, n, p));
-        parts.push_back(partition_begin(count, n, p + 1) - begins.back());
+        begins.push_back(comm::partition_begin(count, n, p));
+        parts.push_back(comm::partition_begin(count, n, p + 1) - begins.back());
       }
       const std::int64_t own = parts[me];
       const Scratch blocks(static_cast<std::size_t>(n * own * es), s, at);
@@ -204,22 +206,22 @@ void NcclCommunicator::execute(const Call& call) {
       gather(summed.data(), parts, begins);
       break;
     }
-    case Collective::Broadcast:
+    case comm::Collective::Broadcast:
       if (call.from[call.root])
         nccl_check(ncclBroadcast(recv, recv, call.from[call.root], type, call.root, nccl_, s), at);
       break;
-    case Collective::Barrier:
-    case Collective::Split:
+    case comm::Collective::Barrier:
+    case comm::Collective::Split:
       break;
   }
 }
 
 // The bootstrap's split runs the handshake.
-std::unique_ptr<Communicator> NcclCommunicator::execute_split(const Call&, int color, int key) {
+std::unique_ptr<comm::Communicator> NcclCommunicator::execute_split(const comm::Call&, int color, int key) {
   auto child = bootstrap_->split(color, key);
   if (!child) return nullptr;
-  std::unique_ptr<MpiCommunicator> boot(static_cast<MpiCommunicator*>(child.release()));
-  return std::unique_ptr<Communicator>(new NcclCommunicator(device_, std::move(boot), shared_accounting()));
+  std::unique_ptr<comm::MpiCommunicator> boot(static_cast<comm::MpiCommunicator*>(child.release()));
+  return std::unique_ptr<comm::Communicator>(new NcclCommunicator(device_, std::move(boot), shared_accounting()));
 }
 
 }  // namespace gdnv

@@ -14,14 +14,14 @@
 
 namespace gdnv {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public comm::Communicator {
  public:
   // Collective over `mpi`'s group: an NCCL communicator over the same ranks, this rank on CUDA device
   // `device`. Counts into mpi's (the rank's) Accounting. Throws CommError when the device is unusable.
-  static std::unique_ptr<NcclCommunicator> create(MpiCommunicator& mpi, int device);
+  static std::unique_ptr<NcclCommunicator> create(comm::MpiCommunicator& mpi, int device);
   ~NcclCommunicator() override;
 
-  Memory memory() const override { return Memory::Device; }
+  comm::Memory memory() const override { return comm::Memory::Device; }
   int device() const;
   // Every collective of this rank runs on this stream; kernels producing or consuming collective
   // buffers belong on it too.
@@ -29,17 +29,17 @@ class NcclCommunicator final : public Communicator {
 
  protected:
   // A barrier waits for this rank's stream to drain (one host sync, counted) and then for every rank.
-  void execute(const Call& call) override;
-  std::unique_ptr<Communicator> execute_split(const Call& call, int color, int key) override;
+  void execute(const comm::Call& call) override;
+  std::unique_ptr<comm::Communicator> execute_split(const comm::Call& call, int color, int key) override;
 
  private:
   struct DeviceStream;
-  NcclCommunicator(std::shared_ptr<DeviceStream> device, std::unique_ptr<MpiCommunicator> bootstrap,
-                   std::shared_ptr<Accounting> accounting);
+  NcclCommunicator(std::shared_ptr<DeviceStream> device, std::unique_ptr<comm::MpiCommunicator> bootstrap,
+                   std::shared_ptr<comm::Accounting> accounting);
   void drain(const std::string& where);
 
   std::shared_ptr<DeviceStream> device_;
-  std::unique_ptr<MpiCommunicator> bootstrap_;  // same group over MPI: handshakes, ids, splits
+  std::unique_ptr<comm::MpiCommunicator> bootstrap_;  // same group over MPI: handshakes, ids, splits
   ncclComm_t nccl_ = nullptr;
 };
 

@@ -9,7 +9,7 @@ template <class T>
 __global__ void rank_sum_kernel(T* out, const T* blocks, std::int64_t stride, int n, std::int64_t count) {
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step)
-    out[i] = rank_ordered_sum<T>(n, [&](int r) { return blocks[r * stride + i]; });
+    out[i] = comm::rank_ordered_sum<T>(n, [&](int r) { return blocks[r * stride + i]; });
 }
 
 template <class T>

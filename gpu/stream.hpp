@@ -21,7 +21,7 @@ class Stream {
   };
 
   virtual ~Stream() = default;
-  virtual Memory memory() const = 0;
+  virtual comm::Memory memory() const = 0;
   // Zero-filled storage, freed in stream order with the last handle: work enqueued before the release
   // may still use it.
   virtual std::shared_ptr<void> alloc(std::size_t bytes) = 0;
@@ -56,7 +56,7 @@ class HostStream final : public Stream {
   // Runs task on the worker after everything enqueued before it.
   void enqueue(std::function<void()> task);
 
-  Memory memory() const override { return Memory::Host; }
+  comm::Memory memory() const override { return comm::Memory::Host; }
   std::shared_ptr<void> alloc(std::size_t bytes) override;
   void upload(void* dst, const void* host_src, std::size_t bytes) override;
   void copy(void* dst, const void* src, std::size_t bytes) override;

@@ -10,12 +10,12 @@
 namespace gdnv::gpu {
 namespace {
 
-class StreamMover final : public DataMover {
+class StreamMover final : public comm::DataMover {
  public:
   explicit StreamMover(std::shared_ptr<Stream> stream)
       : s_(std::move(stream)), ready_(s_->make_event()), done_(s_->make_event()) {}
 
-  Memory memory() const override { return s_->memory(); }
+  comm::Memory memory() const override { return s_->memory(); }
   std::shared_ptr<void> scratch(std::size_t bytes) override { return s_->alloc(bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override { s_->copy(dst, src, bytes); }
 
@@ -30,19 +30,19 @@ class StreamMover final : public DataMover {
   }
 
   void ready() override { s_->record(ready_); }
-  void after_ready(std::span<DataMover* const> peers) override {
-    for (DataMover* p : peers)
+  void after_ready(std::span<comm::DataMover* const> peers) override {
+    for (comm::DataMover* p : peers)
       if (p != this) s_->wait(peer(p).ready_);
   }
   void reads_done() override { s_->record(done_); }
-  void after_reads(std::span<DataMover* const> peers) override {
-    for (DataMover* p : peers)
+  void after_reads(std::span<comm::DataMover* const> peers) override {
+    for (comm::DataMover* p : peers)
       if (p != this) s_->wait(peer(p).done_);
   }
 
  private:
   // run_world gives every rank of a device world a mover of the same memory: a stream mover.
-  static StreamMover& peer(DataMover* p) { return *static_cast<StreamMover*>(p); }
+  static StreamMover& peer(comm::DataMover* p) { return *static_cast<StreamMover*>(p); }
 
   std::shared_ptr<Stream> s_;
   std::shared_ptr<Stream::Event> ready_, done_;
@@ -50,7 +50,7 @@ class StreamMover final : public DataMover {
 
 }  // namespace
 
-std::shared_ptr<DataMover> make_stream_mover(std::shared_ptr<Stream> stream) {
+std::shared_ptr<comm::DataMover> make_stream_mover(std::shared_ptr<Stream> stream) {
   return std::make_shared<StreamMover>(std::move(stream));
 }
 

@@ -11,6 +11,6 @@
 namespace gdnv::gpu {
 
 // Every rank of the world needs one (run_world rejects movers of mixed memory).
-std::shared_ptr<DataMover> make_stream_mover(std::shared_ptr<Stream> stream);
+std::shared_ptr<comm::DataMover> make_stream_mover(std::shared_ptr<Stream> stream);
 
 }  // namespace gdnv::gpu

@@ -52,10 +52,10 @@ cost::RankPlace place_of(const RunSpec& spec, int world_rank, int cp_size) {
 }
 
 std::vector<RankOutput> run_rank(const CheckedRun& run, std::span<const Case> cases, std::unique_ptr<Backend> backend,
-                                 Communicator& world) {
+                                 comm::Communicator& world) {
   const RunSpec& spec = run.spec;
   const int tp = spec.cp.tp;
-  const TpCpGrid grid = make_tp_cp_grid(world, tp);
+  const comm::TpCpGrid grid = comm::make_tp_cp_grid(world, tp);
   cost::CountingBackend be(std::move(backend));
   be.count_host_syncs(world.shared_accounting());
   const cp::GdnCpLayer layer(cases[0].config, spec.cp, cases[0].params, be, *grid.cp, tp > 1 ? grid.tp.get() : nullptr);
@@ -74,7 +74,7 @@ std::vector<RankOutput> run_rank(const CheckedRun& run, std::span<const Case> ca
     if (spec.stages) ctx.tap.recorder = &recorder;
     Buffer out;
     {
-      ScopedCounter counter(world.accounting());
+      comm::ScopedCounter counter(world.accounting());
       const std::int64_t live = be.live_bytes();
       const double flops = be.flops();
       out = layer.forward(mb, hidden, ctx);
@@ -83,7 +83,7 @@ std::vector<RankOutput> run_rank(const CheckedRun& run, std::span<const Case> ca
       o.saved_bytes = be.live_bytes() - live - static_cast<std::int64_t>(out.nbytes());
     }
     const Buffer grad_output = be.upload(layouts::gather_rows(k.grad_output, rows), spec.dtype);
-    ScopedCounter counter(world.accounting());
+    comm::ScopedCounter counter(world.accounting());
     const double flops = be.flops();
     LayerBackward back = layer.backward(ctx, grad_output);
     o.backward = counter.delta();
@@ -181,9 +181,9 @@ std::vector<MicroBatchRun> run_in_process(const CheckedRun& checked, std::span<c
   check_case_tokens(checked, cases);
   std::vector<std::vector<RankOutput>> outputs(static_cast<std::size_t>(n));
   RankBackends ranks = make_rank_backends(n, factory, spec.dtype);
-  run_world(
+  comm::run_world(
       n,
-      [&](Communicator& world) {
+      [&](comm::Communicator& world) {
         const auto r = static_cast<std::size_t>(world.rank());
         outputs[r] = run_rank(checked, cases, std::move(ranks.backends[r]), world);
       },

@@ -28,7 +28,7 @@ struct RankOutput {
   int cp_size = 1, cp_rank = 0;
   Tensor out, grad_hidden;  // this CP rank's zigzag shard, F64
   ref::LayerParams grads;   // this TP rank's shard, summed over CP (F64)
-  Counters forward, backward;
+  comm::Counters forward, backward;
   // What cost/cost.hpp predicts, measured by a CountingBackend around the factory's backend: the FLOPs
   // of the ops that ran, and the bytes the forward allocated and left alive for the backward.
   double forward_flops = 0, backward_flops = 0;
@@ -47,8 +47,8 @@ struct StagePiece {
 struct MicroBatchRun {
   int cp_size = 1;
   Answer answer;
-  Counters forward, backward;     // world rank 0's collectives in this micro-batch
-  std::vector<RankOutput> ranks;  // what every world rank computed and measured, by world rank
+  comm::Counters forward, backward;  // world rank 0's collectives in this micro-batch
+  std::vector<RankOutput> ranks;     // what every world rank computed and measured, by world rank
   std::map<std::string, std::vector<StagePiece>> stage_pieces;  // RunSpec::stages: who computed what
 };
 
@@ -61,7 +61,7 @@ void assemble_stages(const Case& c, std::span<const RankOutput* const> ranks, Mi
 // collectives in order with its backend's work (device backends: on its stream).
 struct RankBackends {
   std::vector<std::unique_ptr<Backend>> backends;  // by world rank
-  WorldOptions options;
+  comm::WorldOptions options;
 };
 RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType dtype);
 
@@ -70,9 +70,9 @@ RankBackends make_rank_backends(int ranks, const BackendFactory& factory, DType 
 // micro-batch with nothing checked again, the backend's host syncs counted in the rank's Accounting.
 // Micro-batch m runs on cases[m], or every one on the only case given. Collective over `world`.
 std::vector<RankOutput> run_rank(const CheckedRun& run, std::span<const Case> cases, std::unique_ptr<Backend> backend,
-                                 Communicator& world);
+                                 comm::Communicator& world);
 inline std::vector<RankOutput> run_rank(const CheckedRun& run, const Case& c, std::unique_ptr<Backend> backend,
-                                        Communicator& world) {
+                                        comm::Communicator& world) {
   return run_rank(run, std::span<const Case>(&c, 1), std::move(backend), world);
 }
 

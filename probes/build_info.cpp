@@ -42,12 +42,12 @@ nlohmann::json build_info() {
           {"nccl", GDNV_NCCL_VERSION}};
 }
 
-nlohmann::json counters_json(const Counters& c) {
+nlohmann::json counters_json(const comm::Counters& c) {
   nlohmann::json j = nlohmann::json::object();
-  for (int k = 0; k < kCollectiveKinds; ++k) {
-    const auto kind = static_cast<Collective>(k);
+  for (int k = 0; k < comm::kCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::Collective>(k);
     if (c[kind].calls)
-      j[std::string(collective_name(kind))] = {
+      j[std::string(comm::collective_name(kind))] = {
           {"calls", c[kind].calls}, {"bytes_sent", c[kind].bytes_sent}, {"bytes_recv", c[kind].bytes_recv}};
   }
   j["host_syncs"] = c.host_syncs;

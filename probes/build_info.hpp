@@ -12,6 +12,6 @@ nlohmann::json build_info();
 
 // {"<collective>": {"calls", "bytes_sent", "bytes_recv"}, ..., "host_syncs", "route_builds"}, kinds
 // never called left out.
-nlohmann::json counters_json(const Counters& counters);
+nlohmann::json counters_json(const comm::Counters& counters);
 
 }  // namespace gdnv::probes

@@ -292,7 +292,8 @@ void compare_case_metadata(const TensorFile& ref, const TensorFile& cand, Compar
 }  // namespace
 
 RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
-                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run, const harness::Case& k) {
+                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run,
+                    const harness::Case& k) {
   RankTable table{title, run.cp_size, {}, {}, {}};
   for (const auto& [name, rule] : rows) {
     const Tensor &a = ref.tensors.at(name), &b = got.tensors.at(name);
@@ -503,9 +504,10 @@ Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* 
   const harness::DecayClass declared = declared_decay_class(dir);
   Comparison out;
   out.name = "oracle " + dir_name(dir);
-  out.policy = "per-tensor oracle gates of the " + std::string(harness::decay_class_name(declared)) +
-               " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2" +
-               (declared == harness::DecayClass::CumsumDecay ? "; the cumsum's delta_32 kappa^gamma in quadrature)" : ")");
+  out.policy =
+      "per-tensor oracle gates of the " + std::string(harness::decay_class_name(declared)) +
+      " class (fp64 1e-10; fp32, bf16 4 delta kappa, floors 1e-5, 2e-2" +
+      (declared == harness::DecayClass::CumsumDecay ? "; the cumsum's delta_32 kappa^gamma in quadrature)" : ")");
   add_problems(idx, "", out);
   if (idx.modes.empty()) {
     if (idx.problems.empty()) throw ConfigError(dir + " holds no mode dumps (<mode>.rank0.safetensors)");

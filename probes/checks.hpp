@@ -20,7 +20,8 @@ namespace gdnv::probes {
 // `ref`: its error / bound (error_ratio) over the elements each CP rank of `run` computed (harness::pieces_of;
 // "-" for a rank with none, as for a CP-summed parameter gradient) and over the whole tensor.
 RankTable rank_grid(const std::string& title, const std::vector<std::pair<std::string, Rule>>& rows,
-                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run, const harness::Case& k);
+                    const TensorFile& ref, const TensorFile& got, const harness::MicroBatchRun& run,
+                    const harness::Case& k);
 
 // The inputs must be bitwise identical, their metadata (the layer config, case, seed, dtype) equal but
 // for the image label (else the images are of different cases: a structural mismatch); then each

@@ -299,7 +299,7 @@ harness::CheckedRun dump_run_spec(const DumpSpec& spec, int world_size) {
   return harness::validate_run(s);
 }
 
-void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, comm::Communicator& world,
                std::unique_ptr<cp::Backend> backend) {
   const harness::CheckedRun checked = dump_run_spec(spec, world.size());
   const harness::RunSpec& rs = checked.spec;
@@ -348,8 +348,8 @@ std::string new_run_id() {
   return hex;
 }
 
-std::string shared_run_id(Communicator& world) {
-  if (world.memory() != Memory::Host)
+std::string shared_run_id(comm::Communicator& world) {
+  if (world.memory() != comm::Memory::Host)
     throw Error("shared_run_id: the world moves device memory; draw the run id with new_run_id on a host world");
   std::vector<char> id(16, '\0');
   if (world.rank() == 0) {
@@ -358,7 +358,7 @@ std::string shared_run_id(Communicator& world) {
   }
   std::vector<std::int64_t> words(2);
   std::memcpy(words.data(), id.data(), id.size());
-  world.broadcast(MutBuf(words), 0);
+  world.broadcast(comm::MutBuf(words), 0);
   std::memcpy(id.data(), words.data(), id.size());
   return {id.begin(), id.end()};
 }

@@ -58,7 +58,7 @@ struct DumpSpec {
 std::string new_run_id();
 // new_run_id drawn by rank 0 and broadcast over `world` (collective; host memory): what every rank of one
 // dump carries. A device-memory world (emu, NCCL) gets it from the host world that launched it instead.
-std::string shared_run_id(Communicator& world);
+std::string shared_run_id(comm::Communicator& world);
 
 // The RunSpec of a dump on `world_size` ranks, checked (harness::validate_run); ConfigError for an unknown
 // mode or case, cp1 on more than one rank, or an illegal combination (docs/DESIGN.md §3.1, the messages of
@@ -70,7 +70,7 @@ harness::CheckedRun dump_run_spec(const DumpSpec& spec, int world_size);
 // and meta.json. `transport` ("inproc" | "mpi") is recorded in meta.json. Files are written only after
 // every rank has computed, in docs/DESIGN.md §8's order: meta.json without the mode, every rank file
 // (carrying spec.run, or the id shared_run_id draws over `world`), then meta.json declaring the mode.
-void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, Communicator& world,
+void dump_rank(const DumpSpec& spec, const std::string& dir, const std::string& transport, comm::Communicator& world,
                std::unique_ptr<cp::Backend> backend);
 
 // A file of DIR that keeps the image from being whole, and why.

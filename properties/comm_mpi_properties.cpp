@@ -11,10 +11,10 @@
 namespace gdnv {
 namespace {
 
-Communicator* g_world = nullptr;
+comm::Communicator* g_world = nullptr;
 
 std::string in_mpi_group(int n, const model::Check& check) {
-  Communicator& world = *g_world;
+  comm::Communicator& world = *g_world;
   const auto group = world.split(world.rank() < n ? 0 : -1, world.rank());
   const std::string error = group ? check(*group) : "";
   if (!error.empty()) std::cerr << "world rank " << world.rank() << ": " << error << "\n";
@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   if (const char* given = std::getenv("RC_PARAMS"); !given || !*given)
     setenv("RC_PARAMS", "seed=20261202 max_success=100", 1);
   int code = 1;
-  gdnv::run_mpi(
-      [&](gdnv::Communicator& world) {
+  gdnv::comm::run_mpi(
+      [&](gdnv::comm::Communicator& world) {
         gdnv::g_world = &world;
         ::testing::InitGoogleTest(&argc, argv);
         auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -17,12 +17,12 @@ std::string in_world(int n, const model::Check& check) {
   static std::uint64_t round = 0;
   ++round;
   std::vector<std::string> errors(static_cast<std::size_t>(n));
-  run_world(n,
-            [&](Communicator& comm) {
-              std::this_thread::sleep_for(std::chrono::microseconds(hash64(round, comm.rank(), 0) % 200));
-              errors[static_cast<std::size_t>(comm.rank())] = check(comm);
-            },
-            {std::chrono::seconds(10)});
+  comm::run_world(n,
+                  [&](comm::Communicator& comm) {
+                    std::this_thread::sleep_for(std::chrono::microseconds(hash64(round, comm.rank(), 0) % 200));
+                    errors[static_cast<std::size_t>(comm.rank())] = check(comm);
+                  },
+                  {std::chrono::seconds(10)});
   std::string all;
   for (const auto& e : errors) all += e.empty() ? "" : e + "\n";
   return all;
@@ -48,7 +48,7 @@ RC_GTEST_PROP(CommInProcess, SumBitsDoNotDependOnArrivalOrder, ()) {
   const auto gen_delays = rc::gen::container<std::vector<int>>(static_cast<std::size_t>(n), rc::gen::inRange(0, 8));
   const auto run = [&](const std::vector<int>& delay) {
     std::vector<Tensor> out(static_cast<std::size_t>(n));
-    run_world(n, [&](Communicator& comm) {
+    comm::run_world(n, [&](comm::Communicator& comm) {
       const auto r = static_cast<std::size_t>(comm.rank());
       std::this_thread::sleep_for(std::chrono::microseconds(100 * delay[r]));
       Tensor x = model::values(dtype, seed, comm.rank(), 33);

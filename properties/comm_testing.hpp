@@ -73,7 +73,8 @@ inline std::string exact(double x) {
 
 // Bitwise comparison of a whole output with its model. The model must not be constant (a guard
 // against a degenerate generator making the comparison trivial).
-inline std::string compare(const Communicator& comm, const std::string& what, const Tensor& got, const Tensor& want) {
+inline std::string compare(const comm::Communicator& comm, const std::string& what, const Tensor& got,
+                           const Tensor& want) {
   const std::string at = "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + ", " + what;
   if (want.numel() >= 2) {
     const auto v = want.to_f64();
@@ -91,18 +92,18 @@ inline std::string compare(const Communicator& comm, const std::string& what, co
 }
 
 // The call was exactly one collective of `kind` moving the given bytes.
-inline std::string check_traffic(const Communicator& comm, const std::string& what, const Counters& delta,
-                                 Collective kind, std::uint64_t sent, std::uint64_t recv) {
-  const Traffic want{1, sent, recv};
+inline std::string check_traffic(const comm::Communicator& comm, const std::string& what, const comm::Counters& delta,
+                                 comm::Collective kind, std::uint64_t sent, std::uint64_t recv) {
+  const comm::Traffic want{1, sent, recv};
   if (delta[kind] == want && delta.calls() == 1) return "";
-  return "rank " + std::to_string(comm.rank()) + ", " + what + ": accounting is\n" + format_counters(delta) +
+  return "rank " + std::to_string(comm.rank()) + ", " + what + ": accounting is\n" + comm::format_counters(delta) +
          "expected 1 call, " + std::to_string(sent) + " B sent, " + std::to_string(recv) + " B received";
 }
 
 inline std::uint64_t bytes(DType dtype, std::int64_t n) { return static_cast<std::uint64_t>(n) * dtype_size(dtype); }
 
 // c[s][d]: elements rank s sends to rank d.
-inline std::string check_all_to_all_v(Communicator& comm, DType dtype, const std::vector<Counts>& c,
+inline std::string check_all_to_all_v(comm::Communicator& comm, DType dtype, const std::vector<Counts>& c,
                                       std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const auto send_of = [&](int s) { return values(dtype, seed, s, total(c[s])); };
@@ -110,9 +111,9 @@ inline std::string check_all_to_all_v(Communicator& comm, DType dtype, const std
   for (int s = 0; s < n; ++s) recv_counts.push_back(c[s][me]);
   const Tensor send = send_of(me);
   Tensor got = nans(dtype, total(recv_counts));
-  const ScopedCounter scope(comm.accounting());
+  const comm::ScopedCounter scope(comm.accounting());
   comm.all_to_all_v(send, c[me], got, recv_counts);
-  const Counters delta = scope.delta();
+  const comm::Counters delta = scope.delta();
 
   Tensor want(dtype, {total(recv_counts)});
   std::int64_t at = 0;
@@ -122,20 +123,21 @@ inline std::string check_all_to_all_v(Communicator& comm, DType dtype, const std
     at += c[s][me];
   }
   const std::int64_t others_in = total(recv_counts) - c[me][me], others_out = total(c[me]) - c[me][me];
-  return compare(comm, "all_to_all_v", got, want) + check_traffic(comm, "all_to_all_v", delta, Collective::AllToAllV,
-                                                                  bytes(dtype, others_out), bytes(dtype, others_in));
+  return compare(comm, "all_to_all_v", got, want) + check_traffic(comm, "all_to_all_v", delta,
+                                                                  comm::Collective::AllToAllV, bytes(dtype, others_out),
+                                                                  bytes(dtype, others_in));
 }
 
 // counts[r]: elements rank r contributes; `equal` uses the equal-size all_gather (counts all equal).
-inline std::string check_all_gather(Communicator& comm, DType dtype, const Counts& counts, bool equal,
+inline std::string check_all_gather(comm::Communicator& comm, DType dtype, const Counts& counts, bool equal,
                                     std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const Tensor send = values(dtype, seed, me, counts[me]);
   Tensor got = nans(dtype, total(counts));
-  const ScopedCounter scope(comm.accounting());
+  const comm::ScopedCounter scope(comm.accounting());
   if (equal) comm.all_gather(send, got);
   else comm.all_gather_v(send, got, counts);
-  const Counters delta = scope.delta();
+  const comm::Counters delta = scope.delta();
 
   Tensor want(dtype, {total(counts)});
   std::int64_t at = 0;
@@ -143,39 +145,39 @@ inline std::string check_all_gather(Communicator& comm, DType dtype, const Count
     copy_elements(want, at, values(dtype, seed, r, counts[r]), 0, counts[r]);
     at += counts[r];
   }
-  return compare(comm, "all_gather", got, want) + check_traffic(comm, "all_gather", delta, Collective::AllGather,
+  return compare(comm, "all_gather", got, want) + check_traffic(comm, "all_gather", delta, comm::Collective::AllGather,
                                                                 bytes(dtype, (n - 1) * counts[me]),
                                                                 bytes(dtype, total(counts) - counts[me]));
 }
 
 // counts[p]: size of block p; `equal` uses the equal-block reduce_scatter (counts all equal).
-inline std::string check_reduce_scatter(Communicator& comm, DType dtype, const Counts& counts, bool equal,
+inline std::string check_reduce_scatter(comm::Communicator& comm, DType dtype, const Counts& counts, bool equal,
                                         std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const Tensor send = values(dtype, seed, me, total(counts));
   Tensor got = nans(dtype, counts[me]);
-  const ScopedCounter scope(comm.accounting());
+  const comm::ScopedCounter scope(comm.accounting());
   if (equal) comm.reduce_scatter(send, got);
   else comm.reduce_scatter_v(send, got, counts);
-  const Counters delta = scope.delta();
+  const comm::Counters delta = scope.delta();
 
   std::vector<Tensor> all;
   for (int r = 0; r < n; ++r) all.push_back(values(dtype, seed, r, total(counts)));
   const std::int64_t begin = std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
   return compare(comm, "reduce_scatter", got, rank_ordered_sum(all, begin, counts[me])) +
-         check_traffic(comm, "reduce_scatter", delta, Collective::ReduceScatter,
+         check_traffic(comm, "reduce_scatter", delta, comm::Collective::ReduceScatter,
                        bytes(dtype, total(counts) - counts[me]), bytes(dtype, (n - 1) * counts[me]));
 }
 
-inline std::string check_all_reduce(Communicator& comm, DType dtype, std::int64_t count, bool in_place,
+inline std::string check_all_reduce(comm::Communicator& comm, DType dtype, std::int64_t count, bool in_place,
                                     std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const Tensor send = values(dtype, seed, me, count);
   Tensor got = in_place ? send : nans(dtype, count);
-  const ScopedCounter scope(comm.accounting());
+  const comm::ScopedCounter scope(comm.accounting());
   if (in_place) comm.all_reduce(got);
   else comm.all_reduce(send, got);
-  const Counters delta = scope.delta();
+  const comm::Counters delta = scope.delta();
 
   std::vector<Tensor> all;
   for (int r = 0; r < n; ++r) all.push_back(values(dtype, seed, r, count));
@@ -183,24 +185,25 @@ inline std::string check_all_reduce(Communicator& comm, DType dtype, std::int64_
   const std::int64_t own = (me + 1) * count / n - me * count / n;
   const std::uint64_t moved = bytes(dtype, (count - own) + (n - 1) * own);
   return compare(comm, in_place ? "in-place all_reduce" : "all_reduce", got, rank_ordered_sum(all, 0, count)) +
-         check_traffic(comm, "all_reduce", delta, Collective::AllReduce, moved, moved);
+         check_traffic(comm, "all_reduce", delta, comm::Collective::AllReduce, moved, moved);
 }
 
-inline std::string check_broadcast(Communicator& comm, DType dtype, std::int64_t count, int root, std::uint64_t seed) {
+inline std::string check_broadcast(comm::Communicator& comm, DType dtype, std::int64_t count, int root,
+                                   std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const Tensor want = values(dtype, seed, root, count);
   Tensor got = me == root ? want : nans(dtype, count);
-  const ScopedCounter scope(comm.accounting());
+  const comm::ScopedCounter scope(comm.accounting());
   comm.broadcast(got, root);
-  const Counters delta = scope.delta();
-  return compare(comm, "broadcast", got, want) + check_traffic(comm, "broadcast", delta, Collective::Broadcast,
+  const comm::Counters delta = scope.delta();
+  return compare(comm, "broadcast", got, want) + check_traffic(comm, "broadcast", delta, comm::Collective::Broadcast,
                                                                bytes(dtype, me == root ? (n - 1) * count : 0),
                                                                bytes(dtype, me == root ? 0 : count));
 }
 
 // split(colors[r], keys[r]): membership and order against the model, then every sub-group at once
 // gathers its members' parent ranks and sums their values (concurrent groups must not interfere).
-inline std::string check_split(Communicator& comm, const std::vector<int>& colors, const std::vector<int>& keys,
+inline std::string check_split(comm::Communicator& comm, const std::vector<int>& colors, const std::vector<int>& keys,
                                std::uint64_t seed) {
   const int n = comm.size(), me = comm.rank();
   const std::string at = "rank " + std::to_string(me) + " of " + std::to_string(n) + ", split: ";
@@ -229,7 +232,7 @@ inline std::string check_split(Communicator& comm, const std::vector<int>& color
 }
 
 // Runs `check` on every rank of a group of n ranks; returns what failed, or "".
-using Check = std::function<std::string(Communicator&)>;
+using Check = std::function<std::string(comm::Communicator&)>;
 using Runner = std::function<std::string(int n, const Check& check)>;
 
 inline rc::Gen<DType> gen_dtype() { return rc::gen::element(DType::F64, DType::F32, DType::BF16); }
@@ -253,7 +256,7 @@ inline void all_to_all_v_matches_model(const Runner& run, int max_n) {
   const DType dtype = *gen_dtype();
   const auto c = *rc::gen::container<std::vector<Counts>>(static_cast<std::size_t>(n), gen_counts(n));
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_all_to_all_v(comm, dtype, c, seed); }));
+  require_no_error(run(n, [&](comm::Communicator& comm) { return check_all_to_all_v(comm, dtype, c, seed); }));
 }
 
 inline void all_gather_matches_model(const Runner& run, int max_n) {
@@ -262,7 +265,8 @@ inline void all_gather_matches_model(const Runner& run, int max_n) {
   const bool equal = *rc::gen::arbitrary<bool>();
   const Counts counts = draw_counts(n, equal);
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_all_gather(comm, dtype, counts, equal, seed); }));
+  require_no_error(
+      run(n, [&](comm::Communicator& comm) { return check_all_gather(comm, dtype, counts, equal, seed); }));
 }
 
 inline void reduce_scatter_matches_model(const Runner& run, int max_n) {
@@ -271,7 +275,8 @@ inline void reduce_scatter_matches_model(const Runner& run, int max_n) {
   const bool equal = *rc::gen::arbitrary<bool>();
   const Counts counts = draw_counts(n, equal);
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_reduce_scatter(comm, dtype, counts, equal, seed); }));
+  require_no_error(
+      run(n, [&](comm::Communicator& comm) { return check_reduce_scatter(comm, dtype, counts, equal, seed); }));
 }
 
 inline void all_reduce_matches_model(const Runner& run, int max_n) {
@@ -280,7 +285,8 @@ inline void all_reduce_matches_model(const Runner& run, int max_n) {
   const auto count = *rc::gen::inRange<std::int64_t>(0, 40);
   const bool in_place = *rc::gen::arbitrary<bool>();
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_all_reduce(comm, dtype, count, in_place, seed); }));
+  require_no_error(
+      run(n, [&](comm::Communicator& comm) { return check_all_reduce(comm, dtype, count, in_place, seed); }));
 }
 
 inline void broadcast_matches_model(const Runner& run, int max_n) {
@@ -289,7 +295,7 @@ inline void broadcast_matches_model(const Runner& run, int max_n) {
   const auto count = *rc::gen::inRange<std::int64_t>(0, 20);
   const int root = *rc::gen::inRange(0, n);
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_broadcast(comm, dtype, count, root, seed); }));
+  require_no_error(run(n, [&](comm::Communicator& comm) { return check_broadcast(comm, dtype, count, root, seed); }));
 }
 
 inline void split_matches_model(const Runner& run, int max_n) {
@@ -297,7 +303,7 @@ inline void split_matches_model(const Runner& run, int max_n) {
   const auto colors = *rc::gen::container<std::vector<int>>(static_cast<std::size_t>(n), rc::gen::inRange(-1, 3));
   const auto keys = *rc::gen::container<std::vector<int>>(static_cast<std::size_t>(n), rc::gen::inRange(0, 3));
   const auto seed = *gen_seed();
-  require_no_error(run(n, [&](Communicator& comm) { return check_split(comm, colors, keys, seed); }));
+  require_no_error(run(n, [&](comm::Communicator& comm) { return check_split(comm, colors, keys, seed); }));
 }
 
 }  // namespace gdnv::model

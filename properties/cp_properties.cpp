@@ -91,10 +91,10 @@ TEST(CpLayer, HeadwiseDoesOneAllToAllEachWayPerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Headwise);
   const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
   EXPECT_EQ(run.forward.calls(), 2u) << run.forward;
-  EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
-  EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
+  EXPECT_EQ(run.forward[comm::Collective::AllToAllV].calls, 2u) << run.forward;
+  EXPECT_EQ(run.backward[comm::Collective::AllToAllV].calls, 2u) << run.backward;
   // One CP all-reduce per parameter gradient.
-  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::AllReduce].calls, params_of(spec)) << run.backward;
   EXPECT_EQ(run.backward.calls(), 2u + params_of(spec)) << run.backward;
 }
 
@@ -102,9 +102,9 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
   const RunSpec spec = fixed_spec(CpMode::AllGather);
   const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
   EXPECT_EQ(run.forward.calls(), 1u) << run.forward;
-  EXPECT_EQ(run.forward[Collective::AllGather].calls, 1u) << run.forward;
-  EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
-  EXPECT_EQ(run.backward[Collective::AllGather].calls, 0u) << run.backward;
+  EXPECT_EQ(run.forward[comm::Collective::AllGather].calls, 1u) << run.forward;
+  EXPECT_EQ(run.backward[comm::Collective::ReduceScatter].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::AllGather].calls, 0u) << run.backward;
 }
 
 // Forward: the hidden swap each way, the halo tails and the span maps. Backward: the swaps, the
@@ -113,13 +113,13 @@ TEST(CpLayer, AllGatherDoesOneAllGatherForwardAndOneReduceScatterBackward) {
 TEST(CpLayer, ChunkwiseSwapsTwiceAndExchangesHaloAndStateOncePerDirection) {
   const RunSpec spec = fixed_spec(CpMode::Chunkwise);
   const auto run = run_in_process(spec, make_case(spec), cpu::make_backend).front();
-  EXPECT_EQ(run.forward[Collective::AllToAllV].calls, 2u) << run.forward;
-  EXPECT_EQ(run.forward[Collective::AllGather].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward[comm::Collective::AllToAllV].calls, 2u) << run.forward;
+  EXPECT_EQ(run.forward[comm::Collective::AllGather].calls, 2u) << run.forward;
   EXPECT_EQ(run.forward.calls(), 4u) << run.forward;
-  EXPECT_EQ(run.backward[Collective::AllToAllV].calls, 2u) << run.backward;
-  EXPECT_EQ(run.backward[Collective::AllGather].calls, 1u) << run.backward;
-  EXPECT_EQ(run.backward[Collective::ReduceScatter].calls, 1u) << run.backward;
-  EXPECT_EQ(run.backward[Collective::AllReduce].calls, params_of(spec)) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::AllToAllV].calls, 2u) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::AllGather].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::ReduceScatter].calls, 1u) << run.backward;
+  EXPECT_EQ(run.backward[comm::Collective::AllReduce].calls, params_of(spec)) << run.backward;
   EXPECT_EQ(run.forward.route_builds + run.backward.route_builds, 0u);
 }
 
@@ -129,8 +129,8 @@ TEST(CpLayer, ChunkwiseSwapsMoveFewerBytesThanHeadwise) {
   const Case k = make_case(chunk);
   const auto c = run_in_process(chunk, k, cpu::make_backend).front();
   const auto h = run_in_process(head, k, cpu::make_backend).front();
-  EXPECT_LT(c.forward[Collective::AllToAllV].bytes_sent, h.forward[Collective::AllToAllV].bytes_sent);
-  EXPECT_LT(c.backward[Collective::AllToAllV].bytes_sent, h.backward[Collective::AllToAllV].bytes_sent);
+  EXPECT_LT(c.forward[comm::Collective::AllToAllV].bytes_sent, h.forward[comm::Collective::AllToAllV].bytes_sent);
+  EXPECT_LT(c.backward[comm::Collective::AllToAllV].bytes_sent, h.backward[comm::Collective::AllToAllV].bytes_sent);
 }
 
 TEST(CpLayer, Cp1DoesNoCollectiveInAnyMode) {

@@ -18,9 +18,9 @@
 namespace gdnv {
 namespace {
 
-Communicator* g_world = nullptr;
+comm::Communicator* g_world = nullptr;
 int g_devices = 0;
-std::map<int, std::unique_ptr<Communicator>> g_groups;  // NCCL groups by size, released before MPI ends
+std::map<int, std::unique_ptr<comm::Communicator>> g_groups;  // NCCL groups by size, released before MPI ends
 
 void cuda_ok(cudaError_t e) {
   if (e != cudaSuccess) throw Error(std::string("CUDA error: ") + cudaGetErrorString(e));
@@ -41,57 +41,57 @@ class DeviceBuffer {
 };
 
 // A host-memory view of an NCCL communicator (accounted separately from it).
-class HostStaging final : public Communicator {
+class HostStaging final : public comm::Communicator {
  public:
-  explicit HostStaging(std::unique_ptr<Communicator> nccl)
-      : Communicator(nccl->rank(), nccl->world_ranks(), std::make_shared<Accounting>()),
+  explicit HostStaging(std::unique_ptr<comm::Communicator> nccl)
+      : comm::Communicator(nccl->rank(), nccl->world_ranks(), std::make_shared<comm::Accounting>()),
         nccl_(static_cast<NcclCommunicator*>(nccl.release())) {}
-  Memory memory() const override { return Memory::Host; }
+  comm::Memory memory() const override { return comm::Memory::Host; }
 
  protected:
-  void execute(const Call& call) override {
+  void execute(const comm::Call& call) override {
     const int me = rank();
     const std::int64_t sum_to = model::total(call.to), sum_from = model::total(call.from);
     std::int64_t send_n = 0, recv_n = 0;
     switch (call.kind) {
-      case Collective::AllToAllV:
+      case comm::Collective::AllToAllV:
         send_n = sum_to, recv_n = sum_from;
         break;
-      case Collective::AllGather:
+      case comm::Collective::AllGather:
         send_n = call.to[me], recv_n = sum_from;
         break;
-      case Collective::ReduceScatter:
+      case comm::Collective::ReduceScatter:
         send_n = sum_to, recv_n = call.from[me];
         break;
-      case Collective::AllReduce:
+      case comm::Collective::AllReduce:
         send_n = recv_n = call.to[0];
         break;
-      case Collective::Broadcast:
+      case comm::Collective::Broadcast:
         send_n = recv_n = call.from[call.root];
         break;
-      case Collective::Barrier:
+      case comm::Collective::Barrier:
         nccl_->barrier();
         return;
-      case Collective::Split:
+      case comm::Collective::Split:
         return;
     }
     const std::size_t es = dtype_size(call.dtype);
     const cudaStream_t s = nccl_->stream();
     const DeviceBuffer send(static_cast<std::size_t>(send_n) * es), recv(static_cast<std::size_t>(recv_n) * es);
     cuda_ok(cudaMemcpyAsync(send.data(), call.send, send_n * es, cudaMemcpyHostToDevice, s));
-    const ConstBuf d_send(send.data(), send_n, call.dtype);
-    const MutBuf d_recv(recv.data(), recv_n, call.dtype), d_inout(send.data(), send_n, call.dtype);
+    const comm::ConstBuf d_send(send.data(), send_n, call.dtype);
+    const comm::MutBuf d_recv(recv.data(), recv_n, call.dtype), d_inout(send.data(), send_n, call.dtype);
     switch (call.kind) {
-      case Collective::AllToAllV:
+      case comm::Collective::AllToAllV:
         nccl_->all_to_all_v(d_send, call.to, d_recv, call.from);
         break;
-      case Collective::AllGather:
+      case comm::Collective::AllGather:
         nccl_->all_gather_v(d_send, d_recv, call.from);
         break;
-      case Collective::ReduceScatter:
+      case comm::Collective::ReduceScatter:
         nccl_->reduce_scatter_v(d_send, d_recv, call.to);
         break;
-      case Collective::AllReduce:
+      case comm::Collective::AllReduce:
         if (call.send == call.recv) nccl_->all_reduce(d_inout);
         else nccl_->all_reduce(d_send, d_recv);
         break;
@@ -99,13 +99,13 @@ class HostStaging final : public Communicator {
         nccl_->broadcast(d_inout, call.root);
         break;
     }
-    const bool in_send =
-        call.kind == Collective::Broadcast || (call.kind == Collective::AllReduce && call.send == call.recv);
+    const bool in_send = call.kind == comm::Collective::Broadcast ||
+                         (call.kind == comm::Collective::AllReduce && call.send == call.recv);
     cuda_ok(cudaMemcpyAsync(call.recv, in_send ? send.data() : recv.data(), recv_n * es, cudaMemcpyDeviceToHost, s));
     cuda_ok(cudaStreamSynchronize(s));
   }
 
-  std::unique_ptr<Communicator> execute_split(const Call&, int color, int key) override {
+  std::unique_ptr<comm::Communicator> execute_split(const comm::Call&, int color, int key) override {
     auto child = nccl_->split(color, key);
     return child ? std::make_unique<HostStaging>(std::move(child)) : nullptr;
   }
@@ -119,12 +119,12 @@ int max_ranks() { return g_devices >= g_world->size() ? g_world->size() : 1; }
 // One NCCL group per size, made on first use (every rank asks for the same sizes in the same order).
 std::string in_nccl_group(int n, const model::Check& check) {
   auto& groups = g_groups;
-  Communicator& world = *g_world;
+  comm::Communicator& world = *g_world;
   if (!groups.count(n)) {
     const int color = max_ranks() == 1 ? world.rank() : (world.rank() < n ? 0 : -1);
     auto mpi = world.split(color, world.rank());
     groups[n] = mpi ? std::make_unique<HostStaging>(
-                          NcclCommunicator::create(static_cast<MpiCommunicator&>(*mpi), world.rank() % g_devices))
+                          NcclCommunicator::create(static_cast<comm::MpiCommunicator&>(*mpi), world.rank() % g_devices))
                     : nullptr;
   }
   const std::string error = groups[n] ? check(*groups[n]) : "";
@@ -162,11 +162,11 @@ TEST_F(Nccl, SplitGroupsMatchSerialModel) {
 
 TEST(NcclWithoutDevice, CreateFailsNamingTheDeviceAndTheCudaError) {
   if (g_devices > 0) GTEST_SKIP() << "a CUDA device is present";
-  auto& world = static_cast<MpiCommunicator&>(*g_world);
+  auto& world = static_cast<comm::MpiCommunicator&>(*g_world);
   try {
     NcclCommunicator::create(world, 0);
     FAIL() << "created an NCCL communicator without a device";
-  } catch (const CommError& e) {
+  } catch (const comm::CommError& e) {
     const std::string want = "NCCL communicator on " + world.describe() + ": cannot use CUDA device 0: CUDA error: ";
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
@@ -179,8 +179,8 @@ int main(int argc, char** argv) {
   if (const char* given = std::getenv("RC_PARAMS"); !given || !*given)
     setenv("RC_PARAMS", "seed=20261202 max_success=20", 1);
   int code = 1;
-  gdnv::run_mpi(
-      [&](gdnv::Communicator& world) {
+  gdnv::comm::run_mpi(
+      [&](gdnv::comm::Communicator& world) {
         gdnv::g_world = &world;
         gdnv::g_devices = gdnv::cuda_device_count();
         ::testing::InitGoogleTest(&argc, argv);

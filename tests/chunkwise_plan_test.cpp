@@ -43,7 +43,7 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
     bool legal = true;
     for (std::size_t i = 1; i < cu.size(); ++i) legal = legal && (cu[i] - cu[i - 1]) % (2 * W) == 0;
     (legal ? planned : rejected) += static_cast<int>(ranks.size());
-    run_world(W, [&](Communicator& group) {
+    comm::run_world(W, [&](comm::Communicator& group) {
       auto be = cpu::make_backend(DType::F32);
       const GdnCpLayer layer(kLayer, chunkwise(W), params, *be, group);
       SCOPED_TRACE(json(cu).dump() + " W=" + std::to_string(W) + " r=" + std::to_string(group.rank()));
@@ -71,24 +71,24 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
 // One route per micro-batch: prepare() builds it; two layers' forward and backward reuse it.
 TEST(ChunkwisePlan, RouteIsBuiltOncePerMicroBatchAndReusedByEveryLayer) {
   const ref::LayerParams first = ref::init_params(kLayer, 1), second = ref::init_params(kLayer, 2);
-  run_world(2, [&](Communicator& group) {
+  comm::run_world(2, [&](comm::Communicator& group) {
     auto be = cpu::make_backend(DType::F32);
     const GdnCpLayer a(kLayer, chunkwise(2), first, *be, group), b(kLayer, chunkwise(2), second, *be, group);
-    const Accounting& acc = group.accounting();
+    const comm::Accounting& acc = group.accounting();
     std::shared_ptr<const MicroBatch> mb;
     {
-      const ScopedCounter counter(acc);
+      const comm::ScopedCounter counter(acc);
       mb = a.prepare(a.check({Format::Thd, {0, 8, 20}}));
       EXPECT_EQ(counter.delta().route_builds, 1u);
       EXPECT_EQ(counter.delta().calls(), 0u);
     }
-    const ScopedCounter counter(acc);
+    const comm::ScopedCounter counter(acc);
     Context ca, cb;
     const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 16}), DType::F32);
     const Buffer out = b.forward(mb, a.forward(mb, h, ca), cb);
     (void)a.backward(ca, b.backward(cb, out).grad_hidden);
     EXPECT_EQ(counter.delta().route_builds, 0u);
-    EXPECT_EQ(counter.delta()[Collective::AllToAllV].calls, 8u);  // 2 layers x 2 directions x 2 swaps
+    EXPECT_EQ(counter.delta()[comm::Collective::AllToAllV].calls, 8u);  // 2 layers x 2 directions x 2 swaps
   });
 }
 

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include "cli_testing.hpp"
-#include "faults/registry.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
 #include "faults/registry.hpp"

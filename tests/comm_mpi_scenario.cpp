@@ -13,12 +13,12 @@
 namespace gdnv {
 namespace {
 
-void gather_one(Communicator& comm) {
+void gather_one(comm::Communicator& comm) {
   std::vector<float> mine{static_cast<float>(comm.rank())}, all(static_cast<std::size_t>(comm.size()));
   comm.all_gather(mine, all);
 }
 
-void scenario(const std::string& name, Communicator& comm) {
+void scenario(const std::string& name, comm::Communicator& comm) {
   const int r = comm.rank();
   if (name == "ok") {
     const auto pair = comm.split(r / 2, r);
@@ -44,11 +44,11 @@ void scenario(const std::string& name, Communicator& comm) {
   } else if (name == "split-stop") {
     // Rank 3 passes the split's handshake, then hangs before MPI_Comm_split (a peer stopped there).
     if (r == 3) {
-      Call call;
-      call.kind = Collective::Split;
+      comm::Call call;
+      call.kind = comm::Collective::Split;
       call.to.assign(static_cast<std::size_t>(comm.size()), 0);
       call.from = call.to;
-      static_cast<MpiCommunicator&>(comm).handshake(call, "split-stop");
+      static_cast<comm::MpiCommunicator&>(comm).handshake(call, "split-stop");
       std::this_thread::sleep_for(std::chrono::seconds(30));
       return;
     }
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   const std::string name = argv[1];
-  gdnv::run_mpi([&](gdnv::Communicator& world) { gdnv::scenario(name, world); },
-                {std::chrono::milliseconds(std::atoi(argv[2]))});
+  gdnv::comm::run_mpi([&](gdnv::comm::Communicator& world) { gdnv::scenario(name, world); },
+                      {std::chrono::milliseconds(std::atoi(argv[2]))});
   return 0;
 }

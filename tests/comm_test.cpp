@@ -22,18 +22,18 @@ namespace {
 using namespace std::chrono_literals;
 
 // Runs fn on n ranks; returns each rank's CommError message ("" for a rank that raised none).
-std::vector<std::string> comm_errors(int n, const std::function<void(Communicator&)>& fn,
+std::vector<std::string> comm_errors(int n, const std::function<void(comm::Communicator&)>& fn,
                                      std::chrono::milliseconds timeout = 20s) {
   std::vector<std::string> errors(static_cast<std::size_t>(n));
-  run_world(n,
-            [&](Communicator& comm) {
-              try {
-                fn(comm);
-              } catch (const CommError& e) {
-                errors[static_cast<std::size_t>(comm.rank())] = e.what();
-              }
-            },
-            {timeout});
+  comm::run_world(n,
+                  [&](comm::Communicator& comm) {
+                    try {
+                      fn(comm);
+                    } catch (const comm::CommError& e) {
+                      errors[static_cast<std::size_t>(comm.rank())] = e.what();
+                    }
+                  },
+                  {timeout});
   return errors;
 }
 
@@ -50,21 +50,21 @@ TEST(CommFailure, ThrowingRankFailsEveryPeersPendingCollective) {
   std::array<std::string, 4> seen;
   const auto start = std::chrono::steady_clock::now();
   try {
-    run_world(4,
-              [&](Communicator& comm) {
-                if (comm.rank() == 2) {
-                  std::this_thread::sleep_for(50ms);  // the peers are inside all_gather by now
-                  throw std::runtime_error("planted failure on rank 2");
-                }
-                try {
-                  std::vector<float> mine{1.0f}, all(4);
-                  comm.all_gather(mine, all);
-                } catch (const CommError& e) {
-                  seen[static_cast<std::size_t>(comm.rank())] = e.what();
-                  throw;
-                }
-              },
-              {20s});
+    comm::run_world(4,
+                    [&](comm::Communicator& comm) {
+                      if (comm.rank() == 2) {
+                        std::this_thread::sleep_for(50ms);  // the peers are inside all_gather by now
+                        throw std::runtime_error("planted failure on rank 2");
+                      }
+                      try {
+                        std::vector<float> mine{1.0f}, all(4);
+                        comm.all_gather(mine, all);
+                      } catch (const comm::CommError& e) {
+                        seen[static_cast<std::size_t>(comm.rank())] = e.what();
+                        throw;
+                      }
+                    },
+                    {20s});
     FAIL() << "run_world returned although rank 2 threw";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "planted failure on rank 2");  // the first failure, its type kept
@@ -78,19 +78,19 @@ TEST(CommFailure, ThrowingRankFailsEveryPeersPendingCollective) {
 
 TEST(CommFailure, FailureReachesPeersWaitingInAnotherGroup) {
   std::array<std::string, 4> seen;
-  EXPECT_THROW(run_world(4,
-                         [&](Communicator& comm) {
-                           const auto pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1} and {2, 3}
-                           if (comm.rank() == 3) throw ConfigError("planted failure on rank 3");
-                           // Rank 1 comes late: rank 0 is pending when rank 3 fails, rank 1 arrives after.
-                           if (comm.rank() == 1) std::this_thread::sleep_for(50ms);
-                           try {
-                             pair->barrier();
-                           } catch (const CommError& e) {
-                             seen[static_cast<std::size_t>(comm.rank())] = e.what();
-                           }
-                         },
-                         {20s}),
+  EXPECT_THROW(comm::run_world(4,
+                               [&](comm::Communicator& comm) {
+                                 const auto pair = comm.split(comm.rank() / 2, comm.rank());  // {0, 1} and {2, 3}
+                                 if (comm.rank() == 3) throw ConfigError("planted failure on rank 3");
+                                 // Rank 1 comes late: rank 0 is pending when rank 3 fails, rank 1 arrives after.
+                                 if (comm.rank() == 1) std::this_thread::sleep_for(50ms);
+                                 try {
+                                   pair->barrier();
+                                 } catch (const comm::CommError& e) {
+                                   seen[static_cast<std::size_t>(comm.rank())] = e.what();
+                                 }
+                               },
+                               {20s}),
                ConfigError);
   EXPECT_EQ(seen[0], "barrier on group of 2 ranks [0, 1] (call #1): world rank 3 failed: planted failure on rank 3");
   EXPECT_EQ(seen[1], seen[0]);
@@ -113,7 +113,7 @@ void expect_cause(const std::vector<std::string>& errors, const std::vector<int>
 TEST(CommFailure, SkippedCollectiveTimesOutNamingItAndTheMissingRank) {
   const auto errors = comm_errors(
       3,
-      [](Communicator& comm) {
+      [](comm::Communicator& comm) {
         if (comm.rank() == 1) {
           std::this_thread::sleep_for(400ms);  // skips the all_reduce, still running while the peers wait
           return;
@@ -129,7 +129,7 @@ TEST(CommFailure, SkippedCollectiveTimesOutNamingItAndTheMissingRank) {
 
 TEST(CommFailure, RankThatReturnedIsNamedWithoutWaitingForTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
-  const auto errors = comm_errors(4, [](Communicator& comm) {
+  const auto errors = comm_errors(4, [](comm::Communicator& comm) {
     if (comm.rank() == 3) return;
     comm.barrier();
   });
@@ -142,7 +142,7 @@ TEST(CommFailure, RankThatReturnedIsNamedWithoutWaitingForTheTimeout) {
 
 TEST(CommMismatch, AllToAllVCountsDisagreeingAreDetectedBeforeAnyCopy) {
   std::array<std::vector<float>, 2> received;
-  const auto errors = comm_errors(2, [&](Communicator& comm) {
+  const auto errors = comm_errors(2, [&](comm::Communicator& comm) {
     // Rank 0 sends 3 elements to rank 1, but rank 1 expects 4 from rank 0.
     const bool zero = comm.rank() == 0;
     const std::vector<std::int64_t> send_counts =
@@ -165,8 +165,8 @@ TEST(CommMismatch, AllToAllVCountsDisagreeingAreDetectedBeforeAnyCopy) {
 
 struct MismatchCase {
   const char* name;
-  std::function<void(Communicator&)> call;  // rank 0 and rank 1 disagree
-  const char* message;                      // what both ranks report after the "<where>: " prefix
+  std::function<void(comm::Communicator&)> call;  // rank 0 and rank 1 disagree
+  const char* message;                            // what both ranks report after the "<where>: " prefix
 };
 
 class CommMismatchTable : public ::testing::TestWithParam<MismatchCase> {};
@@ -183,7 +183,7 @@ TEST_P(CommMismatchTable, BothRanksReportTheDisagreement) {
 INSTANTIATE_TEST_SUITE_P(
     Comm, CommMismatchTable,
     ::testing::Values(MismatchCase{"AllGatherV",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      // Rank 1 sends 2 elements; rank 0 expects 3 from it.
                                      const std::vector<std::int64_t> counts = c.rank() == 0
                                                                                   ? std::vector<std::int64_t>{1, 3}
@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    },
                                    "count mismatch: rank 1 sends 2 elements to rank 0, which expects 3"},
                       MismatchCase{"ReduceScatterV",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      // Rank 1 thinks block 0 has 3 elements; rank 0 says 2.
                                      const std::vector<std::int64_t> counts = c.rank() == 0
                                                                                   ? std::vector<std::int64_t>{2, 2}
@@ -205,19 +205,19 @@ INSTANTIATE_TEST_SUITE_P(
                                    },
                                    "count mismatch: rank 1 sends 3 elements to rank 0, which expects 2"},
                       MismatchCase{"AllReduce",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      std::vector<double> x(c.rank() == 0 ? 4 : 5, 1.0);
                                      c.all_reduce(x);
                                    },
                                    "count mismatch: rank 1 sends 5 elements to rank 0, which expects 4"},
                       MismatchCase{"BroadcastRoot",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      std::vector<float> x(3, 1.0f);
                                      c.broadcast(x, c.rank());
                                    },
                                    "root mismatch: rank 1 uses root 1 but rank 0 uses root 0"},
                       MismatchCase{"Dtype",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      if (c.rank() == 0) {
                                        std::vector<float> send{1.0f}, recv(2);
                                        c.all_gather(send, recv);
@@ -228,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    },
                                    "dtype mismatch: rank 1 sends F64 but rank 0 expects F32"},
                       MismatchCase{"Kind",
-                                   [](Communicator& c) {
+                                   [](comm::Communicator& c) {
                                      if (c.rank() == 0) {
                                        c.barrier();
                                      } else {
@@ -243,18 +243,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 struct ArgumentCase {
   const char* name;
-  std::function<void(Communicator&)> call;  // the same bad call on both ranks
-  const char* message;                      // "{rank}" stands for the calling rank
+  std::function<void(comm::Communicator&)> call;  // the same bad call on both ranks
+  const char* message;                            // "{rank}" stands for the calling rank
 };
 
 class CommArgumentTable : public ::testing::TestWithParam<ArgumentCase> {};
 
 TEST_P(CommArgumentTable, IsRejectedWithItsMessageAndCountsNoCall) {
-  std::array<Counters, 2> after;
-  const auto errors = comm_errors(2, [&](Communicator& comm) {
+  std::array<comm::Counters, 2> after;
+  const auto errors = comm_errors(2, [&](comm::Communicator& comm) {
     try {
       GetParam().call(comm);
-    } catch (const CommError&) {
+    } catch (const comm::CommError&) {
       after[static_cast<std::size_t>(comm.rank())] = comm.accounting().counters();
       throw;
     }
@@ -273,73 +273,74 @@ INSTANTIATE_TEST_SUITE_P(
     Comm, CommArgumentTable,
     ::testing::Values(
         ArgumentCase{"SendCountsSum",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(3), recv = floats(2);
                        c.all_to_all_v(send, std::vector<std::int64_t>{1, 1}, recv, std::vector<std::int64_t>{1, 1});
                      },
                      "all_to_all_v on group of 2 ranks [0, 1]: send_counts sum to 2 but the send buffer holds 3 "
                      "elements"},
         ArgumentCase{"CountsLength",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(2), recv = floats(2);
                        c.all_to_all_v(send, std::vector<std::int64_t>{2}, recv, std::vector<std::int64_t>{1, 1});
                      },
                      "all_to_all_v on group of 2 ranks [0, 1]: send_counts has 1 entries for 2 ranks"},
         ArgumentCase{"NegativeCount",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(2), recv = floats(2);
                        c.all_to_all_v(send, std::vector<std::int64_t>{3, -1}, recv, std::vector<std::int64_t>{1, 1});
                      },
                      "all_to_all_v on group of 2 ranks [0, 1]: send_counts[1] is negative (-1)"},
         ArgumentCase{"Aliasing",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto buf = floats(2);
                        c.all_to_all_v(buf, std::vector<std::int64_t>{1, 1}, buf, std::vector<std::int64_t>{1, 1});
                      },
                      "all_to_all_v on group of 2 ranks [0, 1]: send and recv buffers overlap"},
         ArgumentCase{"AllGatherSize",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(2), recv = floats(3);
                        c.all_gather(send, recv);
                      },
                      "all_gather on group of 2 ranks [0, 1]: recv buffer holds 3 elements, expected size * send count "
                      "= 4"},
         ArgumentCase{"AllGatherVOwnCount",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(2), recv = floats(2);
                        c.all_gather_v(send, recv, std::vector<std::int64_t>{1, 1});
                      },
                      "all_gather on group of 2 ranks [0, 1]: recv_counts[{rank}] is 1 but this rank sends 2 elements"},
         ArgumentCase{"DtypesDiffer",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        const auto send = floats(1);
                        std::vector<double> recv(2);
                        c.all_gather(send, recv);
                      },
                      "all_gather on group of 2 ranks [0, 1]: send buffer is F32 but recv buffer is F64"},
         ArgumentCase{"IntegerSum",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        std::vector<std::int32_t> x{1, 2};
                        c.all_reduce(x);
                      },
                      "all_reduce on group of 2 ranks [0, 1]: sums are defined for F64, F32 and BF16, not I32"},
         ArgumentCase{"ReduceScatterSize",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto send = floats(5), recv = floats(2);
                        c.reduce_scatter(send, recv);
                      },
                      "reduce_scatter on group of 2 ranks [0, 1]: send buffer holds 5 elements, expected size * recv "
                      "count = 4"},
         ArgumentCase{"PartialOverlap",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto buf = floats(4);
-                       c.all_reduce(ConstBuf(buf.data(), 3), MutBuf(buf.data() + 1, 3));
+                       c.all_reduce(comm::ConstBuf(buf.data(), 3), comm::MutBuf(buf.data() + 1, 3));
                      },
                      "all_reduce on group of 2 ranks [0, 1]: send and recv buffers overlap"},
-        ArgumentCase{"NullBuffer", [](Communicator& c) { c.all_reduce(MutBuf(static_cast<float*>(nullptr), 2)); },
+        ArgumentCase{"NullBuffer",
+                     [](comm::Communicator& c) { c.all_reduce(comm::MutBuf(static_cast<float*>(nullptr), 2)); },
                      "all_reduce on group of 2 ranks [0, 1]: send buffer is null but holds 2 elements"},
         ArgumentCase{"BroadcastRoot",
-                     [](Communicator& c) {
+                     [](comm::Communicator& c) {
                        auto x = floats(1);
                        c.broadcast(x, 2);
                      },
@@ -348,13 +349,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CommWorld, InvalidWorldIsAConfigError) {
   try {
-    run_world(0, [](Communicator&) {});
+    comm::run_world(0, [](comm::Communicator&) {});
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "run_world: the world needs at least 1 rank, got 0");
   }
   try {
-    run_world(2, [](Communicator&) {}, {0ms});
+    comm::run_world(2, [](comm::Communicator&) {}, {0ms});
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "run_world: the collective timeout must be positive, got 0 ms");
@@ -366,10 +367,10 @@ TEST(CommWorld, InvalidWorldIsAConfigError) {
 // A known sequence on 3 ranks; bytes derived from the definitions in comm/accounting.hpp (payload
 // between distinct ranks; F64 8 B, F32 4 B, BF16 2 B).
 TEST(CommAccounting, KnownSequenceCountsExactCallsAndBytes) {
-  std::array<Counters, 3> counted;
-  run_world(3, [&](Communicator& comm) {
+  std::array<comm::Counters, 3> counted;
+  comm::run_world(3, [&](comm::Communicator& comm) {
     const int r = comm.rank();
-    const ScopedCounter scope(comm.accounting());
+    const comm::ScopedCounter scope(comm.accounting());
     // all_to_all_v F32 with c[s][d] = s + 2d elements from s to d.
     std::vector<std::int64_t> send_counts, recv_counts;
     for (int p = 0; p < 3; ++p) {
@@ -398,7 +399,7 @@ TEST(CommAccounting, KnownSequenceCountsExactCallsAndBytes) {
     counted[static_cast<std::size_t>(r)] = scope.delta();
   });
   struct Want {
-    Traffic a2a, gather, rs, ar, bc;
+    comm::Traffic a2a, gather, rs, ar, bc;
   };
   const std::array<Want, 3> want{{
       // rank 0: a2a sends c01+c02 = 6 (24 B), receives c10+c20 = 3 (12 B); gather sends its 1 to 2 peers (4 B),
@@ -414,27 +415,27 @@ TEST(CommAccounting, KnownSequenceCountsExactCallsAndBytes) {
       {{1, 24, 36}, {1, 8, 2}, {1, 40, 16}, {2, 80, 80}, {1, 0, 32}},
   }};
   for (int r = 0; r < 3; ++r) {
-    const Counters& c = counted[r];
+    const comm::Counters& c = counted[r];
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(c[Collective::AllToAllV], want[r].a2a);
-    EXPECT_EQ(c[Collective::AllGather], want[r].gather);
-    EXPECT_EQ(c[Collective::ReduceScatter], want[r].rs);
-    EXPECT_EQ(c[Collective::AllReduce], want[r].ar);
-    EXPECT_EQ(c[Collective::Broadcast], want[r].bc);
-    EXPECT_EQ(c[Collective::Barrier], (Traffic{1, 0, 0}));
-    EXPECT_EQ(c[Collective::Split], (Traffic{1, 0, 0}));
+    EXPECT_EQ(c[comm::Collective::AllToAllV], want[r].a2a);
+    EXPECT_EQ(c[comm::Collective::AllGather], want[r].gather);
+    EXPECT_EQ(c[comm::Collective::ReduceScatter], want[r].rs);
+    EXPECT_EQ(c[comm::Collective::AllReduce], want[r].ar);
+    EXPECT_EQ(c[comm::Collective::Broadcast], want[r].bc);
+    EXPECT_EQ(c[comm::Collective::Barrier], (comm::Traffic{1, 0, 0}));
+    EXPECT_EQ(c[comm::Collective::Split], (comm::Traffic{1, 0, 0}));
     EXPECT_EQ(c.calls(), 8u);
     EXPECT_EQ(c.host_syncs, 0u);
   }
 }
 
 TEST(CommAccounting, ScopedCountersNestAndFeedTheirSink) {
-  std::array<Counters, 2> forward, outer;
-  run_world(2, [&](Communicator& comm) {
+  std::array<comm::Counters, 2> forward, outer;
+  comm::run_world(2, [&](comm::Communicator& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
-    const ScopedCounter whole(comm.accounting());
+    const comm::ScopedCounter whole(comm.accounting());
     {
-      const ScopedCounter scope(comm.accounting(), &forward[r]);
+      const comm::ScopedCounter scope(comm.accounting(), &forward[r]);
       std::vector<float> send(4), recv(4);
       const std::vector<std::int64_t> counts{2, 2};
       comm.all_to_all_v(send, counts, recv, counts);
@@ -445,25 +446,25 @@ TEST(CommAccounting, ScopedCountersNestAndFeedTheirSink) {
     outer[r] = whole.delta();
   });
   for (std::size_t r = 0; r < 2; ++r) {
-    EXPECT_EQ(forward[r][Collective::AllToAllV], (Traffic{2, 16, 16}));  // 2 floats to the one peer, twice
-    EXPECT_EQ(forward[r][Collective::AllGather].calls, 0u);
-    EXPECT_EQ(forward[r][Collective::Barrier].calls, 0u);
+    EXPECT_EQ(forward[r][comm::Collective::AllToAllV], (comm::Traffic{2, 16, 16}));  // 2 floats to the one peer, twice
+    EXPECT_EQ(forward[r][comm::Collective::AllGather].calls, 0u);
+    EXPECT_EQ(forward[r][comm::Collective::Barrier].calls, 0u);
     EXPECT_EQ(forward[r].host_syncs, 1u);
     EXPECT_EQ(
         outer[r], forward[r] + [] {
-          Counters barrier;
-          barrier[Collective::Barrier].calls = 1;
+          comm::Counters barrier;
+          barrier[comm::Collective::Barrier].calls = 1;
           return barrier;
         }());
   }
 }
 
 TEST(CommAccounting, SubGroupsCountOnTheRanksAccounting) {
-  std::array<Counters, 4> counted;
+  std::array<comm::Counters, 4> counted;
   std::array<bool, 4> shared{};
-  run_world(4, [&](Communicator& comm) {
+  comm::run_world(4, [&](comm::Communicator& comm) {
     const auto pair = comm.split(comm.rank() / 2, comm.rank());
-    const ScopedCounter scope(comm.accounting());
+    const comm::ScopedCounter scope(comm.accounting());
     std::vector<float> x(3);
     pair->all_reduce(x);
     counted[static_cast<std::size_t>(comm.rank())] = scope.delta();
@@ -473,17 +474,17 @@ TEST(CommAccounting, SubGroupsCountOnTheRanksAccounting) {
     EXPECT_TRUE(shared[r]);
     // Pairs: 3 elements over 2 ranks, the pair's rank 0 owns [0,1) and rank 1 owns [1,3): (3 - own) + own.
     const std::uint64_t moved = 4 * 3;
-    EXPECT_EQ(counted[r][Collective::AllReduce], (Traffic{1, moved, moved}));
+    EXPECT_EQ(counted[r][comm::Collective::AllReduce], (comm::Traffic{1, moved, moved}));
   }
 }
 
 TEST(CommAccounting, FormatsOneLinePerKindCalled) {
-  Counters c;
-  c[Collective::AllToAllV] = {2, 96, 80};
-  c[Collective::Barrier] = {1, 0, 0};
+  comm::Counters c;
+  c[comm::Collective::AllToAllV] = {2, 96, 80};
+  c[comm::Collective::Barrier] = {1, 0, 0};
   c.host_syncs = 3;
   c.route_builds = 1;
-  EXPECT_EQ(format_counters(c),
+  EXPECT_EQ(comm::format_counters(c),
             "all_to_all_v: 2 calls, 96 B sent, 80 B received\nbarrier: 1 call, 0 B sent, 0 B received\nhost syncs: 3\n"
             "route builds: 1\n");
 }
@@ -495,7 +496,7 @@ TEST(CommSemantics, Bf16SumAccumulatesInFp32AndRoundsOnce) {
   // between bf16 neighbours 1 + 3*2^-7 and 1 + 4*2^-7 that RNE sends to the even 1 + 4*2^-7. Rounding to
   // bf16 after every addition instead would give 1 (each 1 + 2^-8 is a tie that rounds back to 1).
   std::array<float, 8> got{};
-  run_world(8, [&](Communicator& comm) {
+  comm::run_world(8, [&](comm::Communicator& comm) {
     std::vector<bf16_t> x{bf16_t{float_to_bf16(comm.rank() == 0 ? 1.0f : 0x1p-8f)}};
     comm.all_reduce(x);
     got[static_cast<std::size_t>(comm.rank())] = bf16_to_float(x[0].bits);
@@ -506,7 +507,7 @@ TEST(CommSemantics, Bf16SumAccumulatesInFp32AndRoundsOnce) {
 TEST(CommSemantics, NoRankLeavesABarrierBeforeAllArrive) {
   std::atomic<int> arrived{0};
   std::array<int, 4> seen{};
-  run_world(4, [&](Communicator& comm) {
+  comm::run_world(4, [&](comm::Communicator& comm) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5 * comm.rank()));
     ++arrived;
     comm.barrier();
@@ -520,8 +521,8 @@ TEST(CommSemantics, NoRankLeavesABarrierBeforeAllArrive) {
 TEST(CommGroups, TpCpGridPutsTpInnermost) {
   std::array<std::vector<int>, 8> tp, cp;
   std::array<double, 8> cp_sum{};
-  run_world(8, [&](Communicator& world) {
-    const auto grid = make_tp_cp_grid(world, 2);
+  comm::run_world(8, [&](comm::Communicator& world) {
+    const auto grid = comm::make_tp_cp_grid(world, 2);
     const auto r = static_cast<std::size_t>(world.rank());
     tp[r] = grid.tp->world_ranks();
     cp[r] = grid.cp->world_ranks();
@@ -538,16 +539,16 @@ TEST(CommGroups, TpCpGridPutsTpInnermost) {
 }
 
 TEST(CommGroups, DynamicCpGroupsSplitOncePerSizeAndAreReused) {
-  std::array<Counters, 8> at_build, per_batch;
+  std::array<comm::Counters, 8> at_build, per_batch;
   std::array<std::vector<int>, 8> of_two, of_four;
   std::array<bool, 8> full_is_static{};
-  run_world(8, [&](Communicator& world) {
+  comm::run_world(8, [&](comm::Communicator& world) {
     const auto r = static_cast<std::size_t>(world.rank());
     const std::array sizes{1, 2, 4, 8};
-    ScopedCounter build(world.accounting());
-    const DynamicCpGroups groups(world, sizes);
+    comm::ScopedCounter build(world.accounting());
+    const comm::DynamicCpGroups groups(world, sizes);
     at_build[r] = build.delta();
-    const ScopedCounter batches(world.accounting());
+    const comm::ScopedCounter batches(world.accounting());
     for (const int size : {2, 4, 1, 2}) groups.group(size).barrier();  // micro-batches of varying CP size
     per_batch[r] = batches.delta();
     of_two[r] = groups.group(2).world_ranks();
@@ -555,9 +556,9 @@ TEST(CommGroups, DynamicCpGroupsSplitOncePerSizeAndAreReused) {
     full_is_static[r] = &groups.group(8) == &world;
   });
   for (int r = 0; r < 8; ++r) {
-    EXPECT_EQ(at_build[r][Collective::Split].calls, 3u);  // sizes 1, 2, 4; 8 is the static group
-    EXPECT_EQ(per_batch[r][Collective::Split].calls, 0u);
-    EXPECT_EQ(per_batch[r][Collective::Barrier].calls, 4u);
+    EXPECT_EQ(at_build[r][comm::Collective::Split].calls, 3u);  // sizes 1, 2, 4; 8 is the static group
+    EXPECT_EQ(per_batch[r][comm::Collective::Split].calls, 0u);
+    EXPECT_EQ(per_batch[r][comm::Collective::Barrier].calls, 4u);
     EXPECT_EQ(of_two[r], (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
     EXPECT_EQ(of_four[r], (std::vector<int>{r / 4 * 4, r / 4 * 4 + 1, r / 4 * 4 + 2, r / 4 * 4 + 3}));
     EXPECT_TRUE(full_is_static[r]);
@@ -567,22 +568,22 @@ TEST(CommGroups, DynamicCpGroupsSplitOncePerSizeAndAreReused) {
 TEST(CommGroups, BadGroupGeometryFailsBeforeAnyCollective) {
   std::array<std::string, 3> messages;
   std::array<std::uint64_t, 2> calls{};
-  run_world(2, [&](Communicator& world) {
+  comm::run_world(2, [&](comm::Communicator& world) {
     const auto r = static_cast<std::size_t>(world.rank());
     try {
       const std::array sizes{2, 3};
-      DynamicCpGroups groups(world, sizes);
+      comm::DynamicCpGroups groups(world, sizes);
     } catch (const ConfigError& e) {
       if (r == 0) messages[0] = e.what();
     }
     try {
-      make_tp_cp_grid(world, 4);
+      comm::make_tp_cp_grid(world, 4);
     } catch (const ConfigError& e) {
       if (r == 0) messages[1] = e.what();
     }
     calls[r] = world.accounting().counters().calls();
     const std::array sizes{1};
-    const DynamicCpGroups groups(world, sizes);
+    const comm::DynamicCpGroups groups(world, sizes);
     try {
       groups.group(4);
     } catch (const ConfigError& e) {

@@ -150,8 +150,8 @@ TEST(Roofline, PricesOpsByTheirBoundAndCallsByTheirLink) {
   const cost::HardwareProfile hw;
   cost::PhaseCost phase;
   phase.ops = {{hw.bf16_tflops * 1e12, 1.0}, {1.0, hw.hbm_gbps * 1e9 * 2}};
-  phase.calls = {{Collective::AllReduce, cost::Group::Tp, 2, 900'000'000, 900'000'000},
-                 {Collective::AllGather, cost::Group::Cp, 8, 100'000'000, 700'000'000}};
+  phase.calls = {{comm::Collective::AllReduce, cost::Group::Tp, 2, 900'000'000, 900'000'000},
+                 {comm::Collective::AllGather, cost::Group::Cp, 8, 100'000'000, 700'000'000}};
   const cost::PhaseTime t = cost::phase_time(phase, hw, DType::BF16, 2, 8);
   EXPECT_NEAR(t.compute_s, 1.0 + 2.0, 1e-12);
   const double tp_call = 2 * hw.intra_node_latency_us * 1e-6 + 9e8 / (hw.intra_node_gbps * 1e9);

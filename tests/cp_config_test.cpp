@@ -75,9 +75,9 @@ TEST(IllegalRulesTable, ConfigurationRulesPerformNoCollective) {
     cp.mode = parse_mode(rule.mode);
     const ref::LayerConfig l = layer(rule.Hk, rule.Hv);
     const ref::LayerParams params = ref::init_params(l, 1);
-    run_world(std::max(cp.cp, 1), [&](Communicator& world) {
+    comm::run_world(std::max(cp.cp, 1), [&](comm::Communicator& world) {
       auto be = cpu::make_backend(DType::F32);
-      const ScopedCounter counter(world.accounting());
+      const comm::ScopedCounter counter(world.accounting());
       try {
         GdnCpLayer(l, cp, params, *be, world);
         ADD_FAILURE() << rule.name << ": accepted";
@@ -188,17 +188,17 @@ TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
 // micro-batch with illegal lengths, leave the accounting untouched.
 TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
   const ref::LayerParams params = ref::init_params(layer(), 1);
-  run_world(2, [&](Communicator& world) {
+  comm::run_world(2, [&](comm::Communicator& world) {
     auto be = cpu::make_backend(DType::F32);
     CpConfig bad = config(CpMode::Chunkwise, 2);
     bad.allgather_cp = true;
     {
-      const ScopedCounter counter(world.accounting());
+      const comm::ScopedCounter counter(world.accounting());
       EXPECT_THROW(GdnCpLayer(layer(), bad, params, *be, world), ConfigError);
       EXPECT_EQ(counter.delta().calls(), 0u);
     }
     const GdnCpLayer ok(layer(), config(CpMode::Headwise, 2), params, *be, world);
-    const ScopedCounter counter(world.accounting());
+    const comm::ScopedCounter counter(world.accounting());
     EXPECT_THROW(ok.check({Format::Thd, {0, 8, 14}}), ConfigError);
     EXPECT_EQ(counter.delta().calls(), 0u);
   });
@@ -213,10 +213,10 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
     const CpMode mode = entry.first;  // named, not bound: clang before 16 cannot capture a binding
     const ref::LayerConfig& l = entry.second;
     const ref::LayerParams params = ref::init_params(l, 1);
-    run_world(4, [&](Communicator& world) {
-      const TpCpGrid grid = make_tp_cp_grid(world, 2);
+    comm::run_world(4, [&](comm::Communicator& world) {
+      const comm::TpCpGrid grid = comm::make_tp_cp_grid(world, 2);
       auto be = cpu::make_backend(DType::F32);
-      const ScopedCounter counter(world.accounting());
+      const comm::ScopedCounter counter(world.accounting());
       try {
         GdnCpLayer(l, config(mode, 2, 2), params, *be, *grid.cp, grid.tp.get());
         ADD_FAILURE() << mode_name(mode) << " accepted Hk=" << l.Hk();
@@ -237,7 +237,7 @@ TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
   ref::LayerParams other = params;
   other.at(ref::kDtBias).set(0, 2.0);
   for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})
-    run_world(2, [&](Communicator& world) {
+    comm::run_world(2, [&](comm::Communicator& world) {
       auto be = cpu::make_backend(DType::F32);
       CpConfig cp = config(mode, 2);
       cp.dynamic_cp = {1, 2};
@@ -245,7 +245,7 @@ TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
       const std::uint64_t before = gdn.fingerprint();
       EXPECT_NE(before, GdnCpLayer(layer(), cp, other, *be, world).fingerprint());
       for (int c : {2, 1}) {
-        Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
+        comm::Communicator* group = c == 2 ? nullptr : &gdn.dynamic_group(c);
         auto mb = gdn.prepare(gdn.check({Format::Thd, {0, 8, 16}}, group, group ? c : 0));
         const Buffer h = be->upload(Tensor(DType::F32, {mb->local_tokens, 1, 32}), DType::F32);
         Context ctx;

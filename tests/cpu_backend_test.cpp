@@ -34,7 +34,7 @@ TEST(CpuBackendFactory, NamesItsStorageAndStateDtypes) {
   EXPECT_EQ(bf16->name(), "cpu/bf16");
   EXPECT_EQ(bf16->dtype(), DType::BF16);
   EXPECT_EQ(bf16->state_dtype(), DType::F32);
-  EXPECT_EQ(bf16->memory(), Memory::Host);
+  EXPECT_EQ(bf16->memory(), comm::Memory::Host);
   EXPECT_EQ(fp64->name(), "cpu/fp64");
   EXPECT_EQ(fp64->state_dtype(), DType::F64);
   EXPECT_EQ(cpu::make_backend(DType::F32)->state_dtype(), DType::F32);

@@ -19,7 +19,7 @@ TEST(CudaBackendFactory, NamesTheMissingDeviceOrBuildsADeviceBackend) {
   if (reason.empty()) {
     const auto be = gpu::make_cuda_backend(DType::BF16);
     EXPECT_EQ(be->name(), "cuda/bf16");
-    EXPECT_EQ(be->memory(), Memory::Device);
+    EXPECT_EQ(be->memory(), comm::Memory::Device);
     return;
   }
   try {

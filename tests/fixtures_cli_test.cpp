@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include "cli_testing.hpp"
-#include "faults/registry.hpp"
 #include "core/file.hpp"
 #include "core/safetensors.hpp"
 #include "core/sha256.hpp"

@@ -39,7 +39,7 @@ TEST(GpuDevice, RankSumMatchesTheHostBitForBit) {
       Tensor host(dtype, {kCount}), device(dtype, {kCount});
       std::vector<const void*> inputs;
       for (int r = 0; r < n; ++r) inputs.push_back(blocks.bytes() + r * kCount * dtype_size(dtype));
-      rank_sum(dtype, host.bytes(), inputs, kCount);
+      comm::rank_sum(dtype, host.bytes(), inputs, kCount);
 
       void *d_blocks = nullptr, *d_out = nullptr;
       ASSERT_EQ(cudaMalloc(&d_blocks, blocks.nbytes()), cudaSuccess);

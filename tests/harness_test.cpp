@@ -162,9 +162,9 @@ TEST(Harness, EachMicroBatchIsRuledOnOnceAndItsCuSeqlensCheckedOncePerRank) {
   }
   const Counts counts;
   RankBackends ranks = make_rank_backends(4, cpu::make_backend, s.dtype);
-  run_world(
+  comm::run_world(
       4,
-      [&](Communicator& world) {
+      [&](comm::Communicator& world) {
         (void)run_rank(validate_run(s), cases, std::move(ranks.backends[static_cast<std::size_t>(world.rank())]),
                        world);
       },

@@ -71,7 +71,7 @@ TEST_F(SuiteData, GatherAndScatterRowsAndColumnsMoveExactBytes) {
 // The counter the zero-sync check of SuiteModes reads: it moves exactly where the host waits.
 TEST_F(SuiteData, EachUploadAndDownloadIsOneHostSyncAndOpsAreNone) {
   const auto be = suite_backend(DType::F32);
-  const auto accounting = std::make_shared<Accounting>();
+  const auto accounting = std::make_shared<comm::Accounting>();
   be->count_host_syncs(accounting);
   const Buffer x = be->upload(Tensor(DType::F32, {4, 3}), DType::F32);
   EXPECT_EQ(accounting->counters().host_syncs, 1u);

@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_testing.hpp"
-#include "faults/registry.hpp"
 #include "core/file.hpp"
+#include "faults/registry.hpp"
 #include "gate/precision_regression.hpp"
 #include "gate/steps.hpp"
 

@@ -99,7 +99,7 @@ constexpr int kRanks = 3;
 constexpr std::int64_t kBlock = 5;  // elements per peer block
 
 // One collective over send [kRanks * kBlock] into recv [kRanks * kBlock] (or in place).
-using Collective = void (*)(Communicator&, void* send, void* recv);
+using Collective = void (*)(comm::Communicator&, void* send, void* recv);
 
 float value(int rank, std::int64_t i) { return static_cast<float>(rank * 100 + i) + 0.25f; }
 
@@ -111,54 +111,56 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 const Case kCases[] = {
     {"all_to_all_v",
-     [](Communicator& c, void* s, void* r) {
+     [](comm::Communicator& c, void* s, void* r) {
        const std::vector<std::int64_t> counts(kRanks, kBlock);
-       c.all_to_all_v(ConstBuf(s, kRanks * kBlock, DType::F32), counts, MutBuf(r, kRanks * kBlock, DType::F32), counts);
+       c.all_to_all_v(comm::ConstBuf(s, kRanks * kBlock, DType::F32), counts,
+                      comm::MutBuf(r, kRanks * kBlock, DType::F32), counts);
      }},
     {"all_gather",
-     [](Communicator& c, void* s, void* r) {
-       c.all_gather(ConstBuf(s, kBlock, DType::F32), MutBuf(r, kRanks * kBlock, DType::F32));
+     [](comm::Communicator& c, void* s, void* r) {
+       c.all_gather(comm::ConstBuf(s, kBlock, DType::F32), comm::MutBuf(r, kRanks * kBlock, DType::F32));
      }},
     {"reduce_scatter",
-     [](Communicator& c, void* s, void* r) {
-       c.reduce_scatter(ConstBuf(s, kRanks * kBlock, DType::F32), MutBuf(r, kBlock, DType::F32));
+     [](comm::Communicator& c, void* s, void* r) {
+       c.reduce_scatter(comm::ConstBuf(s, kRanks * kBlock, DType::F32), comm::MutBuf(r, kBlock, DType::F32));
      }},
     {"all_reduce_in_place",
-     [](Communicator& c, void* s, void*) { c.all_reduce(MutBuf(s, kRanks * kBlock, DType::F32)); }},
-    {"broadcast", [](Communicator& c, void* s, void*) { c.broadcast(MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
+     [](comm::Communicator& c, void* s, void*) { c.all_reduce(comm::MutBuf(s, kRanks * kBlock, DType::F32)); }},
+    {"broadcast",
+     [](comm::Communicator& c, void* s, void*) { c.broadcast(comm::MutBuf(s, kRanks * kBlock, DType::F32), 1); }},
 };
 
 // A stream mover whose reads start `delay` after its peers are ready: a reader slower than the ranks
 // it reads from, so a sender that overwrote its buffer without waiting for it would be caught. Every
 // rank of a test world has one (the stream mover expects stream-mover peers: they are unwrapped).
-class SlowReader final : public DataMover {
+class SlowReader final : public comm::DataMover {
  public:
   SlowReader(std::shared_ptr<HostStream> stream, std::chrono::milliseconds delay)
       : stream_(stream), inner_(make_stream_mover(stream)), delay_(delay) {}
 
-  Memory memory() const override { return inner_->memory(); }
+  comm::Memory memory() const override { return inner_->memory(); }
   std::shared_ptr<void> scratch(std::size_t bytes) override { return inner_->scratch(bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override { inner_->copy(dst, src, bytes); }
   void sum(DType dtype, void* out, std::span<const void* const> inputs, std::int64_t count) override {
     inner_->sum(dtype, out, inputs, count);
   }
   void ready() override { inner_->ready(); }
-  void after_ready(std::span<DataMover* const> peers) override {
+  void after_ready(std::span<comm::DataMover* const> peers) override {
     inner_->after_ready(unwrap(peers));
     if (delay_.count()) stream_->enqueue([d = delay_] { std::this_thread::sleep_for(d); });
   }
   void reads_done() override { inner_->reads_done(); }
-  void after_reads(std::span<DataMover* const> peers) override { inner_->after_reads(unwrap(peers)); }
+  void after_reads(std::span<comm::DataMover* const> peers) override { inner_->after_reads(unwrap(peers)); }
 
  private:
-  static std::vector<DataMover*> unwrap(std::span<DataMover* const> peers) {
-    std::vector<DataMover*> inner;
-    for (DataMover* p : peers) inner.push_back(static_cast<SlowReader*>(p)->inner_.get());
+  static std::vector<comm::DataMover*> unwrap(std::span<comm::DataMover* const> peers) {
+    std::vector<comm::DataMover*> inner;
+    for (comm::DataMover* p : peers) inner.push_back(static_cast<SlowReader*>(p)->inner_.get());
     return inner;
   }
 
   std::shared_ptr<HostStream> stream_;
-  std::shared_ptr<DataMover> inner_;
+  std::shared_ptr<comm::DataMover> inner_;
   std::chrono::milliseconds delay_;
 };
 
@@ -166,7 +168,7 @@ class SlowReader final : public DataMover {
 // reads 30 ms late.
 struct StreamWorld {
   std::vector<std::shared_ptr<HostStream>> streams;
-  WorldOptions options;
+  comm::WorldOptions options;
 };
 StreamWorld stream_world() {
   StreamWorld w;
@@ -180,7 +182,7 @@ StreamWorld stream_world() {
 // What each rank holds after the collective (recv, then send) on host memory and the host mover.
 std::vector<std::vector<float>> on_host(const Case& c) {
   std::vector<std::vector<float>> out(kRanks);
-  run_world(kRanks, [&](Communicator& comm) {
+  comm::run_world(kRanks, [&](comm::Communicator& comm) {
     std::vector<float> send(kRanks * kBlock), recv(kRanks * kBlock);
     for (std::int64_t i = 0; i < kRanks * kBlock; ++i) send[i] = value(comm.rank(), i);
     c.run(comm, send.data(), recv.data());
@@ -196,9 +198,9 @@ std::vector<std::vector<float>> on_host(const Case& c) {
 std::vector<std::vector<float>> on_streams(const Case& c) {
   const StreamWorld w = stream_world();
   std::vector<std::vector<float>> out(kRanks);
-  run_world(
+  comm::run_world(
       kRanks,
-      [&](Communicator& comm) {
+      [&](comm::Communicator& comm) {
         HostStream& s = *w.streams[comm.rank()];
         const std::size_t bytes = kRanks * kBlock * sizeof(float);
         const auto send = s.alloc(bytes), recv = s.alloc(bytes);
@@ -232,19 +234,19 @@ INSTANTIATE_TEST_SUITE_P(Collectives, StreamMover, ::testing::ValuesIn(kCases),
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(StreamMoverWorld, MixedHostAndDeviceMoversAreAConfigError) {
-  WorldOptions options;
-  options.movers = {make_stream_mover(std::make_shared<HostStream>()), host_data_mover()};
+  comm::WorldOptions options;
+  options.movers = {make_stream_mover(std::make_shared<HostStream>()), comm::host_data_mover()};
   // An emulated stream is host memory: a device-memory mover stands in for the mismatch.
-  struct DeviceMover final : DataMover {
-    Memory memory() const override { return Memory::Device; }
+  struct DeviceMover final : comm::DataMover {
+    comm::Memory memory() const override { return comm::Memory::Device; }
     std::shared_ptr<void> scratch(std::size_t) override { return nullptr; }
     void copy(void*, const void*, std::size_t) override {}
     void sum(DType, void*, std::span<const void* const>, std::int64_t) override {}
   };
   options.movers[1] = std::make_shared<DeviceMover>();
   try {
-    run_world(
-        2, [](Communicator&) {}, options);
+    comm::run_world(
+        2, [](comm::Communicator&) {}, options);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(),
@@ -252,8 +254,8 @@ TEST(StreamMoverWorld, MixedHostAndDeviceMoversAreAConfigError) {
   }
   options.movers.pop_back();
   try {
-    run_world(
-        2, [](Communicator&) {}, options);
+    comm::run_world(
+        2, [](comm::Communicator&) {}, options);
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "run_world: data movers for 1 of 2 ranks: pass one per rank, or none for host memory");

@@ -58,10 +58,10 @@ double l2_norm(const Named& t) {
   return std::sqrt(s);
 }
 
-void all_reduce(Named& t, Communicator& group, DType arith) {
+void all_reduce(Named& t, comm::Communicator& group, DType arith) {
   for (auto& [name, x] : t) {
     Tensor buf = x.to(arith);
-    group.all_reduce(MutBuf(buf));
+    group.all_reduce(comm::MutBuf(buf));
     x = buf.to(DType::F64);
   }
 }
@@ -88,7 +88,7 @@ CrossEntropy cross_entropy(const Tensor& logits, const std::vector<std::int64_t>
 }
 
 RankModel::RankModel(const ModelConfig& config, const cp::CpConfig& cp, const Named& params, cp::Backend& backend,
-                     Communicator& static_group)
+                     comm::Communicator& static_group)
     : config_(config), cp_(cp), be_(backend), static_group_(static_group) {
   const ref::LayerConfig L(config.layer);
   for (int l = 0; l < config.layers; ++l)
@@ -130,7 +130,7 @@ MicroBatchResult RankModel::run(const Packed& p, int c, double normaliser, Recom
   const ref::LayerConfig L(config_.layer);
   const std::int64_t hidden = L.hidden();
   Forward f;
-  Communicator* group = c == cp_.cp ? nullptr : &layers_[0]->dynamic_group(c);
+  comm::Communicator* group = c == cp_.cp ? nullptr : &layers_[0]->dynamic_group(c);
   // One plan per micro-batch, reused by every layer (its route and indices do not depend on parameters).
   const cp::CheckedMicroBatch checked = layers_[0]->check({cp::Format::Thd, p.cu_seqlens, 0, 1}, group, group ? c : 0);
   f.plan = layers_[0]->prepare(checked);

@@ -43,7 +43,7 @@ void add_into(Named& acc, const Named& x, DType arith);
 // sqrt of the sum of squares of every element, in fp64.
 double l2_norm(const Named& t);
 // Sums `t` over `group` as `arith` buffers (comm: rank-ordered, rounded once).
-void all_reduce(Named& t, Communicator& group, DType arith);
+void all_reduce(Named& t, comm::Communicator& group, DType arith);
 
 // Next-token cross-entropy of logits [N, V] (F64) against `targets` (kNoTarget: not counted): the sum over
 // counted rows, their count, and the loss's gradient (softmax - onehot) / normaliser, zero on other rows.
@@ -72,7 +72,7 @@ struct MicroBatchResult {
 class RankModel {
  public:
   RankModel(const ModelConfig& config, const cp::CpConfig& cp, const Named& params, cp::Backend& backend,
-            Communicator& static_group);
+            comm::Communicator& static_group);
 
   // Forward and backward of micro-batch `p`, packed for CP size c, on this rank's sub-group of size c
   // (the static group when c is the static size). Collective over that sub-group.
@@ -91,7 +91,7 @@ class RankModel {
   ModelConfig config_;
   cp::CpConfig cp_;
   cp::Backend& be_;
-  Communicator& static_group_;
+  comm::Communicator& static_group_;
   std::vector<std::unique_ptr<cp::GdnCpLayer>> layers_;
   cp::Buffer embedding_, final_norm_, head_;
 };

@@ -125,7 +125,7 @@ void check_recompute(const TrainSpec& spec, const std::vector<int>& cps, int ste
           "--recompute full, or leave all_gather out of --mode");
 }
 
-Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_ptr<cp::Backend> backend) {
+Trajectory train_rank(const TrainSpec& spec, comm::Communicator& world, std::unique_ptr<cp::Backend> backend) {
   const auto start = std::chrono::steady_clock::now();
   validate(spec);
   const int W = world_size(spec), rank = world.rank();
@@ -172,7 +172,7 @@ Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_pt
     const bool sub_groups = std::any_of(cps.begin(), cps.end(), [&](int c) { return c < W; });
     if (faults::sub_groups_combined(sub_groups)) all_reduce(partial, world, sd);
     add_into(complete, partial, sd);
-    world.all_reduce(MutBuf(totals, 2));
+    world.all_reduce(comm::MutBuf(totals, 2));
 
     StepRecord rec;
     rec.step = step;
@@ -191,7 +191,7 @@ Trajectory train_in_process(const TrainSpec& spec) {
   validate(spec);
   const int W = world_size(spec);
   std::vector<Trajectory> per_rank(static_cast<std::size_t>(W));
-  run_world(W, [&](Communicator& world) {
+  comm::run_world(W, [&](comm::Communicator& world) {
     per_rank[static_cast<std::size_t>(world.rank())] = train_rank(spec, world, cpu::make_backend(spec.dtype));
   });
   return per_rank[0];

@@ -67,7 +67,7 @@ void check_recompute(const TrainSpec& spec, const std::vector<int>& cps, int ste
 
 // This rank's part of the run on `world` (world_size(spec) ranks, any transport): every rank returns the
 // trajectory as it saw it (world rank 0's is the run's). Collective over `world`.
-Trajectory train_rank(const TrainSpec& spec, Communicator& world, std::unique_ptr<cp::Backend> backend);
+Trajectory train_rank(const TrainSpec& spec, comm::Communicator& world, std::unique_ptr<cp::Backend> backend);
 // The run on an in-process world of world_size(spec) ranks with the CPU backend.
 Trajectory train_in_process(const TrainSpec& spec);
 
