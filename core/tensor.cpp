@@ -1,5 +1,6 @@
 #include "core/tensor.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/half.hpp"
@@ -18,14 +19,20 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (auto d : shape_)
-    if (d < 0) throw Error("Tensor: negative dimension in shape " + shape_str(shape_));
-  bytes_.assign(static_cast<std::size_t>(numel()) * dtype_size(dtype_), 0);
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), Uninitialized{}) {
+  std::fill(bytes_.begin(), bytes_.end(), 0);
 }
 
-Tensor::Tensor(DType dtype, Shape shape, std::vector<std::uint8_t> bytes)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {
+Tensor::Tensor(DType dtype, Shape shape, Uninitialized) : dtype_(dtype), shape_(std::move(shape)) {
+  for (auto d : shape_)
+    if (d < 0) throw Error("Tensor: negative dimension in shape " + shape_str(shape_));
+  bytes_.resize(static_cast<std::size_t>(numel()) * dtype_size(dtype_));
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), Uninitialized{}); }
+
+Tensor::Tensor(DType dtype, Shape shape, const std::vector<std::uint8_t>& bytes)
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes.begin(), bytes.end()) {
   if (bytes_.size() != static_cast<std::size_t>(numel()) * dtype_size(dtype_))
     throw Error("Tensor: " + std::to_string(bytes_.size()) + " bytes for " + std::string(dtype_name(dtype_)) + " " +
                 shape_str(shape_));
