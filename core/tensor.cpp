@@ -1,9 +1,11 @@
 #include "core/tensor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/half.hpp"
+#include "core/parallel.hpp"
 
 namespace gdnv {
 
@@ -164,6 +166,21 @@ Tensor Tensor::reshaped(Shape shape) && {
     throw Error("Tensor: cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
   shape_ = std::move(shape);
   return std::move(*this);
+}
+
+std::int64_t first_non_finite(const Tensor& t) {
+  const double* p = t.data<double>();
+  constexpr std::int64_t kSerial = 1 << 20;  // below a MB or so threads cost more than they save
+  const std::int64_t n = t.numel(), blocks = n < kSerial ? std::min<std::int64_t>(1, n) : hardware_threads();
+  std::vector<std::int64_t> first(static_cast<std::size_t>(blocks), n);
+  parallel_for(blocks, 0, [&](std::int64_t b) {
+    for (std::int64_t i = n * b / blocks, end = n * (b + 1) / blocks; i < end; ++i)
+      if (!std::isfinite(p[i])) {
+        first[static_cast<std::size_t>(b)] = i;
+        return;
+      }
+  });
+  return blocks > 0 ? *std::min_element(first.begin(), first.end()) : n;
 }
 
 bool Tensor::bitwise_equal(const Tensor& other) const {

@@ -125,4 +125,8 @@ class Tensor {
   std::vector<std::uint8_t, DefaultInitAllocator<std::uint8_t>> bytes_;
 };
 
+// The flat index of t's first NaN or Inf (numel when every element is finite); F64 only. A large
+// tensor is scanned on every core: inputs of real size are hundreds of MB.
+std::int64_t first_non_finite(const Tensor& t);
+
 }  // namespace gdnv

@@ -106,6 +106,18 @@ TEST(Tensor, PlainConstructorZeroFillsAndUninitializedOnlySizes) {
   EXPECT_THROW(Tensor::uninitialized(DType::F64, {2, -1}), Error);
 }
 
+// On a tensor large enough to be split between threads: the first non-finite element wins, wherever
+// the other lies.
+TEST(Tensor, FirstNonFiniteIsTheLowestIndexOnAnySplit) {
+  Tensor t(DType::F64, {3, 1 << 20});
+  EXPECT_EQ(first_non_finite(t), t.numel());
+  t.set(t.numel() - 1, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(first_non_finite(t), t.numel() - 1);
+  t.set(12345, std::nan(""));
+  EXPECT_EQ(first_non_finite(t), 12345);
+  EXPECT_EQ(first_non_finite(Tensor(DType::F64, {0})), 0);
+}
+
 TEST(Tensor, RejectsWrongByteCountAndBadReshape) {
   EXPECT_THROW(Tensor(DType::F32, {2, 2}, std::vector<std::uint8_t>(15)), Error);
   EXPECT_THROW(Tensor(DType::F32, {2, 2}).reshaped({3}), Error);
