@@ -179,9 +179,11 @@ TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const s
   Layout layout = parse_layout(reinterpret_cast<const char*>(data + 8), len, size - 8 - len, source);
   const std::uint8_t* body = data + 8 + len;
   TensorFile file{{}, std::move(layout.metadata)};
-  for (auto& e : layout.entries)
-    file.tensors.emplace(e.name,
-                         Tensor(e.dtype, std::move(e.shape), std::vector<std::uint8_t>(body + e.begin, body + e.end)));
+  for (auto& e : layout.entries) {
+    Tensor t = Tensor::uninitialized(e.dtype, std::move(e.shape));
+    std::copy(body + e.begin, body + e.end, t.bytes());
+    file.tensors.emplace(e.name, std::move(t));
+  }
   return file;
 }
 
@@ -201,10 +203,10 @@ TensorFile read_safetensors(const std::string& path) {
   Layout layout = parse_layout(header.data(), len, size - 8 - len, path);
   TensorFile file{{}, std::move(layout.metadata)};
   for (auto& e : layout.entries) {  // sorted by offset and tiling: the stream is already positioned
-    std::vector<std::uint8_t> bytes(e.end - e.begin);
-    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    Tensor t = Tensor::uninitialized(e.dtype, std::move(e.shape));
+    in.read(reinterpret_cast<char*>(t.bytes()), static_cast<std::streamsize>(t.nbytes()));
     if (!in) throw IoError(path + ": tensor '" + e.name + "': read failed");
-    file.tensors.emplace(e.name, Tensor(e.dtype, std::move(e.shape), std::move(bytes)));
+    file.tensors.emplace(e.name, std::move(t));
   }
   return file;
 }

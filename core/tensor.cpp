@@ -1,8 +1,11 @@
 #include "core/tensor.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/half.hpp"
+#include "core/parallel.hpp"
 
 namespace gdnv {
 
@@ -18,14 +21,20 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  for (auto d : shape_)
-    if (d < 0) throw Error("Tensor: negative dimension in shape " + shape_str(shape_));
-  bytes_.assign(static_cast<std::size_t>(numel()) * dtype_size(dtype_), 0);
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), Uninitialized{}) {
+  std::fill(bytes_.begin(), bytes_.end(), 0);
 }
 
-Tensor::Tensor(DType dtype, Shape shape, std::vector<std::uint8_t> bytes)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(std::move(bytes)) {
+Tensor::Tensor(DType dtype, Shape shape, Uninitialized) : dtype_(dtype), shape_(std::move(shape)) {
+  for (auto d : shape_)
+    if (d < 0) throw Error("Tensor: negative dimension in shape " + shape_str(shape_));
+  bytes_.resize(static_cast<std::size_t>(numel()) * dtype_size(dtype_));
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), Uninitialized{}); }
+
+Tensor::Tensor(DType dtype, Shape shape, const std::vector<std::uint8_t>& bytes)
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes.begin(), bytes.end()) {
   if (bytes_.size() != static_cast<std::size_t>(numel()) * dtype_size(dtype_))
     throw Error("Tensor: " + std::to_string(bytes_.size()) + " bytes for " + std::string(dtype_name(dtype_)) + " " +
                 shape_str(shape_));
@@ -157,6 +166,21 @@ Tensor Tensor::reshaped(Shape shape) && {
     throw Error("Tensor: cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
   shape_ = std::move(shape);
   return std::move(*this);
+}
+
+std::int64_t first_non_finite(const Tensor& t) {
+  const double* p = t.data<double>();
+  constexpr std::int64_t kSerial = 1 << 20;  // below a MB or so threads cost more than they save
+  const std::int64_t n = t.numel(), blocks = n < kSerial ? std::min<std::int64_t>(1, n) : hardware_threads();
+  std::vector<std::int64_t> first(static_cast<std::size_t>(blocks), n);
+  parallel_for(blocks, 0, [&](std::int64_t b) {
+    for (std::int64_t i = n * b / blocks, end = n * (b + 1) / blocks; i < end; ++i)
+      if (!std::isfinite(p[i])) {
+        first[static_cast<std::size_t>(b)] = i;
+        return;
+      }
+  });
+  return blocks > 0 ? *std::min_element(first.begin(), first.end()) : n;
 }
 
 bool Tensor::bitwise_equal(const Tensor& other) const {

@@ -1,8 +1,11 @@
 #pragma once
 // An owning, contiguous, row-major tensor of one storage dtype.
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -36,13 +39,34 @@ constexpr DType dtype_of() {
 std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 
+// An allocator that leaves new elements uninitialised where a vector would zero them: storage that is
+// written in full before it is read need not be filled first (at real sizes, zero-filling is serial time).
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 class Tensor {
  public:
   Tensor() : Tensor(DType::F64, Shape{0}) {}
   // Zero-filled tensor.
   Tensor(DType dtype, Shape shape);
-  // Takes ownership of raw little-endian row-major bytes; their size must be numel * dtype size.
-  Tensor(DType dtype, Shape shape, std::vector<std::uint8_t> bytes);
+  // Copies raw little-endian row-major bytes; their size must be numel * dtype size.
+  Tensor(DType dtype, Shape shape, const std::vector<std::uint8_t>& bytes);
+  // A tensor whose elements are unspecified until written: for outputs the caller writes in full.
+  static Tensor uninitialized(DType dtype, Shape shape);
 
   template <class T>
   static Tensor from(const std::vector<T>& values, Shape shape) {
@@ -92,11 +116,17 @@ class Tensor {
   bool bitwise_equal(const Tensor& other) const;
 
  private:
+  struct Uninitialized {};
+  Tensor(DType dtype, Shape shape, Uninitialized);
   void check_type(DType requested) const;
 
   DType dtype_;
   Shape shape_;
-  std::vector<std::uint8_t> bytes_;
+  std::vector<std::uint8_t, DefaultInitAllocator<std::uint8_t>> bytes_;
 };
+
+// The flat index of t's first NaN or Inf (numel when every element is finite); F64 only. A large
+// tensor is scanned on every core: inputs of real size are hundreds of MB.
+std::int64_t first_non_finite(const Tensor& t);
 
 }  // namespace gdnv

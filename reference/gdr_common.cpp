@@ -23,11 +23,9 @@ void check_shape(const Tensor& t, const char* name, const Shape& want, const cha
 }
 
 void check_finite(const Tensor& t, const char* name) {
-  const double* p = t.data<double>();
-  for (std::int64_t i = 0, n = t.numel(); i < n; ++i)
-    if (!std::isfinite(p[i]))
-      throw ConfigError(std::string(name) + " holds " + (std::isnan(p[i]) ? "NaN" : "Inf") + " at flat index " +
-                        std::to_string(i) + "; the oracle needs finite inputs");
+  if (const std::int64_t i = first_non_finite(t); i < t.numel())
+    throw ConfigError(std::string(name) + " holds " + (std::isnan(t.get(i)) ? "NaN" : "Inf") + " at flat index " +
+                      std::to_string(i) + "; the oracle needs finite inputs");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace {
 // Columns [begin, begin + count) of the row-major matrix m [N, C], as [N, count].
 Tensor cols(const Tensor& m, std::int64_t begin, std::int64_t count) {
   const std::int64_t N = m.numel() / m.dim(-1);
-  Tensor out(DType::F64, {N, count});
+  Tensor out = Tensor::uninitialized(DType::F64, {N, count});
   as_matrix(out, N, count) = as_matrix(m, N, m.dim(-1)).middleCols(begin, count);
   return out;
 }
@@ -34,7 +34,7 @@ void put_cols(Tensor& m, std::int64_t begin, const Tensor& part) {
 Tensor swap_leading(Tensor t) {
   const std::int64_t X = t.dim(0), Y = t.dim(1), F = t.dim(2);
   if (X == 1 || Y == 1) return std::move(t).reshaped({Y, X, F});
-  Tensor out(DType::F64, {Y, X, F});
+  Tensor out = Tensor::uninitialized(DType::F64, {Y, X, F});
   const double* src = t.data<double>();
   double* dst = out.data<double>();
   for (std::int64_t x = 0; x < X; ++x)
@@ -65,7 +65,7 @@ void check_last_dim(const Tensor& x, std::int64_t want, const char* what) {
 Tensor linear(const Tensor& x, const Tensor& W, int threads) {
   check_last_dim(x, W.dim(1), "linear");
   const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
-  Tensor y(DType::F64, {N, out_dim});
+  Tensor y = Tensor::uninitialized(DType::F64, {N, out_dim});
   auto Y = as_matrix(y, N, out_dim);
   product_into(as_matrix(x, N, in_dim), as_matrix(W, out_dim, in_dim).transpose(), Y, {.threads = threads});
   return y;
@@ -76,8 +76,8 @@ void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor&
   check_last_dim(x, W.dim(1), "linear_backward");
   check_last_dim(dy, W.dim(0), "linear_backward");
   const std::int64_t out_dim = W.dim(0), in_dim = W.dim(1), N = x.numel() / in_dim;
-  dx = Tensor(DType::F64, {N, in_dim});
-  dW = Tensor(DType::F64, W.shape());
+  dx = Tensor::uninitialized(DType::F64, {N, in_dim});
+  dW = Tensor::uninitialized(DType::F64, W.shape());
   const auto dY = as_matrix(dy, N, out_dim);
   auto dX = as_matrix(dx, N, in_dim);
   auto dWm = as_matrix(dW, out_dim, in_dim);
@@ -99,7 +99,7 @@ GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOption
 }  // namespace
 
 InProj in_proj_forward(const LayerConfig& config, const LayerParams& params, const Tensor& h, int threads) {
-  RmsNorm norm = rmsnorm_forward(h, param(params, kInProjNorm), config.eps());
+  RmsNorm norm = rmsnorm_forward(h, param(params, kInProjNorm), config.eps(), threads);
   Tensor p = linear(norm.y, param(params, kInProj), threads);
   return {std::move(norm.y), std::move(norm.rstd), std::move(p)};
 }
@@ -109,7 +109,7 @@ InProjGrads in_proj_backward(const LayerParams& params, const Tensor& h, const I
   InProjGrads g;
   Tensor dx;
   linear_backward(fwd.x, param(params, kInProj), dp, dx, g.d_weight, threads);
-  RmsNormGrads norm = rmsnorm_backward(h, param(params, kInProjNorm), fwd.rstd, dx);
+  RmsNormGrads norm = rmsnorm_backward(h, param(params, kInProjNorm), fwd.rstd, dx, threads);
   g.dh = std::move(norm.dx);
   g.d_norm_weight = std::move(norm.dw);
   return g;
@@ -143,7 +143,7 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
   m.core_in.cu_seqlens = cu_seqlens;
   m.core_in.use_qk_l2norm = true;  // Megatron: fla l2norm(x) = x / sqrt(sum x^2 + 1e-6) on q and k
   m.o = core_forward(m.core_in, options);
-  m.y = gated_rmsnorm_forward(m.o, m.z, param(params, kOutNorm), config.eps());
+  m.y = gated_rmsnorm_forward(m.o, m.z, param(params, kOutNorm), config.eps(), options.threads);
   return m;
 }
 
@@ -159,7 +159,8 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
     t = Tensor();
   };
   if (stages) (*stages)["stage_grad::gated_norm"] = dy;
-  GatedNormGrads norm = gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy, out_norm_terms);
+  GatedNormGrads norm =
+      gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy, out_norm_terms, options.threads);
   GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
   for (std::int64_t i = 0; i < options.gate_grad_offset.numel(); ++i)
     core.dg.set(i, core.dg.get(i) + options.gate_grad_offset.get(i));
@@ -168,7 +169,7 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   done_with("stage_grad::beta", core.dbeta);
   done_with("stage_grad::g", core.dg);
 
-  Tensor d_conv_y(DType::F64, fwd.conv_in.x.shape());  // [B, T, C]
+  Tensor d_conv_y = Tensor::uninitialized(DType::F64, fwd.conv_in.x.shape());  // [B, T, C]: q | k | v
   put_cols(d_conv_y, 0, core.dq);
   put_cols(d_conv_y, qk, core.dk);
   put_cols(d_conv_y, 2 * qk, core.dv);
@@ -179,7 +180,7 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   done_with("stage_grad::conv", d_conv_y);
 
   MixerGrads g;
-  g.dp = Tensor(DType::F64, {fwd.conv_in.x.dim(0), fwd.conv_in.x.dim(1), config.in_proj_dim()});
+  g.dp = Tensor::uninitialized(DType::F64, {fwd.conv_in.x.dim(0), fwd.conv_in.x.dim(1), config.in_proj_dim()});
   put_cols(g.dp, 0, conv.dx);
   put_cols(g.dp, C, norm.dz);
   put_cols(g.dp, C + config.v_dim(), gates.db);
@@ -312,20 +313,12 @@ void put_group_cols(const LayerConfig& config, std::int64_t groups, std::int64_t
 // row's norm and each product element's chain are the whole x's.
 constexpr std::int64_t kRows = 2048;
 
-// Rows [r0, r0 + n) of a [N, width] tensor.
-Tensor rows_of(const Tensor& m, std::int64_t r0, std::int64_t n) {
-  const std::int64_t width = m.dim(-1);
-  Tensor rows(DType::F64, {n, width});
-  std::copy_n(m.data<double>() + r0 * width, n * width, rows.data<double>());
-  return rows;
-}
-
 Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads) {
   const std::int64_t N = h.dim(0), hidden = h.dim(1), out_dim = W.dim(0);
-  Tensor p(DType::F64, {N, out_dim});
+  Tensor p = Tensor::uninitialized(DType::F64, {N, out_dim});
   for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
     const std::int64_t n = std::min(kRows, N - r0);
-    const RmsNorm x = rmsnorm_forward(rows_of(h, r0, n), ln_w, eps);
+    const RmsNorm x = rmsnorm_forward_rows(h, r0, n, ln_w, eps, threads);
     product_into(as_matrix(x.y, n, hidden), as_matrix(W, out_dim, hidden).transpose(),
                  as_matrix(p, N, out_dim).middleRows(r0, n), {.threads = threads});
   }
@@ -387,10 +380,11 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
 
   GroupedRun run;
   LayerParams& grads = run.grads.params;
-  for (const char* name : {kOutProj, kConvWeight, kALog, kDtBias})
-    grads[name] = Tensor(DType::F64, param(params, name).shape());
+  for (const char* name : {kConvWeight, kALog, kDtBias}) grads[name] = Tensor(DType::F64, param(params, name).shape());
+  // Written whole: out and out_proj's gradient by the groups' columns, the first group's product plain.
+  grads[kOutProj] = Tensor::uninitialized(DType::F64, param(params, kOutProj).shape());
   if (config.conv_bias()) grads[kConvBias] = Tensor(DType::F64, param(params, kConvBias).shape());
-  Tensor out(DType::F64, {N, hidden});
+  Tensor out = Tensor::uninitialized(DType::F64, {N, hidden});
   GroupSpill spill(N, lp, lv, groups);
   for (std::int64_t group = 0; group < groups; ++group) {
     const LayerParams shard = tp_shard(config, params, groups, group);
@@ -403,7 +397,7 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
                  {.accumulate = group > 0, .threads = threads});
     product_into(as_matrix(dout, N, hidden).transpose(), Y,
                  as_matrix(grads[kOutProj], hidden, config.v_dim()).middleCols(group * lv, lv), {.threads = threads});
-    Tensor dy(DType::F64, {B, S, local.Hv(), local.dv()});
+    Tensor dy = Tensor::uninitialized(DType::F64, {B, S, local.Hv(), local.dv()});
     product_into(as_matrix(dout, N, hidden), W_out.middleCols(group * lv, lv), as_matrix(dy, N, lv),
                  {.threads = threads});
     Tensor group_terms;
@@ -418,26 +412,28 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
   // independent, and dW_in's and out_norm's chains over the rows continue from block to block.
   const std::int64_t P = config.in_proj_dim();
   const auto W_in = as_matrix(param(params, kInProj), P, hidden);
-  grads[kInProj] = Tensor(DType::F64, {P, hidden});
+  // The first block of rows writes dW_in whole (with no rows it stays 0).
+  grads[kInProj] = N > 0 ? Tensor::uninitialized(DType::F64, {P, hidden}) : Tensor(DType::F64, {P, hidden});
   grads[kOutNorm] = Tensor(DType::F64, {config.dv()});
-  Tensor dx(DType::F64, {N, hidden}), rstd(DType::F64, {N});
+  Tensor dx = Tensor::uninitialized(DType::F64, {N, hidden}), rstd = Tensor::uninitialized(DType::F64, {N});
   for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
     const std::int64_t n = std::min(kRows, N - r0);
-    Tensor dp(DType::F64, {n, P}), terms(DType::F64, {n, lv * groups});
-    Tensor dp_g(DType::F64, {n, lp}), terms_g(DType::F64, {n, lv});
+    // Every group's columns, read back whole.
+    Tensor dp = Tensor::uninitialized(DType::F64, {n, P}), terms = Tensor::uninitialized(DType::F64, {n, lv * groups});
+    Tensor dp_g = Tensor::uninitialized(DType::F64, {n, lp}), terms_g = Tensor::uninitialized(DType::F64, {n, lv});
     for (std::int64_t group = 0; group < groups; ++group) {
       spill.get(group, r0, dp_g, terms_g);
       put_group_cols(config, groups, group, dp_g, dp);
       put_cols(terms, group * lv, terms_g);
     }
     add_rows_in_order(terms, grads[kOutNorm]);
-    const RmsNorm x = rmsnorm_forward(rows_of(h, r0, n), ln_w, config.eps());
+    const RmsNorm x = rmsnorm_forward_rows(h, r0, n, ln_w, config.eps(), threads);
     std::copy_n(x.rstd.data<double>(), n, rstd.data<double>() + r0);
     product_into(as_matrix(dp, n, P), W_in, as_matrix(dx, N, hidden).middleRows(r0, n), {.threads = threads});
     product_into(as_matrix(dp, n, P).transpose(), as_matrix(x.y, n, hidden), as_matrix(grads[kInProj], P, hidden),
                  {.accumulate = r0 > 0, .threads = threads});
   }
-  RmsNormGrads norm = rmsnorm_backward(h, ln_w, rstd, dx);
+  RmsNormGrads norm = rmsnorm_backward(h, ln_w, rstd, dx, threads);
   grads[kInProjNorm] = std::move(norm.dw);
   run.grads.grad_hidden = swap_leading(std::move(norm.dx).reshaped({B, S, hidden}));
   run.out = swap_leading(std::move(out).reshaped({B, S, hidden}));

@@ -26,11 +26,9 @@ Tensor take_float_tensor(TensorFile& file, const std::string& name, const std::s
     throw FormatError(source + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype())) +
                       "; it must be floating point (F64, F32, BF16 or F16)");
   Tensor f = t.dtype() == DType::F64 ? std::move(t) : t.to(DType::F64);
-  const double* p = f.data<double>();
-  for (std::int64_t i = 0; i < f.numel(); ++i)
-    if (!std::isfinite(p[i]))
-      throw FormatError(source + ": tensor '" + name + "' holds " + (std::isnan(p[i]) ? "NaN" : "Inf") +
-                        " at flat index " + std::to_string(i) + "; the oracle needs finite inputs");
+  if (const std::int64_t i = first_non_finite(f); i < f.numel())
+    throw FormatError(source + ": tensor '" + name + "' holds " + (std::isnan(f.get(i)) ? "NaN" : "Inf") +
+                      " at flat index " + std::to_string(i) + "; the oracle needs finite inputs");
   return f;
 }
 

@@ -1,4 +1,5 @@
 // White-box tests of core/: dtype conversions, tensors, the counter-based PRNG, SHA-256.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -89,6 +90,32 @@ TEST(Tensor, SetRoundsToStorageDtype) {
   EXPECT_EQ(t.get(0), 1.0);
   EXPECT_EQ(t.get(1), 3.0);
   EXPECT_EQ(t.to(DType::F64).get(1), 3.0);
+}
+
+// The plain constructor zero-fills even memory a freed tensor left dirty; the uninitialized one only sizes.
+TEST(Tensor, PlainConstructorZeroFillsAndUninitializedOnlySizes) {
+  for (int round = 0; round < 3; ++round) {
+    Tensor dirty = Tensor::uninitialized(DType::F64, {64, 1024});
+    EXPECT_EQ(dirty.shape(), (Shape{64, 1024}));
+    EXPECT_EQ(dirty.nbytes(), 64u * 1024u * 8u);
+    std::fill_n(dirty.bytes(), dirty.nbytes(), std::uint8_t{0xff});
+    dirty = Tensor();
+    const Tensor zeros(DType::F64, {64, 1024});
+    EXPECT_TRUE(std::all_of(zeros.bytes(), zeros.bytes() + zeros.nbytes(), [](std::uint8_t b) { return b == 0; }));
+  }
+  EXPECT_THROW(Tensor::uninitialized(DType::F64, {2, -1}), Error);
+}
+
+// On a tensor large enough to be split between threads: the first non-finite element wins, wherever
+// the other lies.
+TEST(Tensor, FirstNonFiniteIsTheLowestIndexOnAnySplit) {
+  Tensor t(DType::F64, {3, 1 << 20});
+  EXPECT_EQ(first_non_finite(t), t.numel());
+  t.set(t.numel() - 1, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(first_non_finite(t), t.numel() - 1);
+  t.set(12345, std::nan(""));
+  EXPECT_EQ(first_non_finite(t), 12345);
+  EXPECT_EQ(first_non_finite(Tensor(DType::F64, {0})), 0);
 }
 
 TEST(Tensor, RejectsWrongByteCountAndBadReshape) {

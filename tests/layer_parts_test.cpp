@@ -248,6 +248,45 @@ TEST(Norms, GatedRmsNormGradientsMatchFiniteDifferences) {
   expect_gradient(g.dw, fd_gradient(w, loss), "dw");
 }
 
+// The rows (and dw's columns) split between threads: the same bits for every count, dw the sum of the
+// rows' terms in row order.
+TEST(Norms, BothNormsGiveTheSameBitsOnAnyThreadCount) {
+  const Tensor x = seeded_normal(5, "x", {37, 24}), w = seeded_normal(5, "w", {24}, 0.5);
+  const Tensor dy = seeded_normal(5, "dy", {37, 24}), z = seeded_normal(5, "z", {37, 24});
+  const RmsNorm f1 = rmsnorm_forward(x, w, 1e-3);
+  const RmsNormGrads g1 = rmsnorm_backward(x, w, f1.rstd, dy);
+  const GatedNorm n1 = gated_rmsnorm_forward(x, z, w, 1e-3);
+  Tensor terms;
+  const GatedNormGrads d1 = gated_rmsnorm_backward(x, z, w, n1.rstd, dy, &terms);
+  Tensor dw_in_order(DType::F64, {24});
+  for (std::int64_t r = 0; r < 37; ++r)
+    for (std::int64_t i = 0; i < 24; ++i) dw_in_order.set(i, dw_in_order.get(i) + terms.get(r * 24 + i));
+  EXPECT_TRUE(d1.dw.bitwise_equal(dw_in_order));
+  for (const int threads : {2, 3, 0}) {
+    const RmsNorm f = rmsnorm_forward(x, w, 1e-3, threads);
+    const RmsNormGrads g = rmsnorm_backward(x, w, f.rstd, dy, threads);
+    const GatedNorm n = gated_rmsnorm_forward(x, z, w, 1e-3, threads);
+    Tensor t;
+    const GatedNormGrads d = gated_rmsnorm_backward(x, z, w, n.rstd, dy, &t, threads);
+    EXPECT_TRUE(f.y.bitwise_equal(f1.y) && f.rstd.bitwise_equal(f1.rstd)) << threads << " threads";
+    EXPECT_TRUE(g.dx.bitwise_equal(g1.dx) && g.dw.bitwise_equal(g1.dw)) << threads << " threads";
+    EXPECT_TRUE(n.y.bitwise_equal(n1.y) && n.rstd.bitwise_equal(n1.rstd)) << threads << " threads";
+    EXPECT_TRUE(d.d_o.bitwise_equal(d1.d_o) && d.dz.bitwise_equal(d1.dz) && d.dw.bitwise_equal(d1.dw) &&
+                t.bitwise_equal(terms))
+        << threads << " threads";
+  }
+}
+
+TEST(Norms, RowsOfAnRmsNormAreTheWholeNormsRows) {
+  const Tensor x = seeded_normal(6, "x", {10, 8}), w = seeded_normal(6, "w", {8});
+  const RmsNorm whole = rmsnorm_forward(x, w, 1e-6);
+  const RmsNorm rows = rmsnorm_forward_rows(x, 3, 5, w, 1e-6, 2);
+  ASSERT_EQ(rows.y.shape(), (Shape{5, 8}));
+  for (std::int64_t i = 0; i < 5 * 8; ++i) EXPECT_EQ(rows.y.get(i), whole.y.get(3 * 8 + i)) << i;
+  for (std::int64_t r = 0; r < 5; ++r) EXPECT_EQ(rows.rstd.get(r), whole.rstd.get(3 + r)) << r;
+  EXPECT_THROW(rmsnorm_forward_rows(x, 6, 5, w, 1e-6), Error);
+}
+
 TEST(Gates, FollowTheDefinition) {
   // A_log = log 3 and a = -dt_bias: g = -3 softplus(0) = -3 log 2; b = 0: beta = 1/2.
   const Tensor A_log = Tensor::from(std::vector<double>{std::log(3.0)}, {1});
