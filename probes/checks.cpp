@@ -438,11 +438,12 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   // oracle on a tensor (its algorithm class's bound, e.g. cumsum-decay's grad::A_log), two correct runs
   // differ by up to ~sqrt(2) x that, and the rule cannot tell a bug from the class: the tensor is
   // judged by its deviation from the oracle alone, within cp1's band or its class's oracle gate (a CP
-  // run re-cuts the chunks at rank boundaries, which moves a cumsum-decay error's statistics).
-  const bool third_party = third_party_image(dir);
+  // run re-cuts the chunks at rank boundaries, which moves a cumsum-decay error's statistics). A policy
+  // the user names instead of the contract's rule is applied to every tensor.
+  const bool third_party = third_party_image(dir), contract_rule = policy.name == "cp-vs-cp1";
   std::map<std::string, double> band_only;  // name -> its class's oracle gate
   for (const auto& [name, t] : cp1.tensors)
-    if (third_party && oracle.has(name) && rel_to_oracle(cp1, name) > kernel_gate(idx.dtype))
+    if (third_party && contract_rule && oracle.has(name) && rel_to_oracle(cp1, name) > kernel_gate(idx.dtype))
       out.band_only.push_back({name, rel_to_oracle(cp1, name), kernel_gate(idx.dtype), 0});
   if (!out.band_only.empty()) {
     const auto gates = harness::oracle_gates(k, oracle_answer, idx.dtype, declared_decay_class(dir));

@@ -570,8 +570,8 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
 
 // A third-party image (meta.json names its adapter) leaves a tensor whose cp1 is itself beyond the kernel
 // gate of the oracle (bf16's layer tensors) to its deviation from the oracle, within cp1's band or its
-// class's gate (docs/DESIGN.md §4); this project's own image keeps the elementwise rule for every tensor,
-// and a conv halo from the wrong rank still fails the third-party verdict.
+// class's gate (docs/DESIGN.md §4); this project's own image, or a policy named instead of the contract's
+// rule, keeps the elementwise comparison for every tensor, and a conv halo from the wrong rank still fails.
 TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation) {
   const auto as_third_party = [](const fs::path& dir) {
     auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
@@ -586,6 +586,7 @@ TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "band only out: cp1 itself rel_rms ")) << r.out;
   EXPECT_TRUE(contains(r.out, "vs oracle > kernel gate 2e-03; bound: the band or its class's oracle gate")) << r.out;
+  EXPECT_FALSE(contains(run_cli("probe cross-mode --policy bitwise --dir " + good.string()).out, "band only"));
   dump(bad, "b", {"cp1"}, "--case thd-gva --dtype bf16");
   setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
   dump(bad, "b", {"chunkwise"}, "--case thd-gva --dtype bf16");

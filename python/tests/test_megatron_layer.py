@@ -6,7 +6,6 @@ dicts across CP; the combinations it refuses. One world of processes per size, r
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
@@ -18,16 +17,6 @@ from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry
 from gdn_verify.world import World  # noqa: E402
 
 MEGATRON = megatron.MegatronAdapter()
-
-# Oracle verdicts under the cumsum-decay class the images declare (docs/DESIGN.md §4) that are measured
-# findings, not passes: Megatron's FLA path on thd-gva fp32 leaves grad::A_log at rel_rms 1.640e-4 and
-# grad::dt_bias just above the class's gates (A_log's 1.479e-4). Every other case passes outright.
-ORACLE_FINDINGS = {("thd-gva", "fp32", "fla-triton"): {"grad::A_log", "grad::dt_bias"}}
-# Parameter gradients: sums over tokens, which CP splits into per-rank partials (judged against cp1 by the
-# relative verdict where the stored dtype rounds each partial).
-WEIGHT_GRADS = {"grad::in_proj.weight", "grad::out_proj.weight", "grad::conv1d.weight", "grad::A_log",
-                "grad::dt_bias", "grad::in_proj.layer_norm_weight", "grad::out_norm.weight"}
-
 
 @pytest.fixture(scope="module")
 def worlds():
@@ -65,13 +54,8 @@ def dump(worlds, directory, case_name, dtype, mode, world, tp=1, core="fla-trito
     return directory
 
 
-def failing(report: str) -> set[str]:
-    """The tensors a probe report marks FAIL."""
-    return {m.group(1) for m in re.finditer(r"^\S+?:(\S+): FAIL", report, re.M)}
-
-
-def judge(gdnv, what: str, directory) -> str:
-    r = gdnv("probe", what, "--dir", directory)
+def judge(gdnv, what: str, directory, *options: str) -> str:
+    r = gdnv("probe", what, "--dir", directory, *options)
     return r.stdout
 
 
@@ -80,21 +64,17 @@ def judge(gdnv, what: str, directory) -> str:
 def test_headwise_cp2_reproduces_cp1_and_both_meet_the_oracle(gdnv, worlds, cp1, tmp_path, case, dtype, core):
     cp1(tmp_path, case, dtype, core)
     dump(worlds, tmp_path, case, dtype, "headwise", 2, core=core)
+    exact = judge(gdnv, "cross-mode", tmp_path, "--policy", "bitwise")
+    for t in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
+        assert f"headwise vs cp1:{t}: pass, bitwise yes" in exact, exact[-3000:]
+    # bf16 weight gradients are bf16 GEMMs per rank: beyond the elementwise rule, judged by their deviation
     cross = judge(gdnv, "cross-mode", tmp_path)
-    for exact in ("out", "grad_hidden", "stage::core", "stage_grad::conv"):  # the all-to-all moves, never adds
-        assert f"headwise vs cp1:{exact}: pass, bitwise yes" in cross, cross[-3000:]
-    if dtype == "fp32":
-        assert "\nPASS\n" in cross, cross[-3000:]
-    else:  # bf16 weight gradients are bf16 GEMMs per rank, summed in fp32: cp1's own sum rounds differently
-        assert failing(cross) <= WEIGHT_GRADS, cross[-3000:]
+    assert "\nPASS\n" in cross, cross[-3000:]
+    assert ("band only grad::in_proj.weight" in cross) == (dtype == "bf16"), cross[-3000:]
     oracle = gdnv("probe", "oracle", "--dir", tmp_path)
     assert "65 tensors compared" in oracle.stdout  # 29 per mode, 2 modes, rank 1's 7 grads vs rank 0's
     assert "decay class (docs/DESIGN.md §4): declared cumsum-decay" in oracle.stdout
-    finding = ORACLE_FINDINGS.get((case, dtype, core))
-    if finding:
-        assert oracle.returncode == 1 and failing(oracle.stdout) == finding, oracle.stdout[-3000:]
-    else:
-        assert oracle.returncode == 0, oracle.stdout[-3000:]
+    assert oracle.returncode == 0 and "meets cumsum-decay gates: yes" in oracle.stdout, oracle.stdout[-3000:]
 
 
 def test_tp2_and_tp2_x_cp2_meet_the_oracle_and_headwise_reproduces_tp2_cp1(gdnv, worlds, cp1, tmp_path):
