@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from gdn_verify import names
-from gdn_verify.adapters import hf_qwen3_next as hf
+from gdn_verify.adapters.hf_qwen3_next import HfQwen3NextAdapter
 from gdn_verify.names import Geometry
 
 
@@ -19,6 +19,7 @@ def main() -> None:
     path, threads, *dims = sys.argv[1:]
     torch.set_num_threads(int(threads))
     tensors = load_file(path)
+    hf = HfQwen3NextAdapter()
     module = hf.build_module(Geometry(*map(int, dims)), torch.float64)
     hf.load_megatron_params(module, {n: t for n, t in tensors.items() if n not in (names.HIDDEN, names.GRAD_OUTPUT,
                                                                                     names.CU_SEQLENS)})
