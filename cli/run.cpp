@@ -2,8 +2,6 @@
 // against the fp64 oracle, plus the collectives each direction performed.
 #include <algorithm>
 #include <fstream>
-#include <iomanip>
-#include <limits>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -72,99 +70,12 @@ harness::RunSpec spec_from(const po::variables_map& vm) {
   return s;
 }
 
-// The decades every row's |error| spans: the run table's one axis.
-std::pair<int, int> decade_span(const std::vector<harness::TensorVerdict>& rows) {
-  int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
-  for (const auto& r : rows)
-    if (!r.tol.decades.empty()) {
-      lo = std::min(lo, r.tol.decades.begin()->first);
-      hi = std::max(hi, r.tol.decades.rbegin()->first);
-    }
-  return {lo, hi};  // lo > hi: no error anywhere
-}
-
-void print_rows(const std::vector<harness::TensorVerdict>& rows, std::ostream& out) {
-  out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
-      << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
-  for (const auto& r : rows) {
-    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
-        << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11);
-    if (r.m.bitwise) out << "-";  // bitwise identical: no angle to measure
-    else out << r.m.one_minus_cos;
-    out << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
-  }
-  const auto [lo, hi] = decade_span(rows);
-  out << "  what would pass elementwise, and |error| by decade (bar height: log count, per tensor):\n"
-      << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "min_atol" << std::setw(11)
-      << "min_rtol" << std::setw(8) << "exact"
-      << (hi < lo ? "" : "  " + decade_str(lo) + " .. " + decade_str(hi) + " (one column a decade)") << "\n";
-  for (const auto& r : rows)
-    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
-        << std::setw(11) << r.tol.min_atol << std::setw(11) << r.tol.min_rtol << std::setw(8) << r.tol.exact << "  |"
-        << decade_bars(r.tol, lo, hi) << "|" << (r.tol.nonfinite ? " nan/inf " + std::to_string(r.tol.nonfinite) : "")
-        << "\n";
-  out << std::defaultfloat;
-}
-
-// Every micro-batch of one run of `spec`, judged against its oracle (stages included when spec.stages).
-struct Evaluated {
-  std::vector<harness::Case> cases;
-  std::vector<harness::MicroBatchRun> runs;
-  std::vector<harness::Answer> oracles;  // by run
-  std::vector<std::vector<harness::TensorVerdict>> verdicts;
-  bool pass = true;
-};
-
-Evaluated evaluate(const harness::CheckedRun& run, const cp::BackendFactory& factory) {
-  const harness::RunSpec& spec = run.spec;
-  Evaluated e;
-  // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
-  e.cases = harness::make_cases(spec);
-  e.runs = harness::run_in_process(run, e.cases, factory);
-  for (std::size_t i = 0; i < e.runs.size(); ++i) {
-    const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
-    e.oracles.push_back(harness::oracle_answer(k, harness::stage_request(spec, e.runs[i].cp_size)));
-    e.verdicts.push_back(
-        harness::judge_answer(e.oracles[i], e.runs[i].answer, harness::oracle_gates(k, e.oracles[i], spec.dtype)));
-    for (const auto& v : e.verdicts[i]) e.pass = e.pass && v.pass;
-  }
-  return e;
-}
-
-// A failing micro-batch's tensors, error / gate over each CP rank's own elements: which rank goes wrong.
-void print_rank_grid(const std::vector<harness::TensorVerdict>& rows, const Evaluated& e, std::size_t i,
-                     std::ostream& out) {
-  std::vector<std::pair<std::string, probes::Rule>> gated;
-  for (const auto& v : rows) {
-    if (v.missing) continue;
-    probes::Rule rule;
-    rule.max_rel_rms = v.gate;
-    gated.emplace_back(v.name, rule);
-  }
-  const harness::Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
-  probes::write_rank_table(
-      probes::rank_grid("  error / gate over each rank's own elements (above 1 fails):", gated,
-                        probes::answer_file(e.oracles[i]), probes::answer_file(e.runs[i].answer), e.runs[i], k),
-      out);
-}
-
 // The active configuration in the upstream layer's own words, printed once when CP is in use.
 std::string upstream_config_line(const harness::RunSpec& spec) {
   const ref::LayerConfig layer(spec.layer);
   return "[GDN CP] linear_cp_mode=" + std::string(cp::mode_name(spec.cp.mode)) + " TP=" + std::to_string(spec.cp.tp) +
          " max_CP=" + std::to_string(spec.cp.cp) + " key_heads=" + std::to_string(layer.Hk()) +
          " value_heads=" + std::to_string(layer.Hv()) + "\n";
-}
-
-std::string indented(const std::string& lines) {
-  std::string out;
-  std::size_t begin = 0;
-  while (begin < lines.size()) {
-    const std::size_t end = lines.find('\n', begin);
-    out += "    " + lines.substr(begin, end - begin + 1);
-    begin = end == std::string::npos ? lines.size() : end + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -179,13 +90,13 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
   const std::string backend = (*vm)["backend"].as<std::string>();
   const cp::BackendFactory factory = parse_backend_option(backend);
   if (spec.cp.cp > 1 || !spec.cp.dynamic_cp.empty()) out << upstream_config_line(spec) << std::flush;
-  Evaluated e;
+  harness::JudgedRun e;
   try {
-    e = evaluate(checked, factory);
+    e = harness::run_and_judge(checked, factory);
     // A failure without --stages: the same run again with the stages recorded, to say where it starts.
     if (!e.pass && !spec.stages) {
       spec.stages = checked.spec.stages = true;
-      e = evaluate(checked, factory);
+      e = harness::run_and_judge(checked, factory);
     }
   } catch (const ConfigError&) {
     throw;
@@ -204,9 +115,9 @@ int run_main(const std::vector<std::string>& args, std::ostream& out) {
     const std::vector<harness::TensorVerdict>& rows = e.verdicts[i];
     out << "micro-batch " << i + 1 << "/" << e.runs.size() << " (cp=" << e.runs[i].cp_size << ")"
         << (spec.micro_batch_lengths.empty() ? "" : ", lengths " + comma_list(spec.micro_batch_lengths[i])) << "\n";
-    print_rows(rows, out);
+    probes::write_verdict_rows(rows, out);
     if (!std::all_of(rows.begin(), rows.end(), [](const harness::TensorVerdict& v) { return v.pass; }))
-      print_rank_grid(rows, e, i, out);
+      probes::write_verdict_grid(rows, e.oracles[i], e.runs[i], e.cases[e.cases.size() == 1 ? 0 : i], out);
     out << "  collectives of rank 0, forward:\n"
         << indented(comm::format_counters(e.runs[i].forward)) << "  collectives of rank 0, backward:\n"
         << indented(comm::format_counters(e.runs[i].backward));

@@ -46,4 +46,15 @@ std::string printable(std::string_view s) {
   return out;
 }
 
+std::string indented(const std::string& lines) {
+  std::string out;
+  std::size_t begin = 0;
+  while (begin < lines.size()) {
+    const std::size_t end = lines.find('\n', begin);
+    out += "    " + lines.substr(begin, end - begin + 1);
+    begin = end == std::string::npos ? lines.size() : end + 1;
+  }
+  return out;
+}
+
 }  // namespace gdnv

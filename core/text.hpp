@@ -19,4 +19,7 @@ std::string comma_list(const std::vector<Int>& values) {
   return s;
 }
 
+// `lines` with every line indented by four spaces (a block under a heading).
+std::string indented(const std::string& lines);
+
 }  // namespace gdnv

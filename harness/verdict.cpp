@@ -193,4 +193,19 @@ std::string first_divergence_line(const RunSpec& spec, const BackendFactory& fac
   }
 }
 
+JudgedRun run_and_judge(const CheckedRun& run, const cp::BackendFactory& factory) {
+  const RunSpec& spec = run.spec;
+  JudgedRun e;
+  // One case per micro-batch when each has its own packing (and then its own oracle), else one for all.
+  e.cases = make_cases(spec);
+  e.runs = run_in_process(run, e.cases, factory);
+  for (std::size_t i = 0; i < e.runs.size(); ++i) {
+    const Case& k = e.cases[e.cases.size() == 1 ? 0 : i];
+    e.oracles.push_back(oracle_answer(k, stage_request(spec, e.runs[i].cp_size)));
+    e.verdicts.push_back(judge_answer(e.oracles[i], e.runs[i].answer, oracle_gates(k, e.oracles[i], spec.dtype)));
+    for (const auto& v : e.verdicts[i]) e.pass = e.pass && v.pass;
+  }
+  return e;
+}
+
 }  // namespace gdnv::harness

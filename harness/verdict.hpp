@@ -59,4 +59,15 @@ std::optional<Divergence> find_first_divergence(const RunSpec& spec, const Backe
 // passes or the run does not complete (an Error other than ConfigError: there is no stage to name).
 std::string first_divergence_line(const RunSpec& spec, const BackendFactory& factory);
 
+// Every micro-batch of one run, judged against its oracle (stages included when the spec asks for them).
+struct JudgedRun {
+  std::vector<Case> cases;
+  std::vector<MicroBatchRun> runs;
+  std::vector<Answer> oracles;  // by run
+  std::vector<std::vector<TensorVerdict>> verdicts;
+  bool pass = true;
+};
+
+JudgedRun run_and_judge(const CheckedRun& run, const cp::BackendFactory& factory);
+
 }  // namespace gdnv::harness

@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iomanip>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <sstream>
 
 #include "core/text.hpp"
+#include "probes/checks.hpp"
+#include "probes/image.hpp"
 
 namespace gdnv::probes {
 namespace {
@@ -289,6 +293,58 @@ std::string to_markdown(const Comparison& c) {
   md << "\n**" << c.summary() << "** — " << (c.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   if (c.divergence && c.exit_code() != 0) md << "\n`" << harness::divergence_line(*c.divergence) << "`\n";
   return md.str();
+}
+
+namespace {
+
+// The decades every row's |error| spans: the run table's one axis.
+std::pair<int, int> decade_span(const std::vector<harness::TensorVerdict>& rows) {
+  int lo = std::numeric_limits<int>::max(), hi = std::numeric_limits<int>::min();
+  for (const auto& r : rows)
+    if (!r.tol.decades.empty()) {
+      lo = std::min(lo, r.tol.decades.begin()->first);
+      hi = std::max(hi, r.tol.decades.rbegin()->first);
+    }
+  return {lo, hi};  // lo > hi: no error anywhere
+}
+
+}  // namespace
+
+void write_verdict_rows(const std::vector<harness::TensorVerdict>& rows, std::ostream& out) {
+  out << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "max_abs" << std::setw(11)
+      << "rel_rms" << std::setw(11) << "gate" << std::setw(11) << "1-cos" << std::setw(8) << "result\n";
+  for (const auto& r : rows) {
+    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
+        << std::setw(11) << r.m.max_abs << std::setw(11) << r.m.rel_rms << std::setw(11) << r.gate << std::setw(11);
+    if (r.m.bitwise) out << "-";  // bitwise identical: no angle to measure
+    else out << r.m.one_minus_cos;
+    out << std::setw(7) << (r.pass ? "pass" : "FAIL") << "\n";
+  }
+  const auto [lo, hi] = decade_span(rows);
+  out << "  what would pass elementwise, and |error| by decade (bar height: log count, per tensor):\n"
+      << "  " << std::left << std::setw(32) << "tensor" << std::right << std::setw(11) << "min_atol" << std::setw(11)
+      << "min_rtol" << std::setw(8) << "exact"
+      << (hi < lo ? "" : "  " + decade_str(lo) + " .. " + decade_str(hi) + " (one column a decade)") << "\n";
+  for (const auto& r : rows)
+    out << "  " << std::left << std::setw(32) << r.name << std::right << std::scientific << std::setprecision(3)
+        << std::setw(11) << r.tol.min_atol << std::setw(11) << r.tol.min_rtol << std::setw(8) << r.tol.exact << "  |"
+        << decade_bars(r.tol, lo, hi) << "|" << (r.tol.nonfinite ? " nan/inf " + std::to_string(r.tol.nonfinite) : "")
+        << "\n";
+  out << std::defaultfloat;
+}
+
+void write_verdict_grid(const std::vector<harness::TensorVerdict>& rows, const harness::Answer& oracle,
+                        const harness::MicroBatchRun& run, const harness::Case& k, std::ostream& out) {
+  std::vector<std::pair<std::string, Rule>> gated;
+  for (const auto& v : rows) {
+    if (v.missing) continue;
+    Rule rule;
+    rule.max_rel_rms = v.gate;
+    gated.emplace_back(v.name, rule);
+  }
+  write_rank_table(rank_grid("  error / gate over each rank's own elements (above 1 fails):", gated,
+                             answer_file(oracle), answer_file(run.answer), run, k),
+                   out);
 }
 
 }  // namespace gdnv::probes

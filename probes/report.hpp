@@ -3,7 +3,10 @@
 // stdout), JSON (machines) and markdown (a merge request comment). Each ends with the summary line.
 #include <iosfwd>
 #include <string>
+#include <vector>
 
+#include "harness/verdict.hpp"
+#include "harness/world.hpp"
 #include "probes/compare.hpp"
 
 namespace gdnv::probes {
@@ -27,6 +30,12 @@ std::string counts_line(const Comparison& c, double seconds);
 void write_divergence(const Comparison& c, std::ostream& out);
 // "<title>" then a row per tensor: its name, a cell per rank ("rank0" ...), and the whole tensor's.
 void write_rank_table(const RankTable& table, std::ostream& out);
+// run's table of an answer judged against the oracle: a row per tensor (max_abs, rel_rms, gate, 1-cos,
+// result), then what would pass elementwise and |error| by decade on one axis for every tensor.
+void write_verdict_rows(const std::vector<harness::TensorVerdict>& rows, std::ostream& out);
+// The judged tensors' error / gate over each CP rank's own elements of `run`.
+void write_verdict_grid(const std::vector<harness::TensorVerdict>& rows, const harness::Answer& oracle,
+                        const harness::MicroBatchRun& run, const harness::Case& k, std::ostream& out);
 std::string to_json(const Comparison& c);
 std::string to_markdown(const Comparison& c);
 
