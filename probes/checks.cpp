@@ -442,9 +442,11 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   // the user names instead of the contract's rule is applied to every tensor.
   const bool third_party = third_party_image(dir), contract_rule = policy.name == "cp-vs-cp1";
   std::map<std::string, double> band_only;  // name -> its class's oracle gate
-  for (const auto& [name, t] : cp1.tensors)
-    if (third_party && contract_rule && oracle.has(name) && rel_to_oracle(cp1, name) > kernel_gate(idx.dtype))
-      out.band_only.push_back({name, rel_to_oracle(cp1, name), kernel_gate(idx.dtype), 0});
+  for (const auto& [name, t] : cp1.tensors) {
+    if (!third_party || !contract_rule || !oracle.has(name)) continue;
+    const double deviation = rel_to_oracle(cp1, name);
+    if (deviation > kernel_gate(idx.dtype)) out.band_only.push_back({name, deviation, kernel_gate(idx.dtype), 0});
+  }
   if (!out.band_only.empty()) {
     const auto gates = harness::oracle_gates(k, oracle_answer, idx.dtype, declared_decay_class(dir));
     for (BandOnly& b : out.band_only) band_only[b.tensor] = b.class_gate = gates.at(b.tensor);
