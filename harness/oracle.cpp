@@ -154,7 +154,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> sequence_spans(const Case& k,
 // e^{gamma_C - gamma_i}. Forward: partial sum s rounds by r_s, RMS delta |gamma_s| (delta = 2^-24/sqrt(3));
 // the rounded gamma_i is gamma_i + sum_{s <= i} r_s, so every decay it forms is exactly the decay of the
 // gates g_s + r_s. Backward, the adjoint: the kernel sums dgamma_s from every product carrying gamma_s
-// (their magnitudes add to m_s, GdrGrads::dgamma_terms: near the diagonal they are O(1) and cancel), in
+// (their magnitudes add to m_s, ref::gdr_dgamma_magnitudes: near the diagonal they are O(1) and cancel), in
 // an order of its own; a sequential sum of terms of random sign rounds by RMS ~ delta m_s, and reverse-cumsums dgamma
 // into dg_t = sum_{s >= t in the chunk} dgamma_s, whose partial sum s is dg_s: dg_t carries sum_{s >= t} r'_s with r'_s
 // of RMS delta sqrt(m_s^2 + dg_s^2). The oracle is rerun with both (N(0, 1) draws; largest change of three):
@@ -175,7 +175,7 @@ std::map<std::string, double> cumsum_conditions(const Case& k, const Answer& ora
     for (std::int64_t t = 0; t < T; ++t)
       for (std::int64_t j = 0; j < Hv * dv; ++j)
         d_o.set((b * T + t) * Hv * dv + j, d_core.get(natural(b, t) * Hv * dv + j));
-  const Tensor m = ref::gdr_chunked_backward(fwd.mixer.core_in, d_o, std::nullopt, chunk).dgamma_terms;
+  const Tensor m = ref::gdr_dgamma_magnitudes(fwd.mixer.core_in, d_o, chunk);
   std::map<std::string, double> kappa;
   for (int draw = 0; draw < 3; ++draw) {
     const Rng rng(k.params.size(), "cumsum-decay/" + std::to_string(draw));

@@ -32,10 +32,6 @@ struct GdrGrads {
   Tensor dg;      // [B, T, Hv]
   Tensor dbeta;   // [B, T, Hv]
   Tensor dh0;     // [N, Hv, K, V]
-  // [B, T, Hv], chunked backward only: the magnitude of the sum dgamma_t that a kernel forming its decays
-  // from a cumsum gamma of g computes, every product carrying gamma_t counted with its absolute value
-  // (docs/DESIGN.md §4, cumsum-decay); zero otherwise.
-  Tensor dgamma_terms;
 };
 
 // Validates shapes (throws ConfigError naming the tensor and the fix).
@@ -51,5 +47,9 @@ GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const st
 GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64, int threads = 0);
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
                               int chunk_size = 64, int threads = 0);
+// [B, T, Hv]: the magnitude m_t of the sum dgamma_t that a kernel forming its decays from a cumsum gamma of
+// g computes over chunks of chunk_size tokens (no gradient of the final state), every product carrying
+// gamma_t counted with its absolute value (docs/DESIGN.md §4, cumsum-decay).
+Tensor gdr_dgamma_magnitudes(const GdrInputs& in, const Tensor& d_o, int chunk_size = 64);
 
 }  // namespace gdnv::ref

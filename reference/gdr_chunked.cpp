@@ -45,7 +45,6 @@ struct ChunkGrads {
   RowMatrix dq, dk;  // [c, K]  w.r.t. the (normalised) q, k
   RowMatrix dv;      // [c, V]
   Vec dg, dbeta;     // [c]
-  Vec dgamma_terms;  // [c], GdrGrads::dgamma_terms
 };
 
 Vec cumsum(const Vec& x) {
@@ -149,7 +148,7 @@ void chunk_output(const Chunk& x, const Intra& in, const RowMatrix& S, const Row
   o = scale * out;
 }
 
-// Magnitude m_s of the adjoint's dgamma_s (GdrGrads::dgamma_terms, docs/DESIGN.md §4 cumsum-decay): the
+// Magnitude m_s of the adjoint's dgamma_s (gdr_dgamma_magnitudes, docs/DESIGN.md §4 cumsum-decay): the
 // adjoint below run with every operand replaced by its absolute value, so every product that carries
 // gamma_s counts with its magnitude whatever order a kernel sums them in (transformers: row minus column
 // sums of dP * P and dA * A; FLA: q.dq - k.dk with dq, dk from GEMMs). S, dS: the state entering the
@@ -203,7 +202,6 @@ ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, cons
   RowMatrix P = product(x.q, x.k.transpose());
   P = P.cwiseProduct(in.decay);
   ChunkGrads d;
-  d.dgamma_terms = dgamma_magnitudes(x, in, S, dS, v_new, scale * d_o);
   Vec d_gamma = Vec::Zero(c);
 
   // Output: O = scale [q_decayed S + P V_new].
@@ -293,8 +291,10 @@ void forward_head(const Head& hd, double scale, int C, RowMatrix& S, Tensor& o) 
   }
 }
 
+// Runs the backward of one head chunk by chunk; `magnitudes`, when given, receives each chunk's
+// dgamma_magnitudes (taken before the chunk's backward moves dS on).
 void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, const Tensor& d_o, RowMatrix& dS,
-                   GdrGrads& grads) {
+                   GdrGrads& grads, Tensor* magnitudes = nullptr) {
   std::vector<RowMatrix> checkpoints;  // state entering each chunk
   RowMatrix S = S0;
   for (std::int64_t begin = 0; begin < hd.s.len; begin += C) {
@@ -305,14 +305,19 @@ void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, con
   }
   for (auto j = static_cast<std::int64_t>(checkpoints.size()) - 1; j >= 0; --j) {
     const std::int64_t begin = j * C, c = std::min<std::int64_t>(C, hd.s.len - begin);
-    const ChunkGrads d =
-        chunk_backward(hd.chunk(begin, c), scale, checkpoints[j], head_rows(d_o, hd.s, hd.h, begin, c), dS);
+    const Chunk x = hd.chunk(begin, c);
+    const RowMatrix d_o_c = head_rows(d_o, hd.s, hd.h, begin, c);
+    if (magnitudes) {
+      const Intra in = intra_chunk(x);
+      head_gates(*magnitudes, hd.s, hd.h, begin, c) =
+          dgamma_magnitudes(x, in, checkpoints[j], dS, new_values(in, checkpoints[j]), scale * d_o_c);
+    }
+    const ChunkGrads d = chunk_backward(x, scale, checkpoints[j], d_o_c, dS);
     head_rows(grads.dq, hd.s, hd.kh, begin, c) += d.dq;
     head_rows(grads.dk, hd.s, hd.kh, begin, c) += d.dk;
     head_rows(grads.dv, hd.s, hd.h, begin, c) = d.dv;
     head_gates(grads.dg, hd.s, hd.h, begin, c) = d.dg;
     head_gates(grads.dbeta, hd.s, hd.h, begin, c) = d.dbeta;
-    head_gates(grads.dgamma_terms, hd.s, hd.h, begin, c) = d.dgamma_terms;
   }
 }
 
@@ -344,6 +349,20 @@ GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std:
   });
   finish_qk_grads(in, grads);
   return grads;
+}
+
+Tensor gdr_dgamma_magnitudes(const GdrInputs& in, const Tensor& d_o, int chunk_size) {
+  check_chunk_size(chunk_size);
+  const GdrGeometry geo = gdr_geometry(in);
+  check_grad_inputs(geo, d_o, std::nullopt);
+  GdrGrads grads = make_grads(geo);
+  Tensor magnitudes(DType::F64, grads.dg.shape());
+  for_each_head_parallel(geo, 1, [&](const Sequence& s, std::int64_t h) {
+    RowMatrix dS = state_or_zero(std::nullopt, geo, s, h);
+    const RowMatrix S0 = state_or_zero(in.initial_state, geo, s, h);
+    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, d_o, dS, grads, &magnitudes);
+  });
+  return magnitudes;
 }
 
 }  // namespace gdnv::ref

@@ -120,8 +120,7 @@ GdrOutputs make_outputs(const GdrGeometry& geo) {
 GdrGrads make_grads(const GdrGeometry& geo) {
   const Shape qk{geo.B, geo.T, geo.Hk, geo.K}, gate{geo.B, geo.T, geo.Hv};
   return {Tensor(DType::F64, qk),   Tensor(DType::F64, qk),   Tensor(DType::F64, {geo.B, geo.T, geo.Hv, geo.V}),
-          Tensor(DType::F64, gate), Tensor(DType::F64, gate), Tensor(DType::F64, {geo.N, geo.Hv, geo.K, geo.V}),
-          Tensor(DType::F64, gate)};
+          Tensor(DType::F64, gate), Tensor(DType::F64, gate), Tensor(DType::F64, {geo.N, geo.Hv, geo.K, geo.V})};
 }
 
 }  // namespace detail

@@ -212,6 +212,40 @@ TEST_P(GdrFiniteDifferences, ChunkedGradientsMatchCentralDifferences) {
 INSTANTIATE_TEST_SUITE_P(L2Norm, GdrFiniteDifferences, ::testing::Values(false, true),
                          [](const auto& tp) { return tp.param ? std::string("WithL2Norm") : std::string("Plain"); });
 
+// m_s counts every product of dgamma_s = dg_s - dg_{s+1} (within a chunk, dg_t = sum_{s >= t} dgamma_s)
+// with its magnitude, so |dgamma_s| <= m_s by the triangle inequality; and where one product dominates
+// the sum, the bound is nearly met: an m inflated 2x, or a dominant product left out, fails
+// (docs/DESIGN.md §4, cumsum-decay). Sequences of 9 and 7 tokens in chunks of 4 (cut at each sequence's
+// start), an initial state, weak gates.
+TEST(GdrChunked, DgammaMagnitudesBoundEveryTokensAdjoint) {
+  const int C = 4;
+  const GdrInputs in = random_gdr({.T = 16,
+                                   .Hk = 1,
+                                   .Hv = 2,
+                                   .K = 3,
+                                   .V = 2,
+                                   .cu_seqlens = std::vector<std::int64_t>{0, 9, 16},
+                                   .l2norm = true,
+                                   .gates = testing::Gates::LogSigmoidTau10,
+                                   .seed = 5});
+  const Tensor d_o = d_o_for(in, 3);
+  const Tensor dg = ref::gdr_chunked_backward(in, d_o, std::nullopt, C).dg;
+  const Tensor m = ref::gdr_dgamma_magnitudes(in, d_o, C);
+  int checked = 0;
+  double tightest = 0;  // max over tokens of |dgamma_s| / m_s
+  for (const auto [begin, end] : {std::pair{0, 9}, std::pair{9, 16}})
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t t = begin; t < end; ++t) {
+        const bool chunk_end = (t - begin) % C == C - 1 || t == end - 1;
+        const double dgamma = dg.get(t * 2 + h) - (chunk_end ? 0.0 : dg.get((t + 1) * 2 + h));
+        EXPECT_LE(std::abs(dgamma), m.get(t * 2 + h) * (1 + 1e-12)) << "token " << t << " head " << h;
+        tightest = std::max(tightest, std::abs(dgamma) / m.get(t * 2 + h));
+        ++checked;
+      }
+  EXPECT_EQ(checked, 32);
+  EXPECT_GT(tightest, 0.5);
+}
+
 // ---- Identities ----
 
 TEST(GdrL2Norm, InKernelNormEqualsNormalisingTheInputs) {
