@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,22 +16,29 @@
 #include "core/parallel.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GDNV_GEMM_AVX2 1
+#define GDNV_GEMM_X86 1
 #include <immintrin.h>
 #endif
 
 namespace gdnv {
 namespace {
 
-constexpr std::int64_t MR = 6, NR = 8;                // 12 ymm accumulators
-constexpr std::int64_t KC = 384, MC = 96, NC = 1024;  // A block 288 KiB (L2), B panel 24 KiB (3/4 of L1)
-
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
-// Advances the MR x NR tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
-using Kernel = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
+// Advances the mr x nr tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
+using KernelFn = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
 
+// A micro-kernel with its tile (mr x nr) and the blocking that suits it: an [mc, kc] block of A stays in
+// L2 and a [kc, nr] panel of B in L1 while the kernel walks the block's tiles; nc bounds B's block.
+struct Kernel {
+  KernelFn run;
+  std::int64_t mr, nr, kc, mc, nc;
+};
+constexpr std::int64_t kMaxTile = 14 * 16;  // the largest tile below
+
+// 6 x 8, one std::fma at a time.
 void kernel_portable(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero) {
+  constexpr int MR = 6, NR = 8;
   double acc[MR][NR];
   for (std::int64_t i = 0; i < MR; ++i)
     for (std::int64_t j = 0; j < NR; ++j) acc[i][j] = zero ? 0.0 : t[i * ld + j];
@@ -41,9 +49,11 @@ void kernel_portable(std::int64_t kc, const double* a, const double* b, double* 
     for (std::int64_t j = 0; j < NR; ++j) t[i * ld + j] = acc[i][j];
 }
 
-#ifdef GDNV_GEMM_AVX2
+#ifdef GDNV_GEMM_X86
+// 6 x 8: 12 ymm accumulators of the 16.
 __attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const double* a, const double* b, double* t,
                                                      std::int64_t ld, bool zero) {
+  constexpr int MR = 6;
   __m256d c[MR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
@@ -51,7 +61,7 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const doub
     c[i][1] = zero ? _mm256_setzero_pd() : _mm256_loadu_pd(t + i * ld + 4);
   }
 #pragma GCC unroll 4
-  for (std::int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+  for (std::int64_t k = 0; k < kc; ++k, a += MR, b += 8) {
     const __m256d b0 = _mm256_loadu_pd(b), b1 = _mm256_loadu_pd(b + 4);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
@@ -66,21 +76,71 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const doub
     _mm256_storeu_pd(t + i * ld + 4, c[i][1]);
   }
 }
+
+// MR x 8V: MR * V zmm accumulators of the 32.
+template <int MR, int V>
+__attribute__((target("avx512f"))) void kernel_avx512(std::int64_t kc, const double* a, const double* b, double* t,
+                                                      std::int64_t ld, bool zero) {
+  __m512d c[MR][V];
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) c[i][v] = zero ? _mm512_setzero_pd() : _mm512_loadu_pd(t + i * ld + 8 * v);
+#pragma GCC unroll 2
+  for (std::int64_t k = 0; k < kc; ++k, a += MR, b += 8 * V) {
+    __m512d bv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_loadu_pd(b + 8 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const __m512d ai = _mm512_set1_pd(a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) c[i][v] = _mm512_fmadd_pd(ai, bv[v], c[i][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_storeu_pd(t + i * ld + 8 * v, c[i][v]);
+}
 #endif
 
-Kernel pick(GemmKernel which) {
-#ifdef GDNV_GEMM_AVX2
-  static const bool has_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (which == GemmKernel::Best && has_fma) return kernel_avx2;
+// Blocking by kernel: A's [mc, kc] block stays in L2 (288 and 336 KiB) while the [kc, nr] panel of B
+// the kernel walks down it stays in L1 (24 KiB for AVX2; AVX-512's 48 KiB measured best: 14 x 16 at
+// kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and 16 x 8 no faster, 24 x 8 at half that).
+#ifdef GDNV_GEMM_X86
+constexpr Kernel kAvx512{kernel_avx512<14, 2>, 14, 16, 384, 112, 1024};
+constexpr Kernel kAvx2{kernel_avx2, 6, 8, 384, 96, 1024};
 #endif
-  (void)which;
-  return kernel_portable;
+constexpr Kernel kPortable{kernel_portable, 6, 8, 384, 96, 1024};
+
+std::optional<Kernel> find(GemmKernel which) {
+#ifdef GDNV_GEMM_X86
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  static const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (which == GemmKernel::Avx512 || which == GemmKernel::Best) {
+    if (has_avx512) return kAvx512;
+    if (which == GemmKernel::Avx512) return std::nullopt;
+  }
+  if (which == GemmKernel::Avx2 || which == GemmKernel::Best) {
+    if (has_avx2) return kAvx2;
+    if (which == GemmKernel::Avx2) return std::nullopt;
+  }
+#endif
+  if (which == GemmKernel::Best || which == GemmKernel::Portable) return kPortable;
+  return std::nullopt;
+}
+
+Kernel pick(GemmKernel which) {
+  const std::optional<Kernel> kernel = find(which);
+  if (!kernel) throw Error("gemm: this CPU lacks the instructions of the kernel asked for");
+  return *kernel;
 }
 
 // A[i0 : i0+m, k0 : k0+kc] as MR-row panels, each k-major: panel p holds A(i0 + p*MR + r, k0 + k) at
 // [p][k][r], zero-padded past m.
 void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0, std::int64_t kc,
-            double* out) {
+            std::int64_t MR, double* out) {
   for (std::int64_t p = 0; p < m; p += MR, out += MR * kc) {
     const std::int64_t rows = std::min(MR, m - p);
     if (rows < MR) std::fill_n(out, MR * kc, 0.0);
@@ -96,7 +156,7 @@ void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, 
 // zero-padded past n. A row-major B is read a few rows at a time across all panels: panel by panel, each
 // step of k would land on another row (another page, for a wide B) for 64 bytes.
 void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t n,
-            double* out) {
+            std::int64_t NR, double* out) {
   if (B.col_stride == 1) {
     constexpr std::int64_t kRows = 8;
     for (std::int64_t kb = 0; kb < kc; kb += kRows)
@@ -121,16 +181,17 @@ void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc,
 
 // Runs the kernel on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is
 // whole and row-major, else through a padded copy.
-void advance_tile(Kernel kernel, std::int64_t kc, const double* a, const double* b, const MatrixView<double>& C,
+void advance_tile(const Kernel& kernel, std::int64_t kc, const double* a, const double* b, const MatrixView<double>& C,
                   std::int64_t i, std::int64_t j, std::int64_t rows, std::int64_t cols, bool zero) {
-  if (rows == MR && cols == NR && C.col_stride == 1) {
-    kernel(kc, a, b, &C(i, j), C.row_stride, zero);
+  const std::int64_t NR = kernel.nr;
+  if (rows == kernel.mr && cols == NR && C.col_stride == 1) {
+    kernel.run(kc, a, b, &C(i, j), C.row_stride, zero);
     return;
   }
-  double tile[MR * NR] = {};
+  double tile[kMaxTile] = {};
   for (std::int64_t r = 0; r < rows && !zero; ++r)
     for (std::int64_t c = 0; c < cols; ++c) tile[r * NR + c] = C(i + r, j + c);
-  kernel(kc, a, b, tile, NR, zero);
+  kernel.run(kc, a, b, tile, NR, zero);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) C(i + r, j + c) = tile[r * NR + c];
 }
@@ -138,17 +199,17 @@ void advance_tile(Kernel kernel, std::int64_t kc, const double* a, const double*
 // Asks the cache for the tile of C that follows the one at row i, column j in a block of rows
 // [i_begin, i_end) and columns up to j_end (rows first): the kernel loads a tile before its first fma,
 // and from memory each row would stall all of the tile's chains.
-void prefetch_next_tile(const MatrixView<double>& C, std::int64_t i_begin, std::int64_t i_end, std::int64_t i,
-                        std::int64_t j, std::int64_t j_end) {
-  i += MR;
+void prefetch_next_tile(const Kernel& kernel, const MatrixView<double>& C, std::int64_t i_begin, std::int64_t i_end,
+                        std::int64_t i, std::int64_t j, std::int64_t j_end) {
+  i += kernel.mr;
   if (i >= i_end) {
     i = i_begin;
-    j += NR;
+    j += kernel.nr;
   }
   if (j >= j_end) return;
-  for (std::int64_t r = 0; r < MR && i + r < i_end; ++r) {
+  for (std::int64_t r = 0; r < kernel.mr && i + r < i_end; ++r) {
     __builtin_prefetch(&C(i + r, j), 1);
-    __builtin_prefetch(&C(i + r, std::min(j + NR, j_end) - 1), 1);
+    __builtin_prefetch(&C(i + r, std::min(j + kernel.nr, j_end) - 1), 1);
   }
 }
 
@@ -163,7 +224,8 @@ double* aligned(std::vector<double>& buffer, std::int64_t count) {
 
 // The steps [k0 + skip, k0 + skip + steps) of a K block that an MR-row panel of A starting at row r
 // needs: a lower triangular row i stops at k = i, an upper one starts there.
-std::pair<std::int64_t, std::int64_t> panel_steps(Triangle a, std::int64_t r, std::int64_t k0, std::int64_t kc) {
+std::pair<std::int64_t, std::int64_t> panel_steps(Triangle a, std::int64_t r, std::int64_t MR, std::int64_t k0,
+                                                  std::int64_t kc) {
   if (a == Triangle::Lower) return {0, std::clamp(r + MR - k0, std::int64_t{0}, kc)};
   if (a == Triangle::Upper) {
     const std::int64_t skip = std::clamp(r - k0, std::int64_t{0}, kc);
@@ -180,9 +242,10 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
 }
 
 // C = A B (or C += A B) on one thread, A's rows offset by `row0` in the whole product (for its triangle).
-void gemm_slab(Kernel kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
+void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
                const MatrixView<double>& C, const GemmOptions& options, std::int64_t row0) {
   const std::int64_t M = C.rows, N = C.cols, K = A.cols;
+  const auto [run, MR, NR, KC, MC, NC] = kernel;
   thread_local std::vector<double> a_buffer, b_buffer;
   double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
@@ -191,14 +254,14 @@ void gemm_slab(Kernel kernel, const MatrixView<const double>& A, const MatrixVie
     for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !options.accumulate;
-      pack_b(B, k0, kc, j0, n, b_pack);
+      pack_b(B, k0, kc, j0, n, NR, b_pack);
       for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
         const std::int64_t m = std::min(MC, M - i0);
-        pack_a(A, i0, m, k0, kc, a_pack);
+        pack_a(A, i0, m, k0, kc, MR, a_pack);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR) {
-            prefetch_next_tile(C, i0, i0 + m, i0 + ip, j0 + jp, j0 + n);
-            const auto [skip, steps] = panel_steps(options.a, row0 + i0 + ip, k0, kc);
+            prefetch_next_tile(kernel, C, i0, i0 + m, i0 + ip, j0 + jp, j0 + n);
+            const auto [skip, steps] = panel_steps(options.a, row0 + i0 + ip, MR, k0, kc);
             advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip, j0 + jp,
                          std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
           }
@@ -208,6 +271,8 @@ void gemm_slab(Kernel kernel, const MatrixView<const double>& A, const MatrixVie
 }
 
 }  // namespace
+
+bool gemm_kernel_available(GemmKernel kernel) { return find(kernel).has_value(); }
 
 void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options) {
   check_shapes(A, B, C);
@@ -222,8 +287,8 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
   // barrier between the threads); two per thread, so that a thread slowed by other work shares out, for
   // B packed twice per thread (2% of a layer projection's time).
   const int threads = options.threads > 0 ? options.threads : hardware_threads();
-  const std::int64_t slabs = std::min((M + MC - 1) / MC, std::int64_t{threads} * (threads > 1 ? 2 : 1));
-  const std::int64_t slab_rows = round_up((M + slabs - 1) / std::max<std::int64_t>(slabs, 1), MR);
+  const std::int64_t slabs = std::min((M + kernel.mc - 1) / kernel.mc, std::int64_t{threads} * (threads > 1 ? 2 : 1));
+  const std::int64_t slab_rows = round_up((M + slabs - 1) / std::max<std::int64_t>(slabs, 1), kernel.mr);
   parallel_for(slabs, threads, [&](std::int64_t slab) {
     const std::int64_t i0 = slab * slab_rows;
     if (i0 >= M) return;

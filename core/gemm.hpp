@@ -2,8 +2,8 @@
 // The oracle's fp64 matrix product, with one defined order of arithmetic: every C(i, j) is the chain
 //   acc = C(i, j) or 0;  for k = 0 .. K-1:  acc = fma(A(i, k), B(k, j), acc)
 // rounded once per step. Blocking, packing, vector width and thread count never change that chain, so
-// the result has the same bits on any machine: AVX2 + FMA where the CPU has it (chosen at run time),
-// std::fma elsewhere. Eigen's own product splits K by the cache sizes it detects, which it does not.
+// the result has the same bits on any machine: AVX-512 or AVX2 + FMA where the CPU has it (chosen at
+// run time), std::fma elsewhere. Eigen's own product splits K by the cache sizes it detects, which it does not.
 #include <cstdint>
 
 #include <Eigen/Dense>
@@ -19,7 +19,9 @@ struct MatrixView {
   T& operator()(std::int64_t i, std::int64_t j) const { return data[i * row_stride + j * col_stride]; }
 };
 
-enum class GemmKernel { Best, Portable };  // Portable: the std::fma path, for tests of the fast one
+// Best: the widest the CPU has. The others name one kernel, for tests (an error where the CPU lacks it).
+enum class GemmKernel { Best, Avx512, Avx2, Portable };
+bool gemm_kernel_available(GemmKernel kernel);
 
 // A lower (upper) triangular A has zeros above (below) its diagonal. Terms of the chain that only
 // such zeros feed are skipped: a product with finite B has the same bits, for about half the work.

@@ -43,50 +43,74 @@ struct Dims {
   std::int64_t M, K, N;
 };
 
-// Edges of the 6 x 8 tile, of the 144-row A block (3 blocks at M = 300, one per thread of 3), the
-// 256-deep K block and the 1024-column B block.
-const Dims kDims[] = {{1, 1, 1},     {5, 3, 7},     {6, 8, 8},      {7, 9, 9},      {13, 255, 17}, {97, 257, 9},
-                      {12, 513, 31}, {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}, {300, 40, 20}};
+// Edges of the tiles (6 x 8, 14 x 16), of the A blocks (96 and 112 rows; 3 blocks at M = 300, one per
+// thread of 3), of the 384-deep K block and of the 1024-column B block.
+const Dims kDims[] = {{1, 1, 1},     {5, 3, 7},      {6, 8, 8},      {7, 9, 9},     {14, 16, 16},
+                      {15, 17, 17},  {13, 383, 17},  {97, 385, 9},   {113, 40, 33}, {12, 769, 31},
+                      {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}, {300, 40, 20}};
 
-TEST(Gemm, EveryKernelAndThreadCountFollowsTheFmaChainBitForBit) {
+const char* name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::Best:
+      return "Best";
+    case GemmKernel::Avx512:
+      return "Avx512";
+    case GemmKernel::Avx2:
+      return "Avx2";
+    case GemmKernel::Portable:
+      return "Portable";
+  }
+  return "?";
+}
+
+class GemmKernels : public testing::TestWithParam<GemmKernel> {
+ protected:
+  void SetUp() override {
+    if (!gemm_kernel_available(GetParam())) GTEST_SKIP() << "this CPU lacks the " << name(GetParam()) << " kernel";
+  }
+};
+
+TEST_P(GemmKernels, FollowTheFmaChainBitForBitOnAnyThreadCount) {
   for (const Dims& d : kDims) {
     const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
     const RowMatrix want = fma_chain(A, B, nullptr);
-    for (const GemmKernel kernel : {GemmKernel::Best, GemmKernel::Portable})
-      for (const int threads : {1, 3}) {
-        RowMatrix C = RowMatrix::Constant(d.M, d.N, std::nan(""));  // a plain product ignores what C held
-        gemm(view(A), view(B), mutable_view(C), {.threads = threads, .kernel = kernel});
-        EXPECT_TRUE(same_bits(C, want)) << d.M << "x" << d.K << "x" << d.N << " kernel " << static_cast<int>(kernel)
-                                        << " threads " << threads;
-      }
+    for (const int threads : {1, 3}) {
+      RowMatrix C = RowMatrix::Constant(d.M, d.N, std::nan(""));  // a plain product ignores what C held
+      gemm(view(A), view(B), mutable_view(C), {.threads = threads, .kernel = GetParam()});
+      EXPECT_TRUE(same_bits(C, want)) << d.M << "x" << d.K << "x" << d.N << " threads " << threads;
+    }
   }
 }
 
-TEST(Gemm, AccumulateContinuesTheChainFromC) {
+TEST_P(GemmKernels, ContinueTheChainFromCAndSkipATrianglesZeros) {
   for (const Dims& d : kDims) {
-    const RowMatrix A = random_matrix(d.M, d.K, "A"), B = random_matrix(d.K, d.N, "B");
-    const RowMatrix C0 = random_matrix(d.M, d.N, "C");
-    RowMatrix C = C0;
-    gemm(view(A), view(B), mutable_view(C), {.accumulate = true});
-    EXPECT_TRUE(same_bits(C, fma_chain(A, B, &C0))) << d.M << "x" << d.K << "x" << d.N;
-  }
-}
-
-// Skipping the zeros of a triangular A drops only terms fma(0, b, acc) = acc: the same bits as the
-// full product, for panels on, before and after the diagonal and across K blocks.
-TEST(Gemm, TriangularAGivesTheFullProductsBits) {
-  for (const Dims& d : kDims) {
-    const RowMatrix B = random_matrix(d.K, d.N, "B");
-    for (const Triangle t : {Triangle::Lower, Triangle::Upper}) {
+    const RowMatrix B = random_matrix(d.K, d.N, "B"), C0 = random_matrix(d.M, d.N, "C");
+    for (const Triangle t : {Triangle::Full, Triangle::Lower, Triangle::Upper}) {
       RowMatrix A = random_matrix(d.M, d.K, "A");
       for (Eigen::Index i = 0; i < A.rows(); ++i)
         for (Eigen::Index k = 0; k < A.cols(); ++k)
-          if (t == Triangle::Lower ? k > i : k < i) A(i, k) = 0;
-      RowMatrix C(d.M, d.N);
-      gemm(view(A), view(B), mutable_view(C), {.a = t});
-      EXPECT_TRUE(same_bits(C, fma_chain(A, B, nullptr)))
-          << d.M << "x" << d.K << "x" << d.N << (t == Triangle::Lower ? " lower" : " upper");
+          if (t == Triangle::Lower ? k > i : t == Triangle::Upper && k < i) A(i, k) = 0;
+      RowMatrix C = C0;
+      gemm(view(A), view(B), mutable_view(C), {.accumulate = true, .threads = 2, .a = t, .kernel = GetParam()});
+      EXPECT_TRUE(same_bits(C, fma_chain(A, B, &C0)))
+          << d.M << "x" << d.K << "x" << d.N << " triangle " << static_cast<int>(t);
     }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemm, GemmKernels,
+                         testing::Values(GemmKernel::Best, GemmKernel::Avx512, GemmKernel::Avx2, GemmKernel::Portable),
+                         [](const auto& param_info) { return std::string(name(param_info.param)); });
+
+TEST(Gemm, NamingAKernelTheCpuLacksIsAnError) {
+  if (gemm_kernel_available(GemmKernel::Avx512)) GTEST_SKIP() << "this CPU has every kernel";
+  const RowMatrix A(2, 2), B(2, 2);
+  RowMatrix C(2, 2);
+  try {
+    gemm(view(A), view(B), mutable_view(C), {.kernel = GemmKernel::Avx512});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "gemm: this CPU lacks the instructions of the kernel asked for");
   }
 }
 
