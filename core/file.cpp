@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 
 namespace gdnv {
 namespace fs = std::filesystem;
@@ -161,6 +163,55 @@ void write_file_atomic(const std::string& path, const std::vector<std::uint8_t>&
 
 void write_file_atomic(const std::string& path, const std::string& text) {
   write_file_atomic(path, std::vector<std::uint8_t>(text.begin(), text.end()));
+}
+
+namespace {
+
+// pread or pwrite of one piece, repeated until all of it has moved.
+template <class Transfer>
+bool transfer_all(Transfer transfer, int fd, std::uint8_t* data, std::uint64_t size, std::uint64_t offset) {
+  while (size > 0) {
+    const ssize_t n = transfer(fd, data, size, static_cast<off_t>(offset));
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::uint64_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return true;
+}
+
+template <class Transfer>
+bool transfer_spans(Transfer transfer, int fd, const std::vector<FileSpan>& spans) {
+  constexpr std::uint64_t kPiece = 64 << 20;
+  std::vector<FileSpan> pieces;
+  for (const FileSpan& s : spans)
+    for (std::uint64_t at = 0; at < s.size; at += kPiece)
+      pieces.push_back({s.data + at, std::min(kPiece, s.size - at), s.offset + at});
+  std::atomic<bool> ok{true};
+  std::atomic<int> error{0};
+  parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
+    const FileSpan& p = pieces[static_cast<std::size_t>(i)];
+    if (ok && !transfer_all(transfer, fd, p.data, p.size, p.offset)) {
+      error = errno;
+      ok = false;
+    }
+  });
+  if (!ok) errno = error;
+  return ok;
+}
+
+}  // namespace
+
+bool read_spans(int fd, const std::vector<FileSpan>& spans) {
+  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pread(f, d, n, o); }, fd, spans);
+}
+
+bool write_spans(int fd, const std::vector<FileSpan>& spans) {
+  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text) {

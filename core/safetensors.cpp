@@ -1,5 +1,8 @@
 #include "core/safetensors.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -187,7 +190,8 @@ TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const s
   return file;
 }
 
-// Reads the header, then each tensor straight into its own buffer: peak memory is the tensors alone.
+// Reads the header, then every tensor straight into its own buffer (on every core): peak memory is the
+// tensors alone.
 TensorFile read_safetensors(const std::string& path) {
   require_regular_input(path);
   std::error_code ec;
@@ -202,12 +206,16 @@ TensorFile read_safetensors(const std::string& path) {
   in.read(header.data(), static_cast<std::streamsize>(len));
   Layout layout = parse_layout(header.data(), len, size - 8 - len, path);
   TensorFile file{{}, std::move(layout.metadata)};
-  for (auto& e : layout.entries) {  // sorted by offset and tiling: the stream is already positioned
-    Tensor t = Tensor::uninitialized(e.dtype, std::move(e.shape));
-    in.read(reinterpret_cast<char*>(t.bytes()), static_cast<std::streamsize>(t.nbytes()));
-    if (!in) throw IoError(path + ": tensor '" + e.name + "': read failed");
-    file.tensors.emplace(e.name, std::move(t));
+  std::vector<FileSpan> spans;
+  for (auto& e : layout.entries) {
+    Tensor& t = file.tensors.emplace(e.name, Tensor::uninitialized(e.dtype, std::move(e.shape))).first->second;
+    spans.push_back({t.bytes(), t.nbytes(), 8 + len + e.begin});
   }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool read = fd >= 0 && read_spans(fd, spans);
+  const std::string why = std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  if (!read) throw IoError(path + ": read failed (" + why + ")");
   return file;
 }
 
@@ -220,10 +228,15 @@ std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file) {
 
 void write_safetensors(const std::string& path, const TensorFile& file) {
   const std::string head = header_text(file);
+  std::vector<FileSpan> spans;
+  std::uint64_t offset = head.size();
+  for (const auto& [name, t] : file.tensors) {
+    spans.push_back({const_cast<std::uint8_t*>(t.bytes()), t.nbytes(), offset});  // pwrite only reads it
+    offset += t.nbytes();
+  }
   write_file_atomic(path, [&](std::FILE* f) {
-    bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-    for (const auto& [name, t] : file.tensors) ok = ok && std::fwrite(t.bytes(), 1, t.nbytes(), f) == t.nbytes();
-    return ok;
+    return std::fwrite(head.data(), 1, head.size(), f) == head.size() && std::fflush(f) == 0 &&
+           write_spans(fileno(f), spans);
   });
 }
 
