@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/gemm_subnormal.hpp"
 #include "core/parallel.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -26,18 +27,22 @@ namespace {
 std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / to * to; }
 
 // Advances the mr x nr tile t (row stride ld) by kc steps; it starts from 0 instead of t when zero.
-using KernelFn = void (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
+// False, with t untouched, where the kernel declines the tile (AVX-512: t holds a subnormal).
+using KernelFn = bool (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
 
 // A micro-kernel with its tile (mr x nr) and the blocking that suits it: an [mc, kc] block of A stays in
 // L2 and a [kc, nr] panel of B in L1 while the kernel walks the block's tiles; nc bounds B's block.
+// `run` may decline a tile whose C holds a subnormal; `plain` takes any tile. `exact_subnormal` (AVX-512)
+// advances tiles whose chains can meet subnormals on scaled panels (core/gemm_subnormal.hpp).
 struct Kernel {
-  KernelFn run;
+  KernelFn run, plain;
   std::int64_t mr, nr, kc, mc, nc;
+  bool exact_subnormal = false;
 };
 constexpr std::int64_t kMaxTile = 14 * 16;  // the largest tile below
 
 // 6 x 8, one std::fma at a time.
-void kernel_portable(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero) {
+bool kernel_portable(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero) {
   constexpr int MR = 6, NR = 8;
   double acc[MR][NR];
   for (std::int64_t i = 0; i < MR; ++i)
@@ -47,11 +52,12 @@ void kernel_portable(std::int64_t kc, const double* a, const double* b, double* 
       for (std::int64_t j = 0; j < NR; ++j) acc[i][j] = std::fma(a[i], b[j], acc[i][j]);
   for (std::int64_t i = 0; i < MR; ++i)
     for (std::int64_t j = 0; j < NR; ++j) t[i * ld + j] = acc[i][j];
+  return true;
 }
 
 #ifdef GDNV_GEMM_X86
 // 6 x 8: 12 ymm accumulators of the 16.
-__attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const double* a, const double* b, double* t,
+__attribute__((target("avx2,fma"))) bool kernel_avx2(std::int64_t kc, const double* a, const double* b, double* t,
                                                      std::int64_t ld, bool zero) {
   constexpr int MR = 6;
   __m256d c[MR][2];
@@ -75,17 +81,23 @@ __attribute__((target("avx2,fma"))) void kernel_avx2(std::int64_t kc, const doub
     _mm256_storeu_pd(t + i * ld, c[i][0]);
     _mm256_storeu_pd(t + i * ld + 4, c[i][1]);
   }
+  return true;
 }
 
-// MR x 8V: MR * V zmm accumulators of the 32.
-template <int MR, int V>
-__attribute__((target("avx512f"))) void kernel_avx512(std::int64_t kc, const double* a, const double* b, double* t,
-                                                      std::int64_t ld, bool zero) {
+// MR x 8V: MR * V zmm accumulators of the 32. With `decline`, a C holding a subnormal is left alone.
+template <int MR, int V, bool decline>
+__attribute__((target("avx512f,avx512dq"))) bool kernel_avx512(std::int64_t kc, const double* a, const double* b,
+                                                               double* t, std::int64_t ld, bool zero) {
   __m512d c[MR][V];
+  __mmask8 subnormal = 0;
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) c[i][v] = zero ? _mm512_setzero_pd() : _mm512_loadu_pd(t + i * ld + 8 * v);
+    for (int v = 0; v < V; ++v) {
+      c[i][v] = zero ? _mm512_setzero_pd() : _mm512_loadu_pd(t + i * ld + 8 * v);
+      if (decline) subnormal |= _mm512_fpclass_pd_mask(c[i][v], 0x20);
+    }
+  if (subnormal) return false;
 #pragma GCC unroll 2
   for (std::int64_t k = 0; k < kc; ++k, a += MR, b += 8 * V) {
     __m512d bv[V];
@@ -102,6 +114,7 @@ __attribute__((target("avx512f"))) void kernel_avx512(std::int64_t kc, const dou
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) _mm512_storeu_pd(t + i * ld + 8 * v, c[i][v]);
+  return true;
 }
 #endif
 
@@ -109,10 +122,10 @@ __attribute__((target("avx512f"))) void kernel_avx512(std::int64_t kc, const dou
 // the kernel walks down it stays in L1 (24 KiB for AVX2; AVX-512's 48 KiB measured best: 14 x 16 at
 // kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and 16 x 8 no faster, 24 x 8 at half that).
 #ifdef GDNV_GEMM_X86
-constexpr Kernel kAvx512{kernel_avx512<14, 2>, 14, 16, 384, 112, 1024};
-constexpr Kernel kAvx2{kernel_avx2, 6, 8, 384, 96, 1024};
+constexpr Kernel kAvx512{kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 14, 16, 384, 112, 1024, true};
+constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, 6, 8, 384, 96, 1024};
 #endif
-constexpr Kernel kPortable{kernel_portable, 6, 8, 384, 96, 1024};
+constexpr Kernel kPortable{kernel_portable, kernel_portable, 6, 8, 384, 96, 1024};
 
 std::optional<Kernel> find(GemmKernel which) {
 #ifdef GDNV_GEMM_X86
@@ -179,21 +192,93 @@ void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc,
   }
 }
 
-// Runs the kernel on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is
-// whole and row-major, else through a padded copy.
-void advance_tile(const Kernel& kernel, std::int64_t kc, const double* a, const double* b, const MatrixView<double>& C,
-                  std::int64_t i, std::int64_t j, std::int64_t rows, std::int64_t cols, bool zero) {
+// Runs op(t, ld) on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is whole
+// and row-major, else through a padded copy. op returns false where it left t untouched.
+template <class Op>
+bool on_tile(const Kernel& kernel, const MatrixView<double>& C, std::int64_t i, std::int64_t j, std::int64_t rows,
+             std::int64_t cols, bool zero, Op op) {
   const std::int64_t NR = kernel.nr;
-  if (rows == kernel.mr && cols == NR && C.col_stride == 1) {
-    kernel.run(kc, a, b, &C(i, j), C.row_stride, zero);
-    return;
-  }
+  if (rows == kernel.mr && cols == NR && C.col_stride == 1) return op(&C(i, j), C.row_stride);
   double tile[kMaxTile] = {};
   for (std::int64_t r = 0; r < rows && !zero; ++r)
     for (std::int64_t c = 0; c < cols; ++c) tile[r * NR + c] = C(i + r, j + c);
-  kernel.run(kc, a, b, tile, NR, zero);
+  if (!op(tile, NR)) return false;
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) C(i + r, j + c) = tile[r * NR + c];
+  return true;
+}
+
+// A packed block's panels as the subnormal path sees them: each one's range, and its copy scaled by
+// panel_scale, made when a tile first needs it.
+class ScaledPanels {
+ public:
+  void reset(const double* pack, std::int64_t panels, std::int64_t panel_size) {
+    pack_ = pack;
+    size_ = panel_size;
+    ranges_.resize(static_cast<std::size_t>(panels));
+    scales_.assign(static_cast<std::size_t>(panels), -1);
+    scaled_.resize(static_cast<std::size_t>(panels * panel_size));
+    for (std::int64_t p = 0; p < panels; ++p) ranges_[p] = gemm_detail::panel_range(pack + p * panel_size, panel_size);
+  }
+  const gemm_detail::PanelRange& range(std::int64_t p) const { return ranges_[static_cast<std::size_t>(p)]; }
+  // The panel times 2^scale(p).
+  const double* scaled(std::int64_t p) {
+    double* out = scaled_.data() + p * size_;
+    if (scales_[p] < 0) {
+      scales_[p] = gemm_detail::panel_scale(range(p));
+      gemm_detail::scale_panel(pack_ + p * size_, size_, scales_[p], out);
+    }
+    return out;
+  }
+  int scale(std::int64_t p) const { return scales_[static_cast<std::size_t>(p)]; }
+
+ private:
+  const double* pack_ = nullptr;
+  std::int64_t size_ = 0;
+  std::vector<gemm_detail::PanelRange> ranges_;
+  std::vector<int> scales_;
+  std::vector<double> scaled_;
+};
+
+// Advances C's tile at (i, j) by the `steps` steps from `skip` of A's panel pa and B's panel pb. Where
+// the two panels' values could make a chain subnormal (and the kernel has an exact path for that), the
+// tile runs on the scaled panels; where the path declines, on the plain kernel.
+struct TileJob {
+  std::int64_t pa, pb, skip, steps, i, j, rows, cols;
+  bool zero;
+};
+void advance_tile(const Kernel& kernel, const double* a_pack, const double* b_pack, std::int64_t kc,
+                  ScaledPanels& a_panels, ScaledPanels& b_panels, const MatrixView<double>& C, const TileJob& t) {
+  const std::int64_t a_at = t.pa * kernel.mr * kc + t.skip * kernel.mr,
+                     b_at = t.pb * kernel.nr * kc + t.skip * kernel.nr;
+  const auto with = [&](KernelFn f) {
+    return on_tile(kernel, C, t.i, t.j, t.rows, t.cols, t.zero, [&](double* tile, std::int64_t ld) {
+      return f(t.steps, a_pack + a_at, b_pack + b_at, tile, ld, t.zero);
+    });
+  };
+  // Both panels scaled, else one of them (a C too large for the whole scale can take part of it).
+  // Both panels scaled, else one of them (a C too large for the whole scale can take part of it).
+  const auto exact = [&] {
+    if (!gemm_detail::fits_exact_path(a_panels.range(t.pa)) || !gemm_detail::fits_exact_path(b_panels.range(t.pb)))
+      return false;
+    const double *a = a_panels.scaled(t.pa) + t.skip * kernel.mr, *b = b_panels.scaled(t.pb) + t.skip * kernel.nr;
+    const int sa = a_panels.scale(t.pa), sb = b_panels.scale(t.pb);
+    const struct {
+      const double *a, *b;
+      int s;
+    } choices[] = {{a, b, sa + sb}, {a, b_pack + b_at, sa}, {a_pack + a_at, b, sb}};
+    for (const auto& c : choices)
+      if (on_tile(kernel, C, t.i, t.j, t.rows, t.cols, t.zero, [&](double* tile, std::int64_t ld) {
+            return gemm_detail::subnormal_tile_avx512(t.steps, c.a, c.b, tile, ld, t.zero, c.s);
+          }))
+        return true;
+    return false;
+  };
+  if (kernel.exact_subnormal) {
+    if (gemm_detail::never_subnormal(a_panels.range(t.pa), b_panels.range(t.pb)) && with(kernel.run)) return;
+    if (exact()) return;
+  }
+  with(kernel.plain);
 }
 
 // Asks the cache for the tile of C that follows the one at row i, column j in a block of rows
@@ -245,8 +330,9 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
 void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
                const MatrixView<double>& C, const GemmOptions& options, std::int64_t row0) {
   const std::int64_t M = C.rows, N = C.cols, K = A.cols;
-  const auto [run, MR, NR, KC, MC, NC] = kernel;
+  const std::int64_t MR = kernel.mr, NR = kernel.nr, KC = kernel.kc, MC = kernel.mc, NC = kernel.nc;
   thread_local std::vector<double> a_buffer, b_buffer;
+  thread_local ScaledPanels a_panels, b_panels;
   double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
   for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
@@ -255,17 +341,44 @@ void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const Ma
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !options.accumulate;
       pack_b(B, k0, kc, j0, n, NR, b_pack);
+      if (kernel.exact_subnormal) b_panels.reset(b_pack, (n + NR - 1) / NR, NR * kc);
       for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
         const std::int64_t m = std::min(MC, M - i0);
         pack_a(A, i0, m, k0, kc, MR, a_pack);
+        if (kernel.exact_subnormal) a_panels.reset(a_pack, (m + MR - 1) / MR, MR * kc);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR) {
             prefetch_next_tile(kernel, C, i0, i0 + m, i0 + ip, j0 + jp, j0 + n);
             const auto [skip, steps] = panel_steps(options.a, row0 + i0 + ip, MR, k0, kc);
-            advance_tile(kernel, steps, a_pack + ip * kc + skip * MR, b_pack + jp * kc + skip * NR, C, i0 + ip, j0 + jp,
-                         std::min(MR, m - ip), std::min(NR, n - jp), from_zero);
+            const TileJob job{
+                ip / MR, jp / NR, skip, steps, i0 + ip, j0 + jp, std::min(MR, m - ip), std::min(NR, n - jp), from_zero};
+            advance_tile(kernel, a_pack, b_pack, kc, a_panels, b_panels, C, job);
           }
       }
+    }
+  }
+}
+
+bool is_negative_zero(double x) { return x == 0 && std::signbit(x); }
+
+// The chain terms a triangular A's skipped zeros would have run, fma(0, B(k, j), acc) = acc + (+-0), change
+// acc only where it is -0 and some such 0 B(k, j) is +0: then acc is +0. The kernels skip whole panels'
+// zeros (a lower row i stops at the end of its mr-row panel, an upper one starts at the panel's start),
+// so this settles those signs as the whole chain has them, whatever mr. Before the product for an upper
+// A (its skipped terms come first; only an accumulated C can hold -0), after it for a lower one.
+void settle_skipped_zeros(const MatrixView<const double>& B, const MatrixView<double>& C, Triangle a, std::int64_t mr) {
+  const std::int64_t K = B.rows;
+  for (std::int64_t i = 0; i < C.rows; ++i) {
+    const std::int64_t panel = i / mr * mr;
+    const std::int64_t k_begin = a == Triangle::Lower ? std::min(panel + mr, K) : 0;
+    const std::int64_t k_end = a == Triangle::Lower ? K : std::min(panel, K);
+    for (std::int64_t j = 0; j < C.cols; ++j) {
+      if (!is_negative_zero(C(i, j))) continue;
+      for (std::int64_t k = k_begin; k < k_end; ++k)
+        if (!std::signbit(B(k, j))) {
+          C(i, j) = 0.0;
+          break;
+        }
     }
   }
 }
@@ -283,6 +396,7 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
     return;
   }
   const Kernel kernel = pick(options.kernel);
+  if (options.a == Triangle::Upper && options.accumulate) settle_skipped_zeros(B, C, options.a, kernel.mr);
   // Slabs of C's rows run in parallel, each a whole blocked product of its own (its own packed B, no
   // barrier between the threads); two per thread, so that a thread slowed by other work shares out, for
   // B packed twice per thread (2% of a layer projection's time).
@@ -296,6 +410,7 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
     const MatrixView<double> C_slab{&C(i0, 0), A_slab.rows, C.cols, C.row_stride, C.col_stride};
     gemm_slab(kernel, A_slab, B, C_slab, options, i0);
   });
+  if (options.a == Triangle::Lower) settle_skipped_zeros(B, C, options.a, kernel.mr);
 }
 
 }  // namespace gdnv

@@ -98,6 +98,74 @@ TEST_P(GemmKernels, ContinueTheChainFromCAndSkipATrianglesZeros) {
   }
 }
 
+// Values whose chains meet the subnormal range the way the chunked core's decays do, and worse: binades
+// from 2^-1090 (below the smallest subnormal, so 0) up to 2^8, exact zeros, rows of A built to cancel
+// a neighbour's chain exactly or to within a few ulps, and for an accumulating product a C of subnormals.
+RowMatrix wide_range_matrix(std::int64_t rows, std::int64_t cols, const char* stream) {
+  RowMatrix m(rows, cols);
+  const Rng rng(11, stream);
+  for (std::int64_t i = 0; i < m.size(); ++i) {
+    const auto u = static_cast<std::uint64_t>(i) * 3;
+    const double binade = std::floor(rng.uniform(u, -1090, 9));
+    m.data()[i] = rng.uniform(u + 1) < 0.1 ? 0.0 : std::ldexp(rng.uniform(u + 2, -2, 2), static_cast<int>(binade));
+  }
+  return m;
+}
+
+// e^{-30 |i - k|}: the decay matrices' profile, subnormal a band away from the diagonal.
+RowMatrix decay_like(std::int64_t rows, std::int64_t cols, const char* stream) {
+  RowMatrix m = random_matrix(rows, cols, stream);
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    for (Eigen::Index k = 0; k < m.cols(); ++k) m(i, k) *= std::exp(-30.0 * std::abs(static_cast<double>(i - k)));
+  return m;
+}
+
+TEST_P(GemmKernels, KeepTheChainsBitsThroughSubnormalsZerosAndCancellation) {
+  for (const Dims& d : {Dims{64, 128, 128}, Dims{29, 385, 33}, Dims{14, 16, 16}, Dims{113, 64, 47}}) {
+    for (int form = 0; form < 3; ++form) {
+      RowMatrix A = form == 0 ? wide_range_matrix(d.M, d.K, "A") : decay_like(d.M, d.K, "A");
+      // Form 1's B reaches 2^708: beside A's subnormals, too large for the exact path's scaled range.
+      const RowMatrix B = form == 2   ? decay_like(d.K, d.N, "B")
+                          : form == 1 ? RowMatrix(wide_range_matrix(d.K, d.N, "B") * 0x1p700)
+                                      : wide_range_matrix(d.K, d.N, "B");
+      for (Eigen::Index i = 1; i < A.rows(); i += 5) A.row(i) = -A.row(i - 1);                  // cancels exactly
+      for (Eigen::Index i = 3; i < A.rows(); i += 7) A.row(i) = -A.row(i - 1) * (1 + 0x1p-52);  // cancels to a few ulps
+      const RowMatrix C0 = wide_range_matrix(d.M, d.N, "C") * 0x1p-60;
+      RowMatrix C = C0;
+      gemm(view(A), view(B), mutable_view(C), {.accumulate = true, .threads = 2, .kernel = GetParam()});
+      EXPECT_TRUE(same_bits(C, fma_chain(A, B, &C0))) << d.M << "x" << d.K << "x" << d.N << " form " << form;
+      for (const Triangle t : {Triangle::Full, Triangle::Lower}) {
+        RowMatrix At = A;
+        if (t == Triangle::Lower) At = At.triangularView<Eigen::Lower>();
+        RowMatrix P(d.M, d.N);
+        gemm(view(At), view(B), mutable_view(P), {.a = t, .kernel = GetParam()});
+        EXPECT_TRUE(same_bits(P, fma_chain(At, B, nullptr)))
+            << d.M << "x" << d.K << "x" << d.N << " form " << form << " triangle " << static_cast<int>(t);
+      }
+    }
+  }
+}
+
+// A chain that cancels in one step from a normal value of ~2^-968 to a subnormal: a' b' + acc' at the
+// larger scale would need acc' + M with |acc'| >> M, inexact, so the exact path must decline the tile.
+TEST_P(GemmKernels, KeepTheBitsOfAChainThatCancelsFromNormalIntoSubnormal) {
+  const Rng rng(13, "cancel");
+  int cases = 0;
+  for (std::uint64_t i = 0; i < 2000; ++i) {
+    const double acc = std::ldexp(1 + rng.uniform(3 * i), -968), b2 = 1 + std::ldexp(rng.uniform(3 * i + 1), -20);
+    const double a2 = -acc / b2;
+    if (std::fpclassify(std::fma(a2, b2, acc)) != FP_SUBNORMAL) continue;
+    ++cases;
+    RowMatrix A(1, 2), B = RowMatrix::Constant(2, 16, b2);
+    A << acc, a2;
+    B.row(0).setOnes();
+    RowMatrix C(1, 16);
+    gemm(view(A), view(B), mutable_view(C), {.kernel = GetParam()});
+    EXPECT_TRUE(same_bits(C, fma_chain(A, B, nullptr))) << std::hexfloat << acc << " " << a2 << " " << b2;
+  }
+  EXPECT_GT(cases, 20);
+}
+
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmKernels,
                          testing::Values(GemmKernel::Best, GemmKernel::Avx512, GemmKernel::Avx2, GemmKernel::Portable),
                          [](const auto& param_info) { return std::string(name(param_info.param)); });

@@ -1,0 +1,181 @@
+// The subnormal-exact path of the AVX-512 GEMM (core/gemm_subnormal.hpp). Why it is exact:
+// - Scaling by a power of two 2^s is exact upwards. A step acc' = fma(a', b', acc') on values 2^s
+//   larger rounds to the same bits, scaled, as the original step wherever the original result is
+//   normal: 53-bit rounding does not depend on the binade, and no value reaches the overflow range.
+// - Where the result is below thr = 2^s DBL_MIN (subnormal at the original scale), the original rounds
+//   to the grid u' = 2^s 2^-1074 instead. With acc' already on that grid and |acc'| < thr, and M = thr
+//   with the result's sign, acc' + M is exact and x + M for |x| < thr lies in [thr, 2 thr), a binade
+//   whose spacing is u': fma(a', b', acc' + M) rounds the exact a' b' + acc' to the grid, ties to even
+//   (M is an even multiple of u'), and subtracting M is exact (Sterbenz). A result that rounds to 0
+//   keeps the sign of the exact value, as the original's underflow does.
+// - Where acc' is so large that acc' + M is inexact (a chain cancelling from |acc'| >= 2^52 thr or so
+//   into the subnormal range), the tile is declined.
+#include "core/gemm_subnormal.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GDNV_GEMM_X86 1
+#endif
+
+namespace gdnv::gemm_detail {
+namespace {
+
+constexpr int kMaxScale = 1000, kMinScale = 52;  // 2^-1074 2^52 = DBL_MIN: the grid itself is normal
+constexpr int kPanelTop = 501;                   // 2^501 2^501 384 < 2^1011: no step overflows
+constexpr int kTileTop = 1010;
+constexpr std::uint64_t kMantissa = (std::uint64_t{1} << 52) - 1, kSign = std::uint64_t{1} << 63;
+
+std::uint64_t bits_of(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+double from_bits(std::uint64_t b) {
+  double x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// 2^e for e in [-1022, 1023], from its bits.
+double pow2(int e) { return from_bits(static_cast<std::uint64_t>(e + 1023) << 52); }
+
+// x 2^s exactly (for |x| 2^s finite, 0 <= s <= 2045): a subnormal x is its mantissa m times 2^-1074, so
+// for s >= 52 m 2^(s-1074) multiplies two normal numbers; 2^s itself in two factors.
+double scaled(double x, int s) {
+  if (std::fpclassify(x) != FP_SUBNORMAL) return x * pow2(s / 2) * pow2(s - s / 2);
+  if (s < kMinScale) return std::ldexp(x, s);
+  return std::copysign(static_cast<double>(bits_of(x) & kMantissa) * pow2(s - 1074), x);
+}
+
+// r 2^-s exactly, for r on the grid 2^(s-1074): a normal result in two factors (each step stays
+// normal), a subnormal one assembled from its integer mantissa |r| 2^(1074-s) < 2^52 instead of
+// multiplied into (an assist).
+double unscaled(double r, int s, double thr) {
+  if (std::fabs(r) >= thr) return r * pow2(-(s / 2)) * pow2(-(s - s / 2));
+  const auto m = static_cast<std::uint64_t>(std::fabs(r) * pow2(1074 - s));
+  return from_bits(m | (bits_of(r) & kSign));
+}
+
+#ifdef GDNV_GEMM_X86
+// R rows of the 14-row tile (c: R x 16, row stride 16), kc steps. False where a chain cancels from
+// |acc| >= thr into the subnormal range.
+template <int R>
+__attribute__((target("avx512f,avx512dq"))) bool subnormal_rows(std::int64_t kc, const double* a, const double* b,
+                                                                double* c, double thr) {
+  const __m512d thr_v = _mm512_set1_pd(thr), zero = _mm512_setzero_pd();
+  const __m512d magnitude = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(~kSign)));
+  const __m512d sign = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(kSign)));
+  __m512d acc[R][2];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) acc[i][v] = _mm512_loadu_pd(c + i * 16 + 8 * v);
+  for (std::int64_t k = 0; k < kc; ++k, a += 14, b += 16) {
+    const __m512d bv[2] = {_mm512_loadu_pd(b), _mm512_loadu_pd(b + 8)};
+    for (int i = 0; i < R; ++i) {
+      const __m512d ai = _mm512_set1_pd(a[i]);
+      for (int v = 0; v < 2; ++v) {
+        __m512d r = _mm512_fmadd_pd(ai, bv[v], acc[i][v]);
+        const __mmask8 below = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(r, zero, _CMP_NEQ_UQ),
+                                                       _mm512_and_pd(r, magnitude), thr_v, _CMP_LT_OQ);
+        if (below) {
+          // M - M is +0, but a nonzero x that rounds to 0 is a zero of its sign: r's.
+          const __m512d r_sign = _mm512_and_pd(r, sign), M = _mm512_or_pd(thr_v, r_sign);
+          const __m512d shifted = _mm512_add_pd(acc[i][v], M);
+          // Exact for |acc| < thr; above, Fast2Sum (|acc| >= |M|) gives the addition's rounding error.
+          const __mmask8 large = _mm512_mask_cmp_pd_mask(below, _mm512_and_pd(acc[i][v], magnitude), thr_v, _CMP_GE_OQ);
+          if (large) {
+            const __m512d error = _mm512_sub_pd(M, _mm512_sub_pd(shifted, acc[i][v]));
+            if (_mm512_mask_cmp_pd_mask(large, error, zero, _CMP_NEQ_UQ)) return false;
+          }
+          const __m512d on_grid = _mm512_sub_pd(_mm512_fmadd_pd(ai, bv[v], shifted), M);
+          r = _mm512_mask_blend_pd(below, r, _mm512_or_pd(on_grid, r_sign));
+        }
+        acc[i][v] = r;
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) _mm512_storeu_pd(c + i * 16 + 8 * v, acc[i][v]);
+  return true;
+}
+#endif
+
+}  // namespace
+
+void include(PanelRange& r, double v) {
+  const double x = std::fabs(v);
+  r.finite &= x <= DBL_MAX;
+  r.max = std::max(r.max, x);
+  r.min_nonzero = std::min(r.min_nonzero, x == 0 ? INFINITY : x);
+}
+
+#ifdef GDNV_GEMM_X86
+__attribute__((target("avx512f,avx512dq"))) PanelRange panel_range(const double* p, std::int64_t n) {
+  const __m512d magnitude = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(~kSign)));
+  const __m512d inf = _mm512_set1_pd(INFINITY);
+  __m512d lo = inf, hi = _mm512_setzero_pd();
+  __mmask8 non_finite = 0;
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d x = _mm512_and_pd(_mm512_loadu_pd(p + i), magnitude);
+    non_finite |= _mm512_fpclass_pd_mask(x, 0x99);  // NaN, +-inf
+    hi = _mm512_max_pd(hi, x);
+    lo = _mm512_min_pd(lo, _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ), x, inf));
+  }
+  PanelRange r{_mm512_reduce_min_pd(lo), _mm512_reduce_max_pd(hi), non_finite == 0};
+  for (; i < n; ++i) include(r, p[i]);
+  return r;
+}
+#else
+PanelRange panel_range(const double* p, std::int64_t n) {
+  PanelRange r{INFINITY, 0, true};
+  for (std::int64_t i = 0; i < n; ++i) include(r, p[i]);
+  return r;
+}
+#endif
+
+bool never_subnormal(const PanelRange& a, const PanelRange& b) {
+  return a.finite && b.finite && a.min_nonzero >= DBL_MIN && b.min_nonzero >= DBL_MIN &&
+         a.min_nonzero * b.min_nonzero >= 0x1p-900;
+}
+
+int panel_scale(const PanelRange& r) {
+  if (r.max == 0) return kMaxScale;
+  return std::clamp(kPanelTop - 1 - std::ilogb(r.max), 0, kMaxScale);
+}
+
+bool fits_exact_path(const PanelRange& r) { return r.finite && r.max < std::ldexp(1.0, kPanelTop); }
+
+void scale_panel(const double* in, std::int64_t n, int s, double* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = scaled(in[i], s);
+}
+
+bool subnormal_tile_avx512(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero,
+                           int s) {
+#ifdef GDNV_GEMM_X86
+  if (s < kMinScale || s > 2 * kMaxScale) return false;
+  const double thr = std::ldexp(DBL_MIN, s);
+  alignas(64) double c[14 * 16];
+  for (int i = 0; i < 14; ++i)
+    for (int j = 0; j < 16; ++j) {
+      const double x = zero ? 0.0 : t[i * ld + j];
+      if (!std::isfinite(x) || (x != 0 && std::ilogb(x) + s > kTileTop)) return false;
+      c[i * 16 + j] = scaled(x, s);
+    }
+  if (!subnormal_rows<7>(kc, a, b, c, thr) || !subnormal_rows<7>(kc, a + 7, b, c + 7 * 16, thr)) return false;
+  for (int i = 0; i < 14; ++i)
+    for (int j = 0; j < 16; ++j) t[i * ld + j] = unscaled(c[i * 16 + j], s, thr);
+  return true;
+#else
+  (void)kc, (void)a, (void)b, (void)t, (void)ld, (void)zero, (void)s;
+  return false;
+#endif
+}
+
+}  // namespace gdnv::gemm_detail
