@@ -125,10 +125,15 @@ __attribute__((target("avx512f,avx512dq"))) PanelRange panel_range(const double*
   for (; i + 8 <= n; i += 8) {
     const __m512d x = _mm512_and_pd(_mm512_loadu_pd(p + i), magnitude);
     non_finite |= _mm512_fpclass_pd_mask(x, 0x99);  // NaN, +-inf
-    hi = _mm512_max_pd(hi, x);
-    lo = _mm512_min_pd(lo, _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ), x, inf));
+    // The masked forms, all lanes set: GCC 12 warns that the plain ones read an undefined vector.
+    hi = _mm512_mask_max_pd(hi, 0xFF, hi, x);
+    lo = _mm512_mask_min_pd(lo, 0xFF, lo,
+                            _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ), x, inf));
   }
-  PanelRange r{_mm512_reduce_min_pd(lo), _mm512_reduce_max_pd(hi), non_finite == 0};
+  alignas(64) double lows[8], highs[8];
+  _mm512_store_pd(lows, lo);
+  _mm512_store_pd(highs, hi);
+  PanelRange r{*std::min_element(lows, lows + 8), *std::max_element(highs, highs + 8), non_finite == 0};
   for (; i < n; ++i) include(r, p[i]);
   return r;
 }
