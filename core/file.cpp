@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,13 +185,18 @@ bool transfer_all(Transfer transfer, int fd, std::uint8_t* data, std::uint64_t s
   return true;
 }
 
-template <class Transfer>
-bool transfer_spans(Transfer transfer, int fd, const std::vector<FileSpan>& spans) {
+std::vector<FileSpan> split_into_pieces(const std::vector<FileSpan>& spans) {
   constexpr std::uint64_t kPiece = 64 << 20;
   std::vector<FileSpan> pieces;
   for (const FileSpan& s : spans)
     for (std::uint64_t at = 0; at < s.size; at += kPiece)
       pieces.push_back({s.data + at, std::min(kPiece, s.size - at), s.offset + at});
+  return pieces;
+}
+
+template <class Transfer>
+bool transfer_spans(Transfer transfer, int fd, const std::vector<FileSpan>& spans) {
+  const std::vector<FileSpan> pieces = split_into_pieces(spans);
   std::atomic<bool> ok{true};
   std::atomic<int> error{0};
   parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
@@ -210,8 +216,24 @@ bool read_spans(int fd, const std::vector<FileSpan>& spans) {
   return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pread(f, d, n, o); }, fd, spans);
 }
 
+// Into a shared mapping of the file, its blocks reserved first (fallocate: no SIGBUS for want of space):
+// page faults on both cores, where buffered writes to one file are serialised by its inode lock (the
+// real-size layer's 0.8 GB out: 2 s on one core). pwrite where the file system cannot reserve blocks.
 bool write_spans(int fd, const std::vector<FileSpan>& spans) {
-  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
+  std::uint64_t end = 0;
+  for (const FileSpan& s : spans) end = std::max(end, s.offset + s.size);
+  void* map = MAP_FAILED;
+  if (end > 0 && ::fallocate(fd, 0, 0, static_cast<off_t>(end)) == 0)
+    map = ::mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
+  auto* const file = static_cast<std::uint8_t*>(map);
+  const std::vector<FileSpan> pieces = split_into_pieces(spans);
+  parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
+    const FileSpan& p = pieces[static_cast<std::size_t>(i)];
+    std::memcpy(file + p.offset, p.data, p.size);
+  });
+  return ::munmap(map, end) == 0;
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text) {

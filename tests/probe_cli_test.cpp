@@ -448,7 +448,7 @@ TEST(ProbeCli, AMalformedMetaJsonIsOneLineAndExitThree) {
   const auto dir = testing::temp_dir("probe_meta");
   dump(dir, "x", {"cp1"});
   tamper_meta(dir, [](auto& m) { m["modes"] = nlohmann::json::array(); });
-  for (const std::string args :
+  for (const std::string& args :
        {"probe dump --mode cp1 --image x --world inproc:1 --out " + dir.string(), "probe oracle --dir " + dir.string(),
         "probe cross-mode --dir " + dir.string(), "probe compare --ref " + dir.string() + " --cand " + dir.string()}) {
     const auto r = run_cli(args);
@@ -692,8 +692,8 @@ TEST(ProbeCli, MpiDumpsEqualInProcessDumpsBitForBit) {
     const auto meta = nlohmann::json::parse(read_file_text((root / "mpi" / "meta.json").string()));
     EXPECT_EQ(meta["modes"]["chunkwise"]["transport"], "mpi");
     EXPECT_EQ(meta["modes"]["chunkwise"]["world"], np);
-    for (int r = 0; r < np; ++r)  // rank 0's run id, broadcast to every process
-      EXPECT_EQ(read_safetensors((root / "mpi" / ("chunkwise.rank" + std::to_string(r) + ".safetensors")).string())
+    for (int rank = 0; rank < np; ++rank)  // rank 0's run id, broadcast to every process
+      EXPECT_EQ(read_safetensors((root / "mpi" / ("chunkwise.rank" + std::to_string(rank) + ".safetensors")).string())
                     .metadata.at("run"),
                 meta["modes"]["chunkwise"]["run"].get<std::string>());
     fs::remove_all(root);
