@@ -49,6 +49,25 @@ BENCHMARK(BM_Gemm)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_EigenProduct)->Args({4096, 1024, 3088})->Args({64, 128, 128})->Unit(benchmark::kMillisecond);
 
+// A chunk's product with subnormal operands, as the chunked core's decays make them (one row in four of
+// A subnormal, the rest normal): the AVX-512 kernel's exact path (core/gemm_subnormal.hpp) against the
+// AVX2 kernel, which takes a microcode assist per vector FMA touching one. Arg: 0 Best, 1 AVX2.
+void BM_GemmSubnormal(benchmark::State& state) {
+  const GemmKernel kernel = state.range(0) == 0 ? GemmKernel::Best : GemmKernel::Avx2;
+  if (!gemm_kernel_available(kernel)) {
+    state.SkipWithError("this CPU lacks the kernel");
+    return;
+  }
+  Operands x(64, 128, 128);
+  for (Eigen::Index i = 0; i < x.A.rows(); i += 4) x.A.row(i).setConstant(0x1p-1060);
+  for (auto _ : state) {
+    gemm(view(x.A), view(x.B), mutable_view(x.C), {.kernel = kernel});
+    benchmark::DoNotOptimize(x.C.data());
+  }
+  report(state, x);
+}
+BENCHMARK(BM_GemmSubnormal)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // The three products of a layer's linear y = x W^T over T tokens (x [T, in], W [out, in]) as the
 // oracle runs them, on every core: forward y = x W^T, dx = dy W and dW = dy^T x, through transposed
 // views. Args: T, in, out.
