@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -216,24 +215,8 @@ bool read_spans(int fd, const std::vector<FileSpan>& spans) {
   return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pread(f, d, n, o); }, fd, spans);
 }
 
-// Into a shared mapping of the file, its blocks reserved first (fallocate: no SIGBUS for want of space):
-// page faults on both cores, where buffered writes to one file are serialised by its inode lock (the
-// real-size layer's 0.8 GB out: 2 s on one core). pwrite where the file system cannot reserve blocks.
 bool write_spans(int fd, const std::vector<FileSpan>& spans) {
-  std::uint64_t end = 0;
-  for (const FileSpan& s : spans) end = std::max(end, s.offset + s.size);
-  void* map = MAP_FAILED;
-  if (end > 0 && ::fallocate(fd, 0, 0, static_cast<off_t>(end)) == 0)
-    map = ::mmap(nullptr, end, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED)
-    return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
-  auto* const file = static_cast<std::uint8_t*>(map);
-  const std::vector<FileSpan> pieces = split_into_pieces(spans);
-  parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
-    const FileSpan& p = pieces[static_cast<std::size_t>(i)];
-    std::memcpy(file + p.offset, p.data, p.size);
-  });
-  return ::munmap(map, end) == 0;
+  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text) {

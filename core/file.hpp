@@ -24,10 +24,9 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // Several files, all written or none: every temp file first, then the renames.
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text);
 
-// Bytes of memory at an offset of a file. read_spans / write_spans move every span in pieces of at most
-// 64 MiB, shared out over every core (pread; a shared mapping of the file, or pwrite where its blocks
-// cannot be reserved): one core copies a GB of tensors to or from the page cache in about 2 s. False on
-// a short or failed transfer (errno says why).
+// Bytes of memory at an offset of a file. read_spans / write_spans move every span with pread / pwrite
+// in pieces of at most 64 MiB, shared out over every core (buffered writes to one file still take its
+// inode lock in turn). False on a short or failed transfer (errno says why).
 struct FileSpan {
   std::uint8_t* data;
   std::uint64_t size, offset;
