@@ -54,15 +54,6 @@ double scaled(double x, int s) {
   return std::copysign(static_cast<double>(bits_of(x) & kMantissa) * pow2(s - 1074), x);
 }
 
-// r 2^-s exactly, for r on the grid 2^(s-1074): a normal result in two factors (each step stays
-// normal), a subnormal one assembled from its integer mantissa |r| 2^(1074-s) < 2^52 instead of
-// multiplied into (an assist).
-double unscaled(double r, int s, double thr) {
-  if (std::fabs(r) >= thr) return r * pow2(-(s / 2)) * pow2(-(s - s / 2));
-  const auto m = static_cast<std::uint64_t>(std::fabs(r) * pow2(1074 - s));
-  return from_bits(m | (bits_of(r) & kSign));
-}
-
 #ifdef GDNV_GEMM_X86
 // R rows of the 14-row tile (c: R x 16, row stride 16), kc steps. False where a chain cancels from
 // |acc| >= thr into the subnormal range.
@@ -103,6 +94,38 @@ __attribute__((target("avx512f,avx512dq"))) bool subnormal_rows(std::int64_t kc,
   for (int i = 0; i < R; ++i)
     for (int v = 0; v < 2; ++v) _mm512_storeu_pd(c + i * 16 + 8 * v, acc[i][v]);
   return true;
+}
+
+// scaled() on 8 lanes (s >= 52): the subnormal lanes from their integer mantissas, the others zeroed
+// before the multiplications, so that no lane takes an assist.
+__attribute__((target("avx512f,avx512dq"))) __m512d scaled8(__m512d x, int s) {
+  const __mmask8 subnormal = _mm512_fpclass_pd_mask(x, 0x20);
+  const __m512d normal = _mm512_maskz_mov_pd(static_cast<__mmask8>(~subnormal), x);
+  __m512d r = _mm512_mul_pd(_mm512_mul_pd(normal, _mm512_set1_pd(pow2(s / 2))), _mm512_set1_pd(pow2(s - s / 2)));
+  if (subnormal) {
+    const __m512i mantissa = _mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(kMantissa));
+    const __m512d m = _mm512_mul_pd(_mm512_cvtepi64_pd(mantissa), _mm512_set1_pd(pow2(s - 1074)));
+    const __m512d sign = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(kSign)));
+    r = _mm512_mask_blend_pd(subnormal, r, _mm512_or_pd(m, _mm512_and_pd(x, sign)));
+  }
+  return r;
+}
+
+// r 2^-s exactly on 8 lanes, for r on the grid 2^(s-1074): at or above thr in two factors (each step
+// stays normal); below it the result is subnormal, assembled from its integer mantissa
+// |r| 2^(1074-s) < 2^52 and r's sign instead of multiplied into (an assist).
+__attribute__((target("avx512f,avx512dq"))) __m512d unscaled8(__m512d r, int s, double thr) {
+  const __m512d sign = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(kSign)));
+  const __m512d magnitude = _mm512_andnot_pd(sign, r);
+  const __mmask8 small = _mm512_cmp_pd_mask(magnitude, _mm512_set1_pd(thr), _CMP_LT_OQ);
+  const __m512d large = _mm512_maskz_mov_pd(static_cast<__mmask8>(~small), r);
+  __m512d out = _mm512_mul_pd(_mm512_mul_pd(large, _mm512_set1_pd(pow2(-(s / 2)))), _mm512_set1_pd(pow2(-(s - s / 2))));
+  if (small) {
+    const __m512d m = _mm512_mul_pd(_mm512_maskz_mov_pd(small, magnitude), _mm512_set1_pd(pow2(1074 - s)));
+    const __m512i bits = _mm512_or_si512(_mm512_cvttpd_epu64(m), _mm512_castpd_si512(_mm512_and_pd(r, sign)));
+    out = _mm512_mask_blend_pd(small, out, _mm512_castsi512_pd(bits));
+  }
+  return out;
 }
 #endif
 
@@ -157,30 +180,50 @@ int panel_scale(const PanelRange& r) {
 
 bool fits_exact_path(const PanelRange& r) { return r.finite && r.max < std::ldexp(1.0, kPanelTop); }
 
+#ifdef GDNV_GEMM_X86
+__attribute__((target("avx512f,avx512dq"))) void scale_panel(const double* in, std::int64_t n, int s, double* out) {
+  std::int64_t i = 0;
+  if (s >= kMinScale)
+    for (; i + 8 <= n; i += 8) _mm512_storeu_pd(out + i, scaled8(_mm512_loadu_pd(in + i), s));
+  for (; i < n; ++i) out[i] = scaled(in[i], s);
+}
+#else
 void scale_panel(const double* in, std::int64_t n, int s, double* out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = scaled(in[i], s);
 }
+#endif
 
-bool subnormal_tile_avx512(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero,
-                           int s) {
 #ifdef GDNV_GEMM_X86
+__attribute__((target("avx512f,avx512dq"))) bool subnormal_tile_avx512(std::int64_t kc, const double* a,
+                                                                       const double* b, double* t, std::int64_t ld,
+                                                                       bool zero, int s) {
   if (s < kMinScale || s > 2 * kMaxScale) return false;
   const double thr = std::ldexp(DBL_MIN, s);
+  // |C| 2^s below 2^(kTileTop + 1): no step overflows.
+  const __m512d limit = _mm512_set1_pd(pow2(kTileTop + 1 - s));
+  const __m512d sign = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(kSign)));
   alignas(64) double c[14 * 16];
   for (int i = 0; i < 14; ++i)
-    for (int j = 0; j < 16; ++j) {
-      const double x = zero ? 0.0 : t[i * ld + j];
-      if (!std::isfinite(x) || (x != 0 && std::ilogb(x) + s > kTileTop)) return false;
-      c[i * 16 + j] = scaled(x, s);
+    for (int v = 0; v < 2; ++v) {
+      __m512d x = _mm512_setzero_pd();
+      if (!zero) {
+        x = _mm512_loadu_pd(t + i * ld + 8 * v);
+        if (_mm512_fpclass_pd_mask(x, 0x99) || _mm512_cmp_pd_mask(_mm512_andnot_pd(sign, x), limit, _CMP_GE_OQ))
+          return false;
+        x = scaled8(x, s);
+      }
+      _mm512_store_pd(c + i * 16 + 8 * v, x);
     }
   if (!subnormal_rows<7>(kc, a, b, c, thr) || !subnormal_rows<7>(kc, a + 7, b, c + 7 * 16, thr)) return false;
   for (int i = 0; i < 14; ++i)
-    for (int j = 0; j < 16; ++j) t[i * ld + j] = unscaled(c[i * 16 + j], s, thr);
+    for (int v = 0; v < 2; ++v)
+      _mm512_storeu_pd(t + i * ld + 8 * v, unscaled8(_mm512_load_pd(c + i * 16 + 8 * v), s, thr));
   return true;
-#else
-  (void)kc, (void)a, (void)b, (void)t, (void)ld, (void)zero, (void)s;
-  return false;
-#endif
 }
+#else
+bool subnormal_tile_avx512(std::int64_t, const double*, const double*, double*, std::int64_t, bool, int) {
+  return false;
+}
+#endif
 
 }  // namespace gdnv::gemm_detail
