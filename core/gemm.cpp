@@ -257,7 +257,6 @@ void advance_tile(const Kernel& kernel, const double* a_pack, const double* b_pa
     });
   };
   // Both panels scaled, else one of them (a C too large for the whole scale can take part of it).
-  // Both panels scaled, else one of them (a C too large for the whole scale can take part of it).
   const auto exact = [&] {
     if (!gemm_detail::fits_exact_path(a_panels.range(t.pa)) || !gemm_detail::fits_exact_path(b_panels.range(t.pb)))
       return false;
