@@ -167,11 +167,10 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 namespace {
 
-// pread or pwrite of one piece, repeated until all of it has moved.
-template <class Transfer>
-bool transfer_all(Transfer transfer, int fd, std::uint8_t* data, std::uint64_t size, std::uint64_t offset) {
+// pread of one piece, repeated until all of it has arrived.
+bool read_all(int fd, std::uint8_t* data, std::uint64_t size, std::uint64_t offset) {
   while (size > 0) {
-    const ssize_t n = transfer(fd, data, size, static_cast<off_t>(offset));
+    const ssize_t n = ::pread(fd, data, size, static_cast<off_t>(offset));
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       if (n == 0) errno = EIO;
@@ -184,39 +183,25 @@ bool transfer_all(Transfer transfer, int fd, std::uint8_t* data, std::uint64_t s
   return true;
 }
 
-std::vector<FileSpan> split_into_pieces(const std::vector<FileSpan>& spans) {
+}  // namespace
+
+bool read_spans(int fd, const std::vector<FileSpan>& spans) {
   constexpr std::uint64_t kPiece = 64 << 20;
   std::vector<FileSpan> pieces;
   for (const FileSpan& s : spans)
     for (std::uint64_t at = 0; at < s.size; at += kPiece)
       pieces.push_back({s.data + at, std::min(kPiece, s.size - at), s.offset + at});
-  return pieces;
-}
-
-template <class Transfer>
-bool transfer_spans(Transfer transfer, int fd, const std::vector<FileSpan>& spans) {
-  const std::vector<FileSpan> pieces = split_into_pieces(spans);
   std::atomic<bool> ok{true};
   std::atomic<int> error{0};
   parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
     const FileSpan& p = pieces[static_cast<std::size_t>(i)];
-    if (ok && !transfer_all(transfer, fd, p.data, p.size, p.offset)) {
+    if (ok && !read_all(fd, p.data, p.size, p.offset)) {
       error = errno;
       ok = false;
     }
   });
   if (!ok) errno = error;
   return ok;
-}
-
-}  // namespace
-
-bool read_spans(int fd, const std::vector<FileSpan>& spans) {
-  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pread(f, d, n, o); }, fd, spans);
-}
-
-bool write_spans(int fd, const std::vector<FileSpan>& spans) {
-  return transfer_spans([](int f, void* d, std::size_t n, off_t o) { return ::pwrite(f, d, n, o); }, fd, spans);
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text) {

@@ -24,15 +24,15 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // Several files, all written or none: every temp file first, then the renames.
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text);
 
-// Bytes of memory at an offset of a file. read_spans / write_spans move every span with pread / pwrite
-// in pieces of at most 64 MiB, shared out over every core (buffered writes to one file still take its
-// inode lock in turn). False on a short or failed transfer (errno says why).
+// Bytes of memory at an offset of a file. read_spans reads every span with pread in pieces of at most
+// 64 MiB, shared out over every core (0.85 s instead of 1.04 s for the real-size layer's 0.8 GB; writes
+// to one file are serialised by its inode lock, so they stay one stream). False on a short or failed
+// read (errno says why: EIO for a short one).
 struct FileSpan {
   std::uint8_t* data;
   std::uint64_t size, offset;
 };
 bool read_spans(int fd, const std::vector<FileSpan>& spans);
-bool write_spans(int fd, const std::vector<FileSpan>& spans);
 
 // A file a command will write, given by `option` ("--json").
 struct OutputPath {

@@ -129,14 +129,15 @@ __attribute__((target("avx512f,avx512dq"))) __m512d unscaled8(__m512d r, int s, 
 }
 #endif
 
-}  // namespace
-
+// Adds v to a range (the scalar tail of panel_range).
 void include(PanelRange& r, double v) {
   const double x = std::fabs(v);
   r.finite &= x <= DBL_MAX;
   r.max = std::max(r.max, x);
   r.min_nonzero = std::min(r.min_nonzero, x == 0 ? INFINITY : x);
 }
+
+}  // namespace
 
 #ifdef GDNV_GEMM_X86
 __attribute__((target("avx512f,avx512dq"))) PanelRange panel_range(const double* p, std::int64_t n) {

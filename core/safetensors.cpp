@@ -228,15 +228,10 @@ std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file) {
 
 void write_safetensors(const std::string& path, const TensorFile& file) {
   const std::string head = header_text(file);
-  std::vector<FileSpan> spans;
-  std::uint64_t offset = head.size();
-  for (const auto& [name, t] : file.tensors) {
-    spans.push_back({const_cast<std::uint8_t*>(t.bytes()), t.nbytes(), offset});  // pwrite only reads it
-    offset += t.nbytes();
-  }
   write_file_atomic(path, [&](std::FILE* f) {
-    return std::fwrite(head.data(), 1, head.size(), f) == head.size() && std::fflush(f) == 0 &&
-           write_spans(fileno(f), spans);
+    bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+    for (const auto& [name, t] : file.tensors) ok = ok && std::fwrite(t.bytes(), 1, t.nbytes(), f) == t.nbytes();
+    return ok;
   });
 }
 

@@ -146,6 +146,24 @@ TEST_P(GemmKernels, KeepTheChainsBitsThroughSubnormalsZerosAndCancellation) {
   }
 }
 
+// fma(0, b, -0) is +0 for b >= +0 and -0 for b < 0: the zeros a triangular A's panels skip decide the
+// sign of a -0 chain. B's column j is positive only in the rows the other triangle's panels skip (the
+// first four for an upper A, the last four for a lower one), so every kernel must settle those signs as
+// the whole chain does, whatever its tile height.
+TEST_P(GemmKernels, SettleTheSignedZerosATrianglesSkippedZerosWouldGive) {
+  const std::int64_t M = 40, K = 40, N = 24;
+  const RowMatrix A = RowMatrix::Zero(M, K), C0 = RowMatrix::Constant(M, N, -0.0);
+  for (const Triangle t : {Triangle::Lower, Triangle::Upper}) {
+    RowMatrix B = RowMatrix::Constant(K, N, -1.0);
+    (t == Triangle::Upper ? B.topRows(4) : B.bottomRows(4)).setOnes();
+    RowMatrix C = C0;
+    gemm(view(A), view(B), mutable_view(C), {.accumulate = true, .a = t, .kernel = GetParam()});
+    const RowMatrix want = fma_chain(A, B, &C0);
+    EXPECT_TRUE(same_bits(C, want)) << (t == Triangle::Lower ? "lower" : "upper");
+    EXPECT_FALSE(same_bits(want, C0)) << "the test lost its point: no chain's sign changed";
+  }
+}
+
 // A chain that cancels in one step from a normal value of ~2^-968 to a subnormal: a' b' + acc' at the
 // larger scale would need acc' + M with |acc'| >> M, inexact, so the exact path must decline the tile.
 TEST_P(GemmKernels, KeepTheBitsOfAChainThatCancelsFromNormalIntoSubnormal) {
