@@ -10,11 +10,11 @@ The case is a probe case (--case) or, in its place, `gdn-verify run`'s geometry 
 bit as `gdn-verify probe dump` does (gdn_verify.cases). The module is built with the case's geometry,
 loaded with the case's parameters through the adapter (docs/DESIGN.md §1.3 names), run forward and
 backward on the case's inputs, and its outputs, parameter gradients and the stages the adapter captures
-are written as `gdn-verify probe dump` would (§8). With --world N the command starts N local gloo
-processes and runs FLA's layer under its own context parallelism (gdn_verify.fla_cp: --mode chunkwise
-at N > 1, --mode cp1 at N = 1, the same forward the CP run is compared with), one rank file per rank.
---adapter megatron always runs on gloo processes: Megatron-Core's layer in --mode cp1 | headwise | chunkwise
-at TP = --tp, CP = world / tp (default --world 1).
+are written as `gdn-verify probe dump` would (§8), by gdn_verify.adapters.runner. With --world N the
+command starts N local gloo processes where the adapter has such a run: FLA's layer under its own
+context parallelism (--mode chunkwise at N > 1, --mode cp1 at N = 1, the same forward the CP run is
+compared with), one rank file per rank; --adapter megatron always runs on gloo processes: Megatron-Core's
+layer in --mode cp1 | headwise | chunkwise at TP = --tp, CP = world / tp (default --world 1).
 Bad input is one line `error: ...` on stderr naming the fix, exit code 3, nothing written.
 """
 
@@ -29,9 +29,8 @@ from pathlib import Path
 
 import torch
 
-import gdn_verify
 from gdn_verify import adapters, cases, images
-from gdn_verify.adapters import megatron
+from gdn_verify.adapters import runner
 from gdn_verify.world import RankFailed
 
 EXIT_BAD_INPUT = 3
@@ -62,7 +61,7 @@ def parser() -> Parser:
                         "fla: triton | torch)")
     p.add_argument("--no-stages", action="store_true", help="write outputs and gradients only")
     p.add_argument("--world", default=None, type=int,
-                   help="run on N local gloo processes (fla: FLA's KCP, gdn_verify.fla_cp; megatron: TP x CP); "
+                   help="run on N local gloo processes (fla: FLA's KCP; megatron: TP x CP); "
                         "fla at N > 1 needs --mode chunkwise")
     p.add_argument("--mode", default=None, help="cp1 | chunkwise (fla, with --world; default cp1 at N = 1, chunkwise "
                                                 "above) | headwise (megatron)")
@@ -90,18 +89,7 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
         torch.device(args.device)
     except RuntimeError as e:
         raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
-    if args.tp is not None and args.adapter != "megatron":
-        raise BadInput(f"--tp: adapter {args.adapter} has no tensor parallelism here; drop --tp or use "
-                       "--adapter megatron")
     return spec, seed
-
-
-def check_device(name: str) -> None:
-    """A CUDA --device torch can use, before the module is built on it."""
-    device = torch.device(name)
-    if device.type == "cuda" and not (torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()):
-        raise BadInput(f"--device {name}: torch sees {torch.cuda.device_count()} CUDA device(s): "
-                       "use --device cpu, or run where the GPU is visible")
 
 
 def check_out(out: Path) -> None:
@@ -127,106 +115,14 @@ def check_out(out: Path) -> None:
         raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
-def check_same_core(meta: dict, core: str, out: Path) -> None:
-    """The core-op form is part of the image (meta.json notes.core): a re-dump with another one is
-    refused, not replaced."""
-    have = meta.get("notes", {}).get("core") if isinstance(meta.get("notes"), dict) else None
-    if core and have and have != core:
-        raise BadInput(f'{out} holds an image with core "{have}", not "{core}": dump into a fresh --out directory')
-
-
-def world_mode(args: argparse.Namespace) -> str:
-    """--mode for a --world run: cp1 at one rank, chunkwise above; BadInput naming the fix otherwise."""
-    if "chunkwise" not in adapters.ADAPTERS.get(args.adapter).modes:
-        raise BadInput(f"--world: adapter {args.adapter} has no CPU context parallelism here; only --adapter fla "
-                       "(FLA's KCP under Triton's interpreter) and megatron run on several processes; drop --world")
-    if args.world < 1:
-        raise BadInput(f"--world {args.world}: give the number of CP ranks, at least 1")
-    want = "cp1" if args.world == 1 else "chunkwise"
-    if (args.mode or want) != want:
-        raise BadInput(f"--mode {args.mode} with --world {args.world}: FLA's KCP is the chunkwise mode at --world > 1, "
-                       "cp1 at --world 1")
-    if args.core is not None or args.device != "cpu":
-        raise BadInput("--world runs FLA's Triton kernels on the CPU under the interpreter: drop --core and --device")
-    return want
-
-
-def dump_world(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> str:
-    """--world N: FLA's layer on N local gloo processes (gdn_verify.fla_cp), the image written once."""
-    from gdn_verify import fla_cp, world
-
-    mode = world_mode(args)
-    case = cases.make_case_from_geometry(spec, seed, args.dtype)
-    try:
-        fla_cp.check_world(case, args.world)
-    except ValueError as e:
-        raise BadInput(f"{spec.name} at --world {args.world}: {e}") from e
-    image = args.image or args.adapter
-    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, "fla:cpu"), Path(args.out))
-    with world.World(args.world, env=fla_cp.ENV) as w:
-        fla_cp.dump(w, Path(args.out), case, args.world, stages=not args.no_stages, image=image)
-    files = ", ".join(images.rank_path(Path(""), mode, r).name for r in range(args.world))
-    return (f"gdn_verify.dump: fla ({fla_cp.PATH}, {args.world} gloo process{'es' if args.world > 1 else ''}) on case "
-            f"{spec.name}, seed {seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, {files}, meta.json}}")
-
-
 def dump(args: argparse.Namespace) -> str:
-    """Builds, loads, runs and writes; returns the summary line."""
+    """The image the options ask for (adapters.runner); returns the summary line."""
     check_out(Path(args.out))
     spec, seed = checked(args)
-    if args.adapter == "megatron":  # gloo ranks on the CPU: its own --device rule
-        return dump_megatron(args, spec, seed)
-    if args.world is not None:
-        return dump_world(args, spec, seed)
-    check_device(args.device)
-    if args.mode not in (None, "cp1"):
-        raise BadInput(f"--mode {args.mode} needs --world N (the CP ranks); without it the dump is cp1")
-    adapter = adapters.ADAPTERS.load(args.adapter)
-    core = adapter.core(args.core)
+    request = adapters.Request(core=args.core, mode=args.mode, world=args.world, tp=args.tp, device=args.device,
+                               stages=not args.no_stages)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
-    image = args.image or args.adapter
-    adapter.prepare(args.device, core)
-    backend = f"{args.adapter}:{torch.device(args.device).type}"
-    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
-    check_same_core(images.read_meta(Path(args.out)), core, Path(args.out))
-    module = adapter.build_module(case.geometry, case.torch_dtype, args.device, core)
-    adapter.load_megatron_params(module, case.params)
-    result = adapter.run(module, case, not args.no_stages, core)
-    dumped = images.RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
-                             {n: g.cpu() for n, g in result.grads.items()}, result.stages)
-    extra = {"adapter": args.adapter, "path": result.path, "device": args.device, "notes": result.notes,
-             "versions": versions(args.adapter), "decay_class": result.decay_class}
-    images.write_image(Path(args.out), case, image, backend, [dumped], transport="inproc", extra_meta=extra)
-    return (f"gdn_verify.dump: {args.adapter} ({result.path} path) on case {spec.name}, seed {seed}, {args.dtype} -> "
-            f"{args.out}/{{inputs.safetensors, cp1.rank0.safetensors, meta.json}}")
-
-
-def dump_megatron(args: argparse.Namespace, spec: cases.CaseSpec, seed: int) -> str:
-    """Megatron-Core's layer in --mode over --world gloo processes started here (TP --tp, CP world / tp)."""
-    from gdn_verify.world import World
-
-    core = adapters.ADAPTERS.load("megatron").core(args.core)
-    world, tp, mode = args.world or 1, args.tp or 1, args.mode or "cp1"
-    megatron.check_world(mode, world, tp, core)
-    if args.device != "cpu":
-        raise BadInput(f"--device {args.device}: --adapter megatron runs on the CPU's gloo ranks; drop --device")
-    case = cases.make_case_from_geometry(spec, seed, args.dtype)
-    image, backend = args.image or args.adapter, "megatron:cpu"
-    images.check_same_image(images.read_meta(Path(args.out)), images.identity(case, image, backend), Path(args.out))
-    extra = {"adapter": args.adapter, "device": args.device, "versions": versions(args.adapter)}
-    with World(world, env=megatron.RANK_ENV) as w:
-        ran = megatron.dump_world(w, Path(args.out), case, image, backend, mode, tp, core, not args.no_stages, extra)
-    return (f"gdn_verify.dump: megatron ({ran} path) {mode} on {world} rank(s) (TP {tp}, CP {world // tp}), case "
-            f"{spec.name}, seed {seed}, {args.dtype} -> {args.out}/{{inputs.safetensors, "
-            f"{mode}.rank0..{world // tp - 1}.safetensors, meta.json}}")
-
-
-def versions(adapter: str) -> dict[str, str]:
-    """What computed the image, for meta.json: gdn_verify, torch and the adapter's library."""
-    out = {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__}
-    module = adapters.ADAPTERS.get(adapter).import_name
-    out[module] = str(getattr(sys.modules.get(module), "__version__", "unknown"))
-    return out
+    return runner.dump(adapters.ADAPTERS, args.adapter, request, case, Path(args.out), args.image)
 
 
 def terminated(signum, frame):

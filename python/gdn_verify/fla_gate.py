@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from gdn_verify import cases, fla_cp
+from gdn_verify import cases
+from gdn_verify.adapters import Request, runner
+from gdn_verify.adapters.fla import FlaAdapter
 from gdn_verify.names import Geometry
 from gdn_verify.world import RankFailed, World
 
@@ -90,6 +92,13 @@ def judge(binary: str, what: str, directory: Path) -> tuple[bool, str]:
                        f"exit {r.returncode}")
 
 
+def dump(world: World, directory: Path, case: cases.Case, cp: int) -> None:
+    """FLA's layer at CP size `cp` (KCP above 1) on the first `cp` ranks of `world`, written into `directory`."""
+    plan = FlaAdapter.plan(Request(world=cp))
+    assert plan is not None
+    runner.dump_in(world, FlaAdapter(), case, plan, directory, "fla")
+
+
 class Matrix:
     """The images of one case and dtype: cp1 once, each CP size in a directory holding a copy of it."""
 
@@ -99,14 +108,14 @@ class Matrix:
     def cp1(self, spec: cases.CaseSpec, dtype: str) -> Path:
         case = cases.make_case_from_geometry(spec, 0, dtype)
         directory = self.root / f"{spec.name}-{dtype}-w1"
-        fla_cp.dump(self.world, directory, case, 1)
+        dump(self.world, directory, case, 1)
         return directory
 
     def chunkwise(self, spec: cases.CaseSpec, dtype: str, cp1: Path, world: int) -> Path:
         case = cases.make_case_from_geometry(spec, 0, dtype)
         directory = self.root / f"{spec.name}-{dtype}-w{world}"
         shutil.copytree(cp1, directory)
-        fla_cp.dump(self.world, directory, case, world)
+        dump(self.world, directory, case, world)
         return directory
 
 
@@ -207,7 +216,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
     steps: list[Step] = []
     start = time.monotonic()
     try:
-        with World(max(worlds), env=fla_cp.ENV) as world:
+        with World(max(worlds), env=FlaAdapter.rank_env) as world:
             matrix, made = Matrix(world, root, binary), dict[tuple, Path]()
             work = []
             for specs, dtype in pairs:

@@ -1,8 +1,7 @@
 """Local multi-process worlds: W processes in one gloo group on this machine (docs/DESIGN.md §14).
 
     with World(2, env={"TRITON_INTERPRET": "1"}) as world:
-        # my_rank_function(rank: Rank, case) -> images.RankDump, on every rank; one write of the image
-        dump_image(world, directory, case, image, backend, my_rank_function, case)
+        dumps = world.run(my_rank_function, case)  # my_rank_function(rank: Rank, case), on every rank
 
 A World starts its processes once (fresh interpreters with the caller's sys.path: nothing of the
 caller's state is forked and no main module is re-run) and keeps them for every `run`, so a suite pays
@@ -18,8 +17,8 @@ the exit code that rank would have exited with (`exit_code`), after stopping eve
 be blocked in a collective waiting for the failed rank). A rank that dies is reported with its exit
 code or signal; a rank that does not answer within `timeout` seconds is named and the world stopped.
 Collectives time out inside the ranks a little earlier, so a rank stuck waiting for a peer reports it.
-Nothing is written until every rank has answered (`dump_image`: one `images.write_image` of every
-rank's RankDump), so a failure leaves no half-written image.
+A caller writes only after every rank has answered (gdn_verify.adapters.runner: one
+`images.write_image` of every rank's RankDump), so a failure leaves no half-written image.
 """
 
 from __future__ import annotations
@@ -252,21 +251,3 @@ def _last_line(path: Path) -> str:
         return ""
     return _one_line(lines[-1])[:200] if lines else ""
 
-
-def dump_image(world: World, directory: Path, case, image: str, backend: str, fn: Callable[..., Any], *args: Any,
-               extra_meta: Mapping | None = None) -> list:
-    """Runs fn (returning the rank's images.RankDump) on every rank, then writes the whole image once with
-    images.write_image; nothing is written when a rank fails. Returns the dumps."""
-    from gdn_verify import images
-
-    dumps = world.run(fn, *args)
-    images.write_image(Path(directory), case, image, backend, dumps, transport="gloo", extra_meta=extra_meta)
-    return dumps
-
-
-def print_failure(e: RankFailed, log: Path | None = None) -> int:
-    """Prints RankFailed's one `error:` line (the traceback to `log` when given); returns its exit code."""
-    if log is not None and e.detail:
-        Path(log).write_text(e.detail)
-    print(f"error: {e}", file=sys.stderr)
-    return e.exit_code

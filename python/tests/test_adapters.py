@@ -17,8 +17,11 @@ from gdn_verify.adapters import DECAY_CLASSES, MODES, Adapter, AdapterError
 
 CLASSES = adapters.ADAPTERS.classes()
 IDS = [cls.name for cls in CLASSES]
-# The calls python -m gdn_verify.dump makes, each with the base class's parameters.
-CONTRACT = ["prepare", "build_module", "from_megatron", "to_megatron", "load_megatron_params", "run"]
+# The calls gdn_verify.adapters.runner makes, each with the base class's parameters.
+CONTRACT = ["prepare", "build_module", "from_megatron", "to_megatron", "load_megatron_params", "run", "run_here",
+            "plan", "check_world", "run_world"]
+# What an adapter that runs on several processes (`world_run`) must provide itself.
+WORLD_CONTRACT = ["plan", "check_world", "run_world"]
 # The adapters' libraries (top-level packages and the modules the classes name).
 LIBRARIES = ["transformers", "fla", "megatron", "megatron.core"]
 
@@ -53,6 +56,15 @@ def test_every_class_declares_its_name_package_cores_decay_classes_and_modes(cls
     assert set(cls.decay_classes.values()) <= set(DECAY_CLASSES), cls.decay_classes
     assert cls.modes[0] == "cp1" and set(cls.modes) <= set(MODES), cls.modes
     assert cls.core(None) == next(iter(cls.cores))
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=IDS)
+def test_a_class_runs_on_several_processes_exactly_when_it_declares_so(cls):
+    """`world_run` says what the run on gloo ranks is; the class then plans, checks and runs it, else the
+    base's one-process plan stands (python -m gdn_verify.dump --world names only the adapters that have one)."""
+    own = [m for m in WORLD_CONTRACT if inspect.getattr_static(cls, m) is not inspect.getattr_static(Adapter, m)]
+    assert own == (WORLD_CONTRACT if cls.world_run else []), f"{cls.name}: world_run {cls.world_run!r}, overrides {own}"
+    assert set(cls.modes) - {"cp1"} == set() or cls.world_run, f"{cls.name}: CP modes {cls.modes} without a world run"
 
 
 def test_the_registry_refuses_an_unknown_name_and_a_second_class_of_one_name():

@@ -10,8 +10,9 @@ import torch
 import torch.distributed as dist
 
 from gdn_verify import images
+from gdn_verify.adapters import Adapter, ImageRun, WorldPlan, runner
 from gdn_verify.cases import make_case
-from gdn_verify.world import EXIT_ERROR, RankFailed, World, dump_image
+from gdn_verify.world import EXIT_ERROR, RankFailed, World
 
 
 def rank_sum(rank, value):
@@ -96,15 +97,47 @@ def test_a_rank_past_the_timeout_is_named_and_stopped():
     assert not w.running
 
 
-def test_dump_image_writes_every_rank_once_and_nothing_when_a_rank_fails(gdnv, tmp_path):
+class RankFunctionAdapter(Adapter):
+    """An adapter whose run on gloo ranks is one rank function (`fn`, `args`): the runner's writing alone."""
+
+    name, package, import_name = "rank-function", "none", "gdn_verify"
+    cores = {"only": "the rank function"}
+    decay_classes = {"only": "product-of-decays"}
+
+    def __init__(self, fn=token_local_dump, *args) -> None:
+        self.fn, self.args = fn, args
+
+    def build_module(self, geometry, dtype, device="cpu", core=None):
+        raise NotImplementedError
+
+    def from_megatron(self, params, geometry):
+        raise NotImplementedError
+
+    def to_megatron(self, state, geometry, gradients=False):
+        raise NotImplementedError
+
+    def load_megatron_params(self, module, params):
+        raise NotImplementedError
+
+    def run(self, module, case, stages=True, core=None):
+        raise NotImplementedError
+
+    def run_world(self, world, case, plan):
+        return ImageRun(world.run(self.fn, *self.args), "gloo", {"adapter": self.name}, self.name)
+
+
+def test_a_world_run_writes_every_rank_once_and_nothing_when_a_rank_fails(gdnv, tmp_path):
     case = make_case("thd-gva", 0, "fp32")
+    plan = WorldPlan("chunkwise", 2, 1, "only", False)
     with World(2, timeout=60) as w:
-        dump_image(w, tmp_path / "ok", case, "world-test", "test:cpu", token_local_dump, case)
+        runner.dump_in(w, RankFunctionAdapter(token_local_dump, case), case, plan, tmp_path / "ok", "world-test")
         with pytest.raises(RankFailed):
-            dump_image(w, tmp_path / "bad", case, "world-test", "test:cpu", fail_on, 1, ValueError("no"))
+            runner.dump_in(w, RankFunctionAdapter(fail_on, 1, ValueError("no")), case, plan, tmp_path / "bad",
+                           "world-test")
     assert not (tmp_path / "bad").exists()
     image = images.read_image(tmp_path / "ok")
     assert len(image.ranks["chunkwise"]) == 2 and image.meta["modes"]["chunkwise"]["transport"] == "gloo"
+    assert (image.meta["adapter"], image.meta["backend"]) == ("rank-function", "rank-function:cpu")
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size).to(torch.float32)
     assert case.cu_seqlens is not None
     for r, (tensors, _) in enumerate(image.ranks["chunkwise"]):

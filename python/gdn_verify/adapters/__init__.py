@@ -1,14 +1,25 @@
 """Adapters between a library's GatedDeltaNet and Megatron's parameter names (docs/DESIGN.md §1.3).
 
-Each adapter is a class implementing `base.Adapter` (the contract `python -m gdn_verify.dump` calls),
-registered in ADAPTERS under its --adapter name. Its module imports without its library, so the
-registry, the dump's option checks and the conformance test (python/tests/test_adapters.py) need none;
+Each adapter is a class implementing `base.Adapter` (the contract `runner`, and through it
+`python -m gdn_verify.dump`, calls), registered in ADAPTERS under its --adapter name. Its module
+imports without its library, so the registry, the dump's option checks and the conformance test
+(python/tests/test_adapters.py) need none;
 `ADAPTERS.load(name)` refuses with the pip package to install when the library is missing.
 """
 
 from __future__ import annotations
 
-from gdn_verify.adapters.base import DECAY_CLASSES, MODES, Adapter, AdapterError, DecayClass, Run
+from gdn_verify.adapters.base import (
+                                     DECAY_CLASSES,
+                                     MODES,
+                                     Adapter,
+                                     AdapterError,
+                                     DecayClass,
+                                     ImageRun,
+                                     Request,
+                                     Run,
+                                     WorldPlan,
+)
 from gdn_verify.adapters.fla import FlaAdapter
 from gdn_verify.adapters.hf_qwen3_next import HfQwen3NextAdapter
 from gdn_verify.adapters.megatron import MegatronAdapter
@@ -16,4 +27,5 @@ from gdn_verify.adapters.registry import Registry
 
 ADAPTERS = Registry([HfQwen3NextAdapter, FlaAdapter, MegatronAdapter])
 
-__all__ = ["ADAPTERS", "DECAY_CLASSES", "MODES", "Adapter", "AdapterError", "DecayClass", "Registry", "Run"]
+__all__ = ["ADAPTERS", "DECAY_CLASSES", "MODES", "Adapter", "AdapterError", "DecayClass", "ImageRun", "Registry",
+           "Request", "Run", "WorldPlan"]

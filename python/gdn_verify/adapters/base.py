@@ -1,10 +1,13 @@
 """The contract every adapter class follows (docs/DESIGN.md §14), after FLA's `BaseBackend`: class-level
 facts that need no library (its name, the pip package, the core-op forms, their decay classes, the CP
-modes) and the five calls `python -m gdn_verify.dump` makes, which import the library when they run."""
+modes, whether it runs on several processes) and the calls that turn a case into an image, which import
+the library when they run: in this process (`prepare`, `build_module`, `load_megatron_params`, `run`,
+together `run_here`), or on the ranks of a `gdn_verify.world.World` (`plan`, `check_world`, `run_world`)."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,9 +16,11 @@ from typing import ClassVar, Literal, get_args
 import torch
 from torch import nn
 
+import gdn_verify
 from gdn_verify.cases import Case
-from gdn_verify.images import Stage
+from gdn_verify.images import RankDump, Stage
 from gdn_verify.names import Geometry
+from gdn_verify.world import World
 
 # How a library forms its decays (docs/DESIGN.md §4): "cumsum-decay" (e^{gamma_i - gamma_j} of fp32
 # chunk-local cumsums, as FLA's chunked kernels) or "product-of-decays" (one decay per token multiplied).
@@ -42,13 +47,48 @@ class Run:
     notes: dict[str, str] = field(default_factory=dict)  # extra meta.json facts (e.g. how THD was run)
 
 
+@dataclass(frozen=True)
+class Request:
+    """One dump as asked for (`python -m gdn_verify.dump`'s options; None: not given)."""
+
+    core: str | None = None
+    mode: str | None = None
+    world: int | None = None  # gloo processes
+    tp: int | None = None
+    device: str = "cpu"
+    stages: bool = True
+
+
+@dataclass(frozen=True)
+class WorldPlan:
+    """A run on gloo processes (docs/DESIGN.md §14): `mode` on `size` ranks at TP `tp`, core form `core`."""
+
+    mode: str
+    size: int
+    tp: int
+    core: str
+    stages: bool
+
+
+@dataclass
+class ImageRun:
+    """One dump ready for `images.write_image`: every rank's RankDump of one mode, how the ranks talked,
+    meta.json's adapter keys, and what the dump's summary line says of the run."""
+
+    dumps: list[RankDump]
+    transport: str  # "inproc" (one process) or "gloo"
+    meta: dict
+    label: str  # e.g. "fla (fla-triton path)"
+
+
 class Adapter(ABC):
     """A library's GatedDeltaNet under Megatron's parameter names (docs/DESIGN.md §1.3).
 
     Class attributes (readable without the library): `name` (the --adapter name), `package` (the pip
     distribution), `import_name` (the module that must be importable; its __version__ goes to
     meta.json), `cores` (core-op form -> what runs, the first the default), `decay_classes` (core-op
-    form -> its decay class) and `modes` (the CP modes it runs, cp1 first)."""
+    form -> its decay class), `modes` (the CP modes it runs, cp1 first), `world_run` (what its run on
+    several processes is, "" for none), `tensor_parallel` and `rank_env` (its ranks' environment)."""
 
     name: ClassVar[str]
     package: ClassVar[str]
@@ -56,6 +96,9 @@ class Adapter(ABC):
     cores: ClassVar[Mapping[str, str]]
     decay_classes: ClassVar[Mapping[str, DecayClass]]
     modes: ClassVar[tuple[str, ...]] = ("cp1",)
+    world_run: ClassVar[str] = ""
+    tensor_parallel: ClassVar[bool] = False
+    rank_env: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def is_available(cls) -> bool:
@@ -109,3 +152,43 @@ class Adapter(ABC):
         """Forward on case.hidden_states and backward with case.grad_output, in the module's dtype on its
         device, with the core-op form `core` (None: the default); the result in natural order under
         Megatron's names."""
+
+    @classmethod
+    def backend(cls, device: str) -> str:
+        """The image's backend (part of its identity): the adapter on the device's type."""
+        return f"{cls.name}:{torch.device(device).type}"
+
+    @classmethod
+    def versions(cls) -> dict[str, str]:
+        """What computed the image, for meta.json: gdn_verify, torch and the library as imported here."""
+        module = sys.modules.get(cls.import_name)
+        return {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__,
+                cls.import_name: str(getattr(module, "__version__", "unknown"))}
+
+    def run_here(self, case: Case, request: Request) -> ImageRun:
+        """The cp1 image of `case` computed in this process: prepare, build, load, run."""
+        core = self.core(request.core)
+        self.prepare(request.device, core)
+        module = self.build_module(case.geometry, case.torch_dtype, request.device, core)
+        self.load_megatron_params(module, case.params)
+        result = self.run(module, case, request.stages, core)
+        dumped = RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
+                          {n: g.cpu() for n, g in result.grads.items()}, result.stages)
+        meta = {"adapter": self.name, "path": result.path, "device": request.device, "notes": result.notes,
+                "versions": self.versions(), "decay_class": result.decay_class}
+        return ImageRun([dumped], "inproc", meta, f"{self.name} ({result.path} path)")
+
+    @classmethod
+    def plan(cls, request: Request) -> WorldPlan | None:
+        """The run on gloo processes `request` asks for, None for one in this process (the default: an
+        adapter with `world_run` overrides it); AdapterError naming the fix."""
+        if request.mode not in (None, "cp1"):
+            raise AdapterError(f"--mode {request.mode} needs --world N (the CP ranks); without it the dump is cp1")
+        return None
+
+    def check_world(self, case: Case, plan: WorldPlan) -> None:
+        """AdapterError naming the fix when `case` cannot run as `plan`, before any rank starts."""
+
+    def run_world(self, world: World, case: Case, plan: WorldPlan) -> ImageRun:
+        """The image of `case` computed on the ranks of `world` (`plan.size` of them, under `rank_env`)."""
+        raise AdapterError(f"adapter {self.name} has no run on several processes: drop --world")

@@ -1,6 +1,6 @@
 """flash-linear-attention's context parallelism (KCP, `fla.ops.cp`) across local gloo ranks (docs/fla.md).
 
-    python -m gdn_verify.dump --adapter fla --mode chunkwise --world 4 --case thd-gva --out DIR
+    python -m gdn_verify.dump --adapter fla --world 4 --case thd-gva --out DIR
 
 Each rank of a `world.World` runs FLA's GatedDeltaNet layer on its contiguous span of the packed
 tokens (docs/DESIGN.md §2, THD contiguous: `[r T/W, (r+1) T/W)`, FLA's `build_cp_context` cut) under
@@ -8,15 +8,15 @@ Triton's interpreter (`triton_cpu.enable_fla_cp`), with FLA's CP context handed 
 `causal_conv1d` (the conv halo) and `chunk_gated_delta_rule` (the state carried across ranks), forward
 and backward. The parent then puts the spans back in natural order and cuts each rank's zigzag shard of
 `out` and `grad_hidden` (docs/DESIGN.md §8; the route of a chunkwise mode, as a permutation), sums the
-parameter gradients over the ranks in rank order in fp32, and writes the image once.
+parameter gradients over the ranks in rank order in fp32; the image is written once, by the caller.
 
 The layer runs `GatedDeltaNet.forward`'s steps on FLA's own modules (that forward takes no CP context):
 `attn_norm`, the six projections, the three `ShortConvolution`s, FLA's Triton gate `fused_gdn_gate`
 (`g = -exp(A_log) softplus(alpha + dt_bias)`), `beta = sigmoid(b)`, `chunk_gated_delta_rule` with the
 in-kernel L2 norm, `FusedRMSNormGated` and `o_proj`. g and beta are computed outside the chunk kernel,
 as Megatron-Core calls it, rather than inside (`use_gate_in_kernel`), so that every named stage of
-docs/DESIGN.md §1.3 is observable; `--world 1` writes the same forward's cp1, the reference `probe
-cross-mode` compares the CP run with. Stages: each rank records its span's rows, and
+docs/DESIGN.md §1.3 is observable (`kcp_layer`); `--world 1` writes the same forward's cp1, the
+reference `probe cross-mode` compares the CP run with. Stages: each rank records its span's rows, and
 `stage::boundary_state` row r is the state FLA's KCP hands rank r's first sequence (the return of
 `chunk_gated_delta_rule_fwd_h_pre_process`), `stage_grad::boundary_state` row r+1 the gradient rank r's
 backward fold computes for the next rank's (`chunk_gated_delta_rule_bwd_dhu_pre_process`), so `probe
@@ -32,15 +32,17 @@ from pathlib import Path
 
 import torch
 
-from gdn_verify import images, names
+from gdn_verify import images
+from gdn_verify.adapters.base import AdapterError, ImageRun, Request, WorldPlan
+from gdn_verify.adapters.fla.kcp_layer import boundary_taps, layer_forward
 from gdn_verify.cases import Case
 from gdn_verify.layouts import contiguous_rows, zigzag_rows
-from gdn_verify.stages import StageRecorder, l2_normalised
-from gdn_verify.world import Rank
+from gdn_verify.stages import StageRecorder
+from gdn_verify.world import Rank, World
 
 ENV = {"TRITON_INTERPRET": "1"}  # set before the rank imports triton (triton_cpu.enable checks it)
 PATH = "fla-triton-interpreter"
-DECAY_CLASS = "cumsum-decay"  # FLA's chunk kernel: decays from chunk-local fp32 cumsums (docs/DESIGN.md §4)
+CORE = "triton"  # the one core form KCP runs: FLA's Triton kernels
 
 
 @dataclass
@@ -128,97 +130,6 @@ def versions() -> dict[str, str]:
             "fla": str(getattr(fla, "__version__", "unknown")), "fla_path": str(Path(fla.__file__).parent)}
 
 
-def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, recorder: StageRecorder | None,
-                  rows: list[int]) -> torch.Tensor:
-    """`out` [L, hidden] of FLA's layer on the rank's span (module docstring), recording the stages."""
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from fla.ops.gated_delta_rule.gate import fused_gdn_gate
-
-    layer = model.attn
-    from gdn_verify.adapters.fla import CONV, PROJ, geometry_of
-
-    geo = geometry_of(model)
-    L = hidden.shape[0]
-    local_cu = context.cu_seqlens if context is not None else cu
-
-    def record(stage: str, t: torch.Tensor, value: torch.Tensor | None = None) -> None:
-        if recorder is not None:
-            recorder.record(stage, t, rows, range(t[0].numel()), value)
-
-    x = model.attn_norm(hidden)
-    record("x_norm", x)
-
-    in_proj = torch.cat([getattr(layer, PROJ[s])(x) for s in names.IN_PROJ_SECTIONS], dim=-1)
-    record("in_proj", in_proj)
-    sections = dict(zip(names.IN_PROJ_SECTIONS, torch.split(in_proj, list(geo.section_widths().values()), dim=-1)))
-    conv = torch.cat([getattr(layer, CONV[s])(x=sections[s].unsqueeze(0), cu_seqlens=local_cu, cp_context=context)[0][0]
-                      for s in names.CONV_SECTIONS], dim=-1)
-    record("conv", conv)
-    q, k, v = torch.split(conv, [geo.qk_dim, geo.qk_dim, geo.v_dim], dim=-1)
-    q, k, v = q.reshape(L, geo.Hk, geo.dk), k.reshape(L, geo.Hk, geo.dk), v.reshape(L, geo.Hv, geo.dv)
-    record("q", q, l2_normalised(q))
-    record("k", k, l2_normalised(k))
-    record("v", v)
-    g = fused_gdn_gate(sections["alpha"], layer.A_log, layer.dt_bias)
-    beta = sections["beta"].float().sigmoid()
-    record("g", g)
-    record("beta", beta)
-    core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None],
-                                     use_qk_l2norm_in_kernel=True, cu_seqlens=local_cu, cp_context=context)
-    core = core[0]
-    record("core", core)
-    gated = layer.o_norm(core, sections["z"].reshape(L, geo.Hv, geo.dv))
-    record("gated_norm", gated)
-    return layer.o_proj(gated.reshape(L, geo.v_dim))
-
-
-class boundary_taps:
-    """While active, records the state FLA's KCP carries into this rank's span (stage::boundary_state row
-    r) and the gradient its backward fold sends to the next rank's (stage_grad::boundary_state row r+1)
-    by wrapping the two `fla.ops.cp` steps the chunk op calls; the values are returned unchanged."""
-
-    def __init__(self, recorder: StageRecorder | None, rank: Rank, case: Case) -> None:
-        self.recorder, self.rank, self.case = recorder, rank, case
-        self.undo: list = []
-
-    def __enter__(self) -> boundary_taps:
-        recorder = self.recorder
-        if recorder is None or self.rank.world == 1:
-            return self
-        from fla.ops.gated_delta_rule import chunk
-
-        g = self.case.geometry
-        cols = range(g.Hv * g.dk * g.dv)
-        r = self.rank.rank
-
-        def tap(name: str, row: int, state: torch.Tensor | None) -> None:
-            value = torch.zeros(g.Hv, g.dk, g.dv) if state is None else state.detach()
-            recorder._add(name, value, (row,), list(cols))
-
-        def wrap(attr: str, pick):
-            original = getattr(chunk, attr)
-
-            @functools.wraps(original)
-            def wrapped(*args, **kwargs):
-                result = original(*args, **kwargs)
-                pick(result)
-                return result
-
-            setattr(chunk, attr, wrapped)
-            self.undo.append(lambda: setattr(chunk, attr, original))
-
-        wrap("chunk_gated_delta_rule_fwd_h_pre_process",
-             lambda h0: tap("stage::boundary_state", r, None if h0 is None else h0[0]))
-        if r + 1 < self.rank.world:
-            wrap("chunk_gated_delta_rule_bwd_dhu_pre_process",
-                 lambda res: tap("stage_grad::boundary_state", r + 1, None if res[0] is None else res[0][-1]))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for undo in reversed(self.undo):
-            undo()
-
-
 def tokens(case: Case) -> int:
     return case.hidden_states.shape[0] * case.hidden_states.shape[1]
 
@@ -250,19 +161,29 @@ def rank_dumps(case: Case, runs: list[SpanRun]) -> list[images.RankDump]:
     return dumps
 
 
-def dump(world, directory, case: Case, cp: int, stages: bool = True, image: str = "fla",
-         extra_meta: dict | None = None) -> list[images.RankDump]:
-    """Runs the case at CP size `cp` on the first `cp` ranks of `world` (a world.World under ENV) and
-    writes the cp1 (cp == 1) or chunkwise image into `directory`, once; returns the dumps."""
-    check_world(case, cp)
-    runs = [r for r in world.run(rank_run, case, stages, cp) if r is not None]
-    dumps = rank_dumps(case, runs)
+def plan(request: Request) -> WorldPlan:
+    """--world N: chunkwise at N > 1, cp1 at N = 1, on the CPU; AdapterError naming the fix otherwise."""
+    if request.world is None or request.world < 1:
+        raise AdapterError(f"--world {request.world}: give the number of CP ranks, at least 1")
+    want = "cp1" if request.world == 1 else "chunkwise"
+    if (request.mode or want) != want:
+        raise AdapterError(f"--mode {request.mode} with --world {request.world}: FLA's KCP is the chunkwise mode at "
+                           "--world > 1, cp1 at --world 1")
+    if request.core is not None or request.device != "cpu":
+        raise AdapterError("--world runs FLA's Triton kernels on the CPU under the interpreter: drop --core and "
+                           "--device")
+    return WorldPlan(want, request.world, 1, CORE, request.stages)
+
+
+def run(world: World, case: Case, plan: WorldPlan, decay_class: str) -> ImageRun:
+    """The case at CP size `plan.size` on the first that many ranks of `world` (a World under ENV): the
+    cp1 (size 1) or chunkwise image, for the caller to write."""
+    check_world(case, plan.size)
+    runs = [r for r in world.run(rank_run, case, plan.stages, plan.size) if r is not None]
     meta = {"adapter": "fla", "path": PATH, "device": "cpu", "shims": runs[0].shims, "versions": runs[0].versions,
-            "decay_class": DECAY_CLASS,
-            "notes": {"fla_path": NOTE}, **(extra_meta or {})}
-    images.write_image(directory, case, image, "fla:cpu", dumps, transport="gloo" if cp > 1 else "inproc",
-                       extra_meta=meta)
-    return dumps
+            "decay_class": decay_class, "notes": {"fla_path": NOTE}}
+    processes = f"{plan.size} gloo process{'es' if plan.size > 1 else ''}"
+    return ImageRun(rank_dumps(case, runs), "gloo" if plan.size > 1 else "inproc", meta, f"fla ({PATH}, {processes})")
 
 
 NOTE = ("FLA's GatedDeltaNet modules step by step with fla.ops.cp's context (contiguous spans): Triton "

@@ -1,0 +1,104 @@
+"""FLA's layer on one rank's span under KCP, step by step, with its stages and the boundary-state taps
+(`kcp`'s docstring says why the steps are taken one by one)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from gdn_verify import names
+from gdn_verify.adapters.fla.mapping import CONV, PROJ, geometry_of
+from gdn_verify.cases import Case
+from gdn_verify.stages import StageRecorder, l2_normalised
+from gdn_verify.world import Rank
+
+
+def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, recorder: StageRecorder | None,
+                  rows: list[int]) -> torch.Tensor:
+    """`out` [L, hidden] of FLA's layer on the rank's span (module docstring), recording the stages."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule.gate import fused_gdn_gate
+
+    layer = model.attn
+    geo = geometry_of(model)
+    L = hidden.shape[0]
+    local_cu = context.cu_seqlens if context is not None else cu
+
+    def record(stage: str, t: torch.Tensor, value: torch.Tensor | None = None) -> None:
+        if recorder is not None:
+            recorder.record(stage, t, rows, range(t[0].numel()), value)
+
+    x = model.attn_norm(hidden)
+    record("x_norm", x)
+
+    in_proj = torch.cat([getattr(layer, PROJ[s])(x) for s in names.IN_PROJ_SECTIONS], dim=-1)
+    record("in_proj", in_proj)
+    sections = dict(zip(names.IN_PROJ_SECTIONS, torch.split(in_proj, list(geo.section_widths().values()), dim=-1)))
+    conv = torch.cat([getattr(layer, CONV[s])(x=sections[s].unsqueeze(0), cu_seqlens=local_cu, cp_context=context)[0][0]
+                      for s in names.CONV_SECTIONS], dim=-1)
+    record("conv", conv)
+    q, k, v = torch.split(conv, [geo.qk_dim, geo.qk_dim, geo.v_dim], dim=-1)
+    q, k, v = q.reshape(L, geo.Hk, geo.dk), k.reshape(L, geo.Hk, geo.dk), v.reshape(L, geo.Hv, geo.dv)
+    record("q", q, l2_normalised(q))
+    record("k", k, l2_normalised(k))
+    record("v", v)
+    g = fused_gdn_gate(sections["alpha"], layer.A_log, layer.dt_bias)
+    beta = sections["beta"].float().sigmoid()
+    record("g", g)
+    record("beta", beta)
+    core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None],
+                                     use_qk_l2norm_in_kernel=True, cu_seqlens=local_cu, cp_context=context)
+    core = core[0]
+    record("core", core)
+    gated = layer.o_norm(core, sections["z"].reshape(L, geo.Hv, geo.dv))
+    record("gated_norm", gated)
+    return layer.o_proj(gated.reshape(L, geo.v_dim))
+
+
+class boundary_taps:
+    """While active, records the state FLA's KCP carries into this rank's span (stage::boundary_state row
+    r) and the gradient its backward fold sends to the next rank's (stage_grad::boundary_state row r+1)
+    by wrapping the two `fla.ops.cp` steps the chunk op calls; the values are returned unchanged."""
+
+    def __init__(self, recorder: StageRecorder | None, rank: Rank, case: Case) -> None:
+        self.recorder, self.rank, self.case = recorder, rank, case
+        self.undo: list = []
+
+    def __enter__(self) -> boundary_taps:
+        recorder = self.recorder
+        if recorder is None or self.rank.world == 1:
+            return self
+        from fla.ops.gated_delta_rule import chunk
+
+        g = self.case.geometry
+        cols = range(g.Hv * g.dk * g.dv)
+        r = self.rank.rank
+
+        def tap(name: str, row: int, state: torch.Tensor | None) -> None:
+            value = torch.zeros(g.Hv, g.dk, g.dv) if state is None else state.detach()
+            recorder._add(name, value, (row,), list(cols))
+
+        def wrap(attr: str, pick):
+            original = getattr(chunk, attr)
+
+            @functools.wraps(original)
+            def wrapped(*args, **kwargs):
+                result = original(*args, **kwargs)
+                pick(result)
+                return result
+
+            setattr(chunk, attr, wrapped)
+            self.undo.append(lambda: setattr(chunk, attr, original))
+
+        wrap("chunk_gated_delta_rule_fwd_h_pre_process",
+             lambda h0: tap("stage::boundary_state", r, None if h0 is None else h0[0]))
+        if r + 1 < self.rank.world:
+            wrap("chunk_gated_delta_rule_bwd_dhu_pre_process",
+                 lambda res: tap("stage_grad::boundary_state", r + 1, None if res[0] is None else res[0][-1]))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for undo in reversed(self.undo):
+            undo()
+
