@@ -13,6 +13,7 @@ import torch
 
 from gdn_verify import names
 from gdn_verify.adapters import megatron
+from gdn_verify.adapters.megatron.params import MegatronAdapterError
 from gdn_verify.names import Geometry
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
@@ -101,17 +102,17 @@ def test_transformer_engine_extra_state_is_left_out() -> None:
 
 def test_unknown_parameter_name_is_refused_with_the_name() -> None:
     state = dict(full_params(GEOMETRY), **{"in_proj.bias": torch.zeros(3)})
-    with pytest.raises(megatron.MegatronAdapterError, match=r"unknown \['in_proj.bias'\]"):
+    with pytest.raises(MegatronAdapterError, match=r"unknown \['in_proj.bias'\]"):
         megatron.MegatronAdapter().to_megatron(state, GEOMETRY)
 
 
 def test_replicated_norm_weight_differing_between_ranks_is_refused() -> None:
     shards = megatron.shard_tp(full_params(GEOMETRY), GEOMETRY, 2)
     shards[1][names.OUT_NORM] = shards[1][names.OUT_NORM] + 1
-    with pytest.raises(megatron.MegatronAdapterError, match="'out_norm.weight' differs between TP ranks"):
+    with pytest.raises(MegatronAdapterError, match="'out_norm.weight' differs between TP ranks"):
         megatron.gather_tp(shards, GEOMETRY)
 
 
 def test_tp_size_not_dividing_the_heads_is_refused() -> None:
-    with pytest.raises(megatron.MegatronAdapterError, match="TP size 3 does not divide Hk = 4"):
+    with pytest.raises(MegatronAdapterError, match="TP size 3 does not divide Hk = 4"):
         megatron.shard_tp(full_params(GEOMETRY), GEOMETRY, 3)

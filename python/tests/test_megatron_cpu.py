@@ -1,5 +1,5 @@
-"""The CPU shims Megatron-Core's GatedDeltaNet needs (gdn_verify/megatron_cpu.py): each fixes a failure
-shown here without it, and the installed megatron-core is the pinned one (never a silent downgrade).
+"""The CPU shims Megatron-Core's GatedDeltaNet needs (gdn_verify/adapters/megatron/cpu_shims.py): each fixes a
+failure shown here without it, and the installed megatron-core is the pinned one (never a silent downgrade).
 
 One fresh interpreter (the shims are process-wide) tries each call without its shim, then installs the
 shim and tries again; each test reads its shim's two outcomes."""
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROBE = r"""
 import json, torch
-from gdn_verify import megatron_cpu
+from gdn_verify.adapters.megatron import cpu_shims
 out = {}
 
 def attempt(name, call):
@@ -32,7 +32,7 @@ def attempt(name, call):
 
 allocate = lambda: str(torch.empty(3, device=torch.cuda.current_device()).device)
 attempt("current_device_is_cpu", allocate)
-megatron_cpu.current_device_is_cpu()
+cpu_shims.current_device_is_cpu()
 attempt("current_device_is_cpu", allocate)
 
 from torch._dynamo.utils import counters
@@ -43,7 +43,7 @@ def captured():
     assert torch.equal(torch.compile(lambda t: formula(t), backend="eager")(x), formula(x))
     return sum(counters["stats"].values()) - before
 attempt("eager_jit_fuser", captured)
-megatron_cpu.eager_jit_fuser()
+cpu_shims.eager_jit_fuser()
 attempt("eager_jit_fuser", captured)
 
 print(json.dumps(out))

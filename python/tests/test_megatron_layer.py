@@ -1,4 +1,4 @@
-"""Megatron-Core's real GatedDeltaNet on a CPU over gloo ranks (gdn_verify/adapters/megatron.py): its
+"""Megatron-Core's real GatedDeltaNet on a CPU over gloo ranks (gdn_verify/adapters/megatron/): its
 images judged by `gdn-verify probe oracle` and `probe cross-mode`, at CP 1, 2, 4, TP 2 and TP 2 x CP 2, THD
 and SBHD, fp32 and bf16; Megatron's own zigzag and all-to-all layouts over a real CP group; its state
 dicts across CP; the combinations it refuses. One world of processes per size, reused by every test.
@@ -13,6 +13,7 @@ import torch
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
+from gdn_verify.adapters.megatron.rows import packed_seq_params  # noqa: E402
 from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
 from gdn_verify.world import World  # noqa: E402
 
@@ -159,7 +160,7 @@ def megatron_refusal(rank, case, core):
     n = case.hidden_states.shape[0] // rank.world
     try:
         module(torch.zeros(n, 1, case.geometry.hidden_size), attention_mask=None,
-               packed_seq_params=megatron._packed(case))
+               packed_seq_params=packed_seq_params(case))
     except (AssertionError, ValueError) as e:
         return f"{type(e).__name__}: {e}"
     return None

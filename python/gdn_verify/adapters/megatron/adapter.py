@@ -1,0 +1,80 @@
+"""The MegatronAdapter class: the Adapter contract (gdn_verify.adapters.base) over this package's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from gdn_verify.adapters.base import Adapter, AdapterError, Run
+from gdn_verify.adapters.megatron import layer
+from gdn_verify.adapters.megatron.capability import NO_LINEAR_CP_MODE, has_linear_cp_mode
+from gdn_verify.adapters.megatron.groups import MODES, cp_size_and_rank, initialize, tp_size_and_rank
+from gdn_verify.adapters.megatron.params import check_tp, gather_tp, shard_tp
+from gdn_verify.adapters.megatron.ranks import rank_run
+from gdn_verify.cases import Case
+from gdn_verify.names import Geometry
+
+NAME = "megatron"
+
+
+class MegatronAdapter(Adapter):
+    """Megatron-Core's GatedDeltaNet (non-TE spec) on the CPU's gloo ranks (the package docstring's mapping)."""
+
+    name = NAME
+    package = "megatron-core"
+    import_name = "megatron.core"
+    cores = layer.CORES
+    decay_classes = {core: layer.DECAY_CLASS for core in layer.CORES}
+    modes = MODES
+
+    def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu", core: str | None = None, *,
+                     cp_mode: str | None = None) -> torch.nn.Module:
+        """Megatron-Core's GatedDeltaNet with the geometry over Megatron's TP and CP groups (`initialize`;
+        a one-process world when none is set up), its core form fixed by deterministic_mode. `cp_mode` sets
+        linear_cp_mode where Megatron has it."""
+        if torch.device(device).type != "cpu":
+            raise AdapterError(f"megatron: --device {device}: this adapter runs Megatron's layer on the CPU "
+                               "(gloo groups); use --device cpu")
+        from megatron.core import parallel_state
+
+        if not parallel_state.model_parallel_is_initialized():
+            initialize()
+        if cp_mode is not None and not has_linear_cp_mode():
+            raise AdapterError(f"megatron: linear_cp_mode '{cp_mode}' {NO_LINEAR_CP_MODE}")
+        check_tp(geometry, parallel_state.get_tensor_model_parallel_world_size())
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+
+        pg = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
+        deterministic = self.core(core) == layer.DETERMINISTIC
+        return GatedDeltaNet(layer.config(geometry, dtype, deterministic, cp_mode), layer.submodules(),
+                             conv_bias=geometry.conv_bias, pg_collection=pg)
+
+    def to_megatron(self, state: Mapping[str, torch.Tensor], geometry: Geometry,
+                    gradients: bool = False) -> dict[str, torch.Tensor]:
+        """A TP = 1 Megatron state dict (or its gradients) under the image's names: the same names, checked."""
+        return gather_tp([state], geometry)
+
+    def from_megatron(self, params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
+        """The image's parameters as a TP = 1 Megatron state dict."""
+        return shard_tp(params, geometry, 1)[0]
+
+    def load_megatron_params(self, module: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+        """The image's parameters into this TP rank's module: its shard (`shard_tp`), every name loaded."""
+        tp, rank = tp_size_and_rank()
+        dtype = next(module.parameters()).dtype
+        shard = shard_tp(params, layer.module_geometry(module), tp)[rank]
+        module.load_state_dict({n: t.to(dtype) for n, t in shard.items()}, strict=True)
+
+    def run(self, module: torch.nn.Module, case: Case, stages: bool = True, core: str | None = None) -> Run:
+        """The cp1 run in one process: the case in natural order, in the core form the module was built for."""
+        if cp_size_and_rank()[0] != 1 or tp_size_and_rank()[0] != 1:
+            raise ValueError("megatron.run is the one-process cp1 run; across ranks use rank_run")
+        built = layer.path(module)
+        if core is not None and built != f"megatron-{self.core(core)}":
+            raise AdapterError(f"megatron: --core {core}, but the module was built as {built}: build it with "
+                               f"core={core!r}")
+        d = rank_run(module, case, "cp1", stages)
+        return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=built,
+                   decay_class=layer.DECAY_CLASS, notes={"megatron_path": layer.PATH_NOTE[built]})
