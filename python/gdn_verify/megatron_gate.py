@@ -130,7 +130,7 @@ class Gate:
             if path:
                 sys.path.insert(0, path)  # ranks start with the parent's path: they import this Megatron
             try:
-                self.worlds[(size, path)] = World(size, env=self.adapter.RANK_ENV).__enter__()
+                self.worlds[(size, path)] = World(size, env=self.adapter.MegatronAdapter.rank_env).__enter__()
             finally:
                 if path:
                     sys.path.remove(path)
@@ -141,11 +141,12 @@ class Gate:
             w.close()
 
     def dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
+        from gdn_verify.adapters import Request, runner
         from gdn_verify.cases import make_case
 
-        world = c.tp if mode == "cp1" else c.world
-        self.adapter.dump_world(self.world(world, path), directory, make_case(c.case, 0, c.dtype), "megatron",
-                                "megatron:cpu", mode, c.tp, c.core, megatron_path=path or self.megatron_path)
+        world, adapter = c.tp if mode == "cp1" else c.world, self.adapter.MegatronAdapter()
+        plan = adapter.plan(Request(core=c.core, mode=mode, world=world, tp=c.tp, source=path or self.megatron_path))
+        runner.dump_in(self.world(world, path), adapter, make_case(c.case, 0, c.dtype), plan, directory, "megatron")
 
     def judge(self, reader: str, directory: Path) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.gdnv), "probe", reader, "--dir", str(directory)], capture_output=True,

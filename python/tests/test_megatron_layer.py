@@ -12,7 +12,7 @@ import pytest
 import torch
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
-from gdn_verify.adapters import AdapterError, megatron  # noqa: E402
+from gdn_verify.adapters import AdapterError, Request, megatron, runner  # noqa: E402
 from gdn_verify.adapters.megatron.rows import packed_seq_params  # noqa: E402
 from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
 from gdn_verify.world import World  # noqa: E402
@@ -26,7 +26,7 @@ def worlds():
 
     def get(size: int) -> World:
         if size not in started:
-            started[size] = World(size, env=megatron.RANK_ENV).__enter__()
+            started[size] = World(size, env=megatron.MegatronAdapter.rank_env).__enter__()
         return started[size]
 
     yield get
@@ -51,7 +51,8 @@ def cp1(worlds, tmp_path_factory):
 
 def dump(worlds, directory, case_name, dtype, mode, world, tp=1, core="fla-triton"):
     case = make_case(case_name, 0, dtype)
-    megatron.dump_world(worlds(world), directory, case, "megatron", "megatron:cpu", mode, tp, core)
+    plan = MEGATRON.plan(Request(core=core, mode=mode, world=world, tp=tp))
+    runner.dump_in(worlds(world), MEGATRON, case, plan, directory, "megatron")
     return directory
 
 

@@ -57,6 +57,7 @@ class Request:
     tp: int | None = None
     device: str = "cpu"
     stages: bool = True
+    source: str | None = None  # a checkout the ranks import the library from (None: whatever imports)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class WorldPlan:
     tp: int
     core: str
     stages: bool
+    source: str | None = None
 
 
 @dataclass

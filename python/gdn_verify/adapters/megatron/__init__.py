@@ -19,15 +19,12 @@ parameter and are left out.
 
 from __future__ import annotations
 
-from gdn_verify.adapters.megatron.adapter import NAME, MegatronAdapter
+from gdn_verify.adapters.megatron.adapter import MegatronAdapter
 from gdn_verify.adapters.megatron.capability import has_linear_cp_mode, rank_has_linear_cp_mode
-from gdn_verify.adapters.megatron.groups import MODES, check_world, initialize
-from gdn_verify.adapters.megatron.layer import CORES, DECAY_CLASS
+from gdn_verify.adapters.megatron.groups import initialize
 from gdn_verify.adapters.megatron.params import gather_tp, shard_tp
 from gdn_verify.adapters.megatron.ranks import rank_run
 from gdn_verify.adapters.megatron.rows import cp_rows
-from gdn_verify.adapters.megatron.worlds import RANK_ENV, dump_world
 
-__all__ = ["CORES", "DECAY_CLASS", "MODES", "NAME", "RANK_ENV", "MegatronAdapter", "check_world", "cp_rows",
-           "dump_world", "gather_tp", "has_linear_cp_mode", "initialize", "rank_has_linear_cp_mode", "rank_run",
-           "shard_tp"]
+__all__ = ["MegatronAdapter", "cp_rows", "gather_tp", "has_linear_cp_mode", "initialize",
+           "rank_has_linear_cp_mode", "rank_run", "shard_tp"]

@@ -6,14 +6,15 @@ from collections.abc import Mapping
 
 import torch
 
-from gdn_verify.adapters.base import Adapter, AdapterError, Run
-from gdn_verify.adapters.megatron import layer
+from gdn_verify.adapters.base import Adapter, AdapterError, ImageRun, Request, Run, WorldPlan
+from gdn_verify.adapters.megatron import layer, worlds
 from gdn_verify.adapters.megatron.capability import NO_LINEAR_CP_MODE, has_linear_cp_mode
-from gdn_verify.adapters.megatron.groups import MODES, cp_size_and_rank, initialize, tp_size_and_rank
+from gdn_verify.adapters.megatron.groups import MODES, check_world, cp_size_and_rank, initialize, tp_size_and_rank
 from gdn_verify.adapters.megatron.params import check_tp, gather_tp, shard_tp
 from gdn_verify.adapters.megatron.ranks import rank_run
 from gdn_verify.cases import Case
 from gdn_verify.names import Geometry
+from gdn_verify.world import World
 
 NAME = "megatron"
 
@@ -27,6 +28,9 @@ class MegatronAdapter(Adapter):
     cores = layer.CORES
     decay_classes = {core: layer.DECAY_CLASS for core in layer.CORES}
     modes = MODES
+    world_run = "Megatron's TP x CP on gloo ranks, cp1 included"
+    tensor_parallel = True
+    rank_env = worlds.RANK_ENV
 
     def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu", core: str | None = None, *,
                      cp_mode: str | None = None) -> torch.nn.Module:
@@ -78,3 +82,21 @@ class MegatronAdapter(Adapter):
         d = rank_run(module, case, "cp1", stages)
         return Run(out=d.out, grad_hidden=d.grad_hidden, grads=d.grads, stages=d.stages, path=built,
                    decay_class=layer.DECAY_CLASS, notes={"megatron_path": layer.PATH_NOTE[built]})
+
+    @classmethod
+    def plan(cls, request: Request) -> WorldPlan:
+        """Always gloo ranks on the CPU: --mode (default cp1) on --world (default 1) ranks at TP --tp (default 1)."""
+        core, world, tp, mode = cls.core(request.core), request.world or 1, request.tp or 1, request.mode or "cp1"
+        check_world(mode, world, tp, core)
+        if request.device != "cpu":
+            raise AdapterError(f"--device {request.device}: --adapter megatron runs on the CPU's gloo ranks; drop "
+                               "--device")
+        return WorldPlan(mode, world, tp, core, request.stages, request.source)
+
+    def check_world(self, case: Case, plan: WorldPlan) -> None:
+        """Chunkwise needs linear_cp_mode: refused naming which Megatron has it."""
+        if plan.mode == "chunkwise" and not has_linear_cp_mode():
+            raise AdapterError(f"megatron: --mode chunkwise {NO_LINEAR_CP_MODE}")
+
+    def run_world(self, world: World, case: Case, plan: WorldPlan) -> ImageRun:
+        return worlds.run(world, self, case, plan)
