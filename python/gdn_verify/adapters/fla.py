@@ -47,7 +47,7 @@ from torch import nn
 from gdn_verify import names
 from gdn_verify.adapters.base import Adapter, AdapterError, DecayClass, Run
 from gdn_verify.cases import Case
-from gdn_verify.kernel import fla_torch_kernel
+from gdn_verify.fla_kernels import fla_torch_kernel
 from gdn_verify.names import Geometry
 from gdn_verify.stages import l2_normalised
 
