@@ -1,15 +1,12 @@
 """The probe cases of `gdn-verify probe dump`, rebuilt bit for bit (docs/DESIGN.md §4 "Inputs", §8).
 
-A port of the C++ generator: the counter-based PRNG (core/rng.*), Megatron's initialisation seeded by
-parameter name (`ref::init_params`), the gate regimes' A_log, and the rounding to the storage dtype.
-Only integer operations and IEEE +, -, *, /, sqrt are used, as in C++, so every value is a pure function
-of (seed, stream, index) on any machine; Python floats are IEEE doubles without fused multiply-adds,
-matching the C++ build's -ffp-contract=off.
+A port of the C++ generator: Megatron's initialisation seeded by parameter name (`ref::init_params`)
+from the counter-based PRNG (gdn_verify.rng), the gate regimes' A_log, and the rounding to the storage
+dtype. The command-line geometry options that give a CaseSpec are gdn_verify.case_options.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
 
@@ -17,81 +14,7 @@ import torch
 
 from gdn_verify import names
 from gdn_verify.names import Geometry
-
-_MASK = (1 << 64) - 1
-_TWO_POW_M53 = 2.0**-53
-
-
-def hash64(seed: int, stream: int, index: int) -> int:
-    """64-bit mix of the three counters (SplitMix64 finaliser over a Weyl combination), as core/rng.cpp."""
-    x = ((seed * 0x9E3779B97F4A7C15) & _MASK) ^ (((stream + 0x632BE59BD9B4E019) & _MASK) * 0xBF58476D1CE4E5B9 & _MASK)
-    x = (x + index * 0x94D049BB133111EB) & _MASK
-    for _ in range(2):
-        x ^= x >> 30
-        x = (x * 0xBF58476D1CE4E5B9) & _MASK
-        x ^= x >> 27
-        x = (x * 0x94D049BB133111EB) & _MASK
-        x ^= x >> 31
-    return x
-
-
-def stream_of(name: str) -> int:
-    """Stable stream id of a name (FNV-1a over its UTF-8 bytes), so each tensor is seeded by its name."""
-    h = 0xCBF29CE484222325
-    for c in name.encode():
-        h = ((h ^ c) * 0x100000001B3) & _MASK
-    return h
-
-
-def det_log(x: float) -> float:
-    """Natural logarithm from IEEE arithmetic only, operation for operation as core/rng.cpp `det_log`."""
-    m, e = math.frexp(x)
-    if m < 0.70710678118654752:
-        m *= 2.0
-        e -= 1
-    s = (m - 1.0) / (m + 1.0)
-    s2 = s * s
-    series = 0.0
-    for k in range(23, 0, -2):
-        series = series * s2 + 1.0 / k
-    ln2_hi, ln2_lo = 6.93147180369123816490e-01, 1.90821492927058770002e-10
-    return e * ln2_hi + (2.0 * s * series + e * ln2_lo)
-
-
-class Rng:
-    """Counter-based draws: element i of a stream is a pure function of (seed, stream, i) (core/rng.hpp)."""
-
-    def __init__(self, seed: int, stream: str | int) -> None:
-        self.seed = seed & _MASK
-        self.stream = stream_of(stream) if isinstance(stream, str) else stream
-
-    def uniform(self, i: int) -> float:
-        """[0, 1) from 53 random bits."""
-        return float(hash64(self.seed, self.stream, i) >> 11) * _TWO_POW_M53
-
-    def normal(self, i: int) -> float:
-        """N(0, 1) by Marsaglia's polar method, attempt a on the counter pair folded into one index."""
-        a = 0
-        while True:
-            base = (hash64(self.seed ^ 0x5BD1E995, self.stream, i) + a * 2) & _MASK
-            u = 2.0 * float(hash64(self.seed, self.stream, base) >> 11) * _TWO_POW_M53 - 1.0
-            v = 2.0 * float(hash64(self.seed, self.stream, (base + 1) & _MASK) >> 11) * _TWO_POW_M53 - 1.0
-            r2 = u * u + v * v
-            if 0.0 < r2 < 1.0:
-                return u * math.sqrt(-2.0 * det_log(r2) / r2)
-            a += 1
-
-
-def seeded_normal(seed: int, name: str, shape: tuple[int, ...], std: float = 1.0) -> torch.Tensor:
-    """Flat element i = std * N(0, 1) from Rng(seed, name) counter i (`ref::seeded_normal`), F64."""
-    rng = Rng(seed, name)
-    return torch.tensor([std * rng.normal(i) for i in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
-
-
-def seeded_uniform(seed: int, name: str, shape: tuple[int, ...], f) -> torch.Tensor:
-    """Flat element i = f(Rng(seed, name).uniform(i)), F64."""
-    rng = Rng(seed, name)
-    return torch.tensor([f(rng.uniform(i)) for i in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
+from gdn_verify.rng import Rng, det_log, seeded_normal, seeded_uniform
 
 
 def init_params(geometry: Geometry, seed: int) -> dict[str, torch.Tensor]:
@@ -122,7 +45,8 @@ def a_log_between(seed: int, heads: int, lo: float, hi: float) -> torch.Tensor:
 
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}
-SAFETENSORS_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
+GATES = ("default", "weak", "strong", "extreme")
+FORMATS = ("thd", "sbhd")
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -203,8 +127,8 @@ def make_case(name: str, seed: int = 0, dtype: str = "fp32") -> Case:
 
 
 def make_case_from_geometry(spec: CaseSpec, seed: int = 0, dtype: str = "fp32") -> Case:
-    """The case `gdn-verify probe dump` writes for this geometry (a probe case's, or geometry_from_args'),
-    bit for bit (`cp::make_case`); ValueError naming the fix for an illegal one."""
+    """The case `gdn-verify probe dump` writes for this geometry (a probe case's, or the geometry options'
+    of gdn_verify.case_options), bit for bit (`cp::make_case`); ValueError naming the fix for an illegal one."""
     check_geometry(spec)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}': use {', '.join(DTYPES)}")
@@ -272,92 +196,6 @@ def extreme_rows(hidden: torch.Tensor, cu_seqlens: list[int] | None) -> torch.Te
             elif large:
                 row.mul_(1e4)
             row[0] = 1e4 if spike else 0.0
-    return out
-
-
-GEOMETRY_DEFAULTS = {"format": "thd", "lengths": "128,64", "seq_len": 64, "batch": 1, "hidden": 64,
-                     "num_key_heads": 2, "num_value_heads": 4, "key_head_dim": 16, "value_head_dim": 16,
-                     "conv_width": 4, "conv_bias": False, "gates": "default"}
-GATES = ("default", "weak", "strong", "extreme")
-FORMATS = ("thd", "sbhd")
-
-
-def add_geometry_options(parser: argparse.ArgumentParser) -> None:
-    """`gdn-verify run`'s geometry options, same names and defaults (cli/lists.cpp `add_geometry_options`),
-    and --seed. Each defaults to None, so geometry_from_args tells a given option from a default."""
-    g = parser.add_argument_group("geometry (in place of --case; gdn-verify run's options and defaults)")
-    g.add_argument("--format", default=None, help="thd (packed, --lengths) | sbhd (--seq-len, --batch)")
-    g.add_argument("--lengths", default=None, help="THD sequence lengths, e.g. 40,200,16 (default 128,64)")
-    for option, what in (("--seq-len", "SBHD sequence length S"), ("--batch", "SBHD batch B"),
-                         ("--hidden", "hidden_size"), ("--num-key-heads", "linear_num_key_heads (Hk)"),
-                         ("--num-value-heads", "linear_num_value_heads (Hv)"),
-                         ("--key-head-dim", "linear_key_head_dim (dk)"),
-                         ("--value-head-dim", "linear_value_head_dim (dv)"),
-                         ("--conv-width", "linear_conv_kernel_dim (W)")):
-        g.add_argument(option, default=None, type=_integer(option),
-                       help=f"{what} (default {GEOMETRY_DEFAULTS[option[2:].replace('-', '_')]})")
-    g.add_argument("--conv-bias", action="store_true", default=None, help="the conv1d has a bias (conv1d.bias)")
-    g.add_argument("--gates", default=None, help=" | ".join(GATES) + " (default default)")
-    g.add_argument("--seed", default="0", help="seed of the inputs and parameters (a non-negative integer)")
-
-
-def _integer(option: str):
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not an integer, e.g. {option} 64") from None
-    return parse
-
-
-def seed_from_args(args: argparse.Namespace) -> int:
-    """--seed as an integer; ValueError naming the fix."""
-    seed = str(args.seed)
-    if not (seed.isascii() and seed.isdigit()) or int(seed) >= 2**64:  # isdigit alone takes '１２'
-        raise ValueError(f"--seed '{args.seed}' is not an integer in [0, 2^64): e.g. --seed 0")
-    return int(seed)
-
-
-def geometry_from_args(args: argparse.Namespace) -> CaseSpec | None:
-    """The CaseSpec the geometry options give (unset ones at run's defaults), None when none is given;
-    ValueError naming the fix for an illegal geometry (cli/lists.cpp `geometry_spec`)."""
-    given = {k: getattr(args, k) for k in GEOMETRY_DEFAULTS if getattr(args, k, None) is not None}
-    if not given:
-        return None
-    v = {**GEOMETRY_DEFAULTS, **given}
-    lengths: tuple[int, ...] = ()
-    if v["format"] == "thd":
-        lengths = tuple(_lengths(v["lengths"]))
-    geometry = Geometry(v["hidden"], v["num_key_heads"], v["num_value_heads"], v["key_head_dim"],
-                        v["value_head_dim"], v["conv_width"], conv_bias=bool(v["conv_bias"]))
-    spec = CaseSpec("", "", geometry, v["format"], lengths, v["seq_len"], v["batch"], v["gates"])
-    check_geometry(spec)
-    return CaseSpec(geometry_case_name(spec), "from geometry options", geometry, spec.format, lengths,
-                    spec.seq_len, spec.batch, spec.gates)
-
-
-def case_spec_from_args(args: argparse.Namespace) -> CaseSpec:
-    """--case (args.case, None when not given: thd-gva) or the geometry options; ValueError when both."""
-    spec = geometry_from_args(args)
-    if spec is not None and args.case is not None:
-        raise ValueError(f"--case {args.case} and geometry options given: a probe case fixes the geometry; "
-                         "give one or the other")
-    return spec if spec is not None else case_spec(args.case or "thd-gva")
-
-
-def _lengths(text: str) -> list[int]:
-    """"40,200,16" -> [40, 200, 16]; ValueError as cli/lists.cpp `parse_int_list` and `geometry_spec`."""
-    out = []
-    for part in str(text).split(","):
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise ValueError(f"--lengths: '{part}' is not an integer; give a comma-separated list like "
-                             "256,128") from None
-    if any(L < 0 for L in out):
-        raise ValueError(f"--lengths {text}: a sequence length is negative; give token counts like 40,200,16")
-    if sum(out) == 0:
-        raise ValueError(f"--lengths {text} holds no token: give token counts like 40,200,16")
     return out
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from gdn_verify import adapters, cases, images
+from gdn_verify import adapters, case_options, cases, images
 from gdn_verify.adapters import runner
 from gdn_verify.world import RankFailed
 
@@ -66,7 +66,7 @@ def parser() -> Parser:
     p.add_argument("--mode", default=None, help="cp1 | chunkwise (fla, with --world; default cp1 at N = 1, chunkwise "
                                                 "above) | headwise (megatron)")
     p.add_argument("--tp", default=None, type=int, help="tensor-parallel size (megatron; default 1)")
-    cases.add_geometry_options(p)
+    case_options.add_geometry_options(p)
     return p
 
 
@@ -77,7 +77,7 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     if args.dtype not in cases.DTYPES:
         raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
     try:
-        spec, seed = cases.case_spec_from_args(args), cases.seed_from_args(args)
+        spec, seed = case_options.case_spec_from_args(args), case_options.seed_from_args(args)
     except ValueError as e:
         raise BadInput(str(e)) from e
     if args.adapter not in adapters.ADAPTERS:

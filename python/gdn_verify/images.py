@@ -13,15 +13,14 @@ A mode's dump is written in docs/DESIGN.md §8's order: meta.json without the mo
 meta.json declaring the mode with its world and run id, so a reader never takes a dump cut short, or a
 rank file of another run, for a whole one.
 
-The safetensors writer reproduces the C++ writer byte for byte (tensors sorted by name, compact JSON
-header with sorted keys, space padding to 8 bytes, atomic rename), so `gdn-verify probe compare`,
-`cross-mode` and `oracle` read a PyTorch image unchanged and `inputs.safetensors` of one case is the
-same file whichever side wrote it.
+Every file is laid out by gdn_verify.safetensors_file as the C++ writer lays it out, so `gdn-verify probe
+compare`, `cross-mode` and `oracle` read a PyTorch image unchanged. `write_kernel_file` writes the
+kernel-level files of §5 (gdn_verify.kernel_dump); nothing else in the package writes an image or
+kernel file.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -32,10 +31,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
-from safetensors import safe_open
+from safetensors.torch import save_file
 
 from gdn_verify import names
-from gdn_verify.cases import SAFETENSORS_DTYPE, Case
+from gdn_verify.cases import Case
+from gdn_verify.safetensors_file import SAFETENSORS_DTYPE, ImageError, read_safetensors, safetensors_bytes, write_atomic
 
 MODES = ("cp1", "headwise", "chunkwise", "all_gather")
 INPUTS = "inputs.safetensors"
@@ -44,10 +44,6 @@ INPUTS_NOTE = "inputs rounded to the dtype the implementation stored them in, wr
 ROWS_PREFIX = "rows::"
 COLS_PREFIX = "cols::"
 SUMMED_KEY = "summed_stages"
-
-
-class ImageError(ValueError):
-    """A bad image or a request that would corrupt one; the message names the fix."""
 
 
 @dataclass
@@ -83,62 +79,6 @@ class Image:
     inputs_metadata: dict[str, str]
     ranks: dict[str, list[tuple[dict[str, torch.Tensor], dict[str, str]]]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
-
-
-def tensor_bytes(t: torch.Tensor) -> bytes:
-    """The raw little-endian row-major bytes of `t` (CPU), without numpy."""
-    t = t.detach().to("cpu").contiguous()
-    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
-
-
-def header_text(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
-    """The 8-byte length and JSON header the C++ writer (core/safetensors.cpp) produces for these tensors."""
-    header: dict = {}
-    if metadata:
-        header["__metadata__"] = dict(metadata)
-    offset = 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        if t.dtype not in SAFETENSORS_DTYPE:
-            raise ImageError(f"tensor '{name}' has dtype {t.dtype}: images hold F64, F32, BF16 or I64")
-        nbytes = t.numel() * t.element_size()
-        header[name] = {"dtype": SAFETENSORS_DTYPE[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    text = json.dumps(header, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    return len(text).to_bytes(8, "little") + text
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Writes `data` to a temporary file beside `path`, then renames it: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def safetensors_bytes(tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> bytes:
-    """The whole file as the C++ writer lays it out: header, then each tensor's bytes in name order."""
-    return header_text(tensors, metadata) + b"".join(tensor_bytes(tensors[n]) for n in sorted(tensors))
-
-
-def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> None:
-    write_atomic(Path(path), safetensors_bytes(tensors, metadata))
-
-
-def read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Tensors and metadata of a safetensors file; ImageError naming the file when it cannot be read."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return {n: f.get_tensor(n) for n in f.keys()}, dict(f.metadata() or {})
-    except (OSError, Exception) as e:  # safetensors raises its own SafetensorError
-        raise ImageError(f"{path}: not a readable safetensors file ({e}): dump the image again") from e
 
 
 def rank_path(directory: Path, mode: str, rank: int) -> Path:
@@ -284,6 +224,22 @@ def write_image(directory: Path, case: Case, image: str, backend: str, dumps: Se
 
 def meta_bytes(meta: dict) -> bytes:
     return (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_kernel_file(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> None:
+    """A kernel-level file of docs/DESIGN.md §5 (tensors as given, any dtype safetensors holds), written by
+    safetensors' own `save_file` to a temporary file beside `path`, then renamed: a reader never sees half
+    a file. `save_file` orders the metadata keys by a per-process hash, so two runs' files hold the same
+    header and tensors but not always the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file({n: t.detach().contiguous().cpu() for n, t in tensors.items()}, tmp, metadata=dict(metadata))
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def modes_in(directory: Path) -> list[str]:

@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in s.failed:
             print(f"FAIL {s.name} {f}")
     if args.junit:
-        from gdn_verify.images import write_atomic
+        from gdn_verify.safetensors_file import write_atomic
 
         write_atomic(Path(args.junit), junit(steps, total).encode())
     failed = any(s.failed for s in steps)

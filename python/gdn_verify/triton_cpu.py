@@ -5,46 +5,30 @@ triton or any kernel library is imported) and applies each triton shim whose fai
 `enable_fla_cp()` adds the two that FLA's context parallelism (`fla.ops.cp`) needs on a CPU with gloo.
 No shim touches the math: each changes what the interpreter, a device check or a collective's output view
 does, and each is applied only when a probe shows the failure it fixes, so on a version without the bug
-the shim is not applied. `applied()` lists the ones in force (written into an image's meta.json).
-
-| shim | failure it fixes (exact message) | where |
-|---|---|---|
-| `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
-| `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
-| `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
-| `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic, comparisons and reductions run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
-| `cp-device-cpu` | `RuntimeError: CP affine chains require NVIDIA Ampere or newer ...` | `fla.ops.cp`'s `_check_cp_device` refuses a CPU tensor; the shim lets CPU pass, nothing else |
-| `gloo-all-gather-view` | `RuntimeError: ProcessGroupGloo::allgather: invalid tensor size ...` | FLA passes an `[W, n, ...]` output, gloo wants `[W*n, ...]`: the same memory, viewed flat |
+the shim is not applied. `applied()` lists the ones in force (written into an image's meta.json), `SHIMS`
+holds them all by name. The shims and the failure each fixes: gdn_verify.triton_shims (the interpreter's)
+and gdn_verify.fla_cp_shims (FLA's CP).
 
 What a verdict under the interpreter does not cover (docs/DESIGN.md §14): GPU rounding (the interpreter
 computes `tl.dot` in full fp32 with numpy and ignores `input_precision`, e.g. tf32 and tf32x3), tile
 configurations other than the one kept, the compiler, and races between programs (the interpreter runs
 the grid's programs one after another).
-"""  # noqa: E501 (a Markdown table, one row a line)
+"""
 
 from __future__ import annotations
 
-import ast
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+
+from gdn_verify.fla_cp_shims import FLA_CP_SHIMS
+from gdn_verify.triton_shims import TRITON_SHIMS, Shim
 
 ENV = "TRITON_INTERPRET"
+SHIMS = {s.name: s for s in TRITON_SHIMS + FLA_CP_SHIMS}
 
 
 class TritonCpuError(RuntimeError):
     """The interpreter cannot be enabled in this process; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class Shim:
-    """One change to a library's runtime, the exact error it fixes, how to detect the need, how to apply."""
-
-    name: str
-    error: str  # the exact message of the failure without the shim
-    needed: Callable[[], bool]  # True when this installation reproduces the failure
-    patch: Callable[[], Callable[[], None]]  # applies the shim, returns a function that undoes it
 
 
 _applied: list[str] = []
@@ -82,283 +66,3 @@ def _apply(shims: tuple[Shim, ...]) -> None:
         if shim.name not in _applied and shim.needed():
             shim.patch()
             _applied.append(shim.name)
-
-
-def _set(owner: object, attr: str, value: object) -> Callable[[], None]:
-    """owner.attr = value; returns the undo."""
-    old = getattr(owner, attr)
-    setattr(owner, attr, value)
-    return lambda: setattr(owner, attr, old)
-
-
-def _undo_all(undos: list[Callable[[], None]]) -> None:
-    for undo in undos:
-        undo()
-
-
-def _fails_with(probe: Callable[[], object], message: str) -> bool:
-    """True when probe() raises an exception whose text contains message; other exceptions propagate."""
-    try:
-        probe()
-    except Exception as e:  # noqa: BLE001 -- the probe's failure is the finding, matched by its message
-        if message in str(e):
-            return True
-        raise
-    return False
-
-
-# (1) The autotuner benchmarks each config on the active driver; the interpreter has none (and its CPU
-# time would say nothing about a GPU's), so the first config (after the kernel's own pruning) is kept.
-AUTOTUNE_ERROR = "0 active drivers"
-
-
-def _autotune_needed() -> bool:
-    from triton.runtime import driver
-
-    return _fails_with(lambda: driver.active.get_benchmarker(), AUTOTUNE_ERROR)
-
-
-def _autotune_patch() -> Callable[[], None]:
-    from triton.runtime.autotuner import Autotuner
-
-    prune = Autotuner.prune_configs
-    return _set(Autotuner, "prune_configs", lambda self, kwargs: prune(self, kwargs)[:1])
-
-
-# (2) Compiled Triton's loop variable of `for i in range(...)` / `tl.range(...)` is a scalar tensor; the
-# interpreter runs the loop with Python's range, so `i.to(...)` fails. The shim rebinds the variable to a
-# tensor at the top of the body (`i = i`, which the interpreter's own Assign rewrite turns into
-# to_tensor(i): int32, as compiled Triton types it for int32 bounds; for int64 bounds it would be int64,
-# the same values while they fit in int32). `tl.static_range` stays an int.
-RANGE_ERROR = "'int' object has no attribute 'to'"
-
-
-def _range_needed() -> bool:
-    import torch
-
-    from gdn_verify import triton_probes
-
-    return _fails_with(lambda: triton_probes.range_index(torch.zeros(4, dtype=torch.int64)), RANGE_ERROR)
-
-
-def _range_patch() -> Callable[[], None]:
-    from triton.runtime import interpreter
-
-    class RangeVarTensor(interpreter.ASTTransformer):
-        def visit_For(self, node: ast.For) -> ast.For:
-            node = self.generic_visit(node)
-            call = node.iter.func if isinstance(node.iter, ast.Call) else None
-            is_range = (isinstance(call, ast.Name) and call.id == "range") or \
-                       (isinstance(call, ast.Attribute) and call.attr == "range")
-            if is_range and isinstance(node.target, ast.Name):
-                i = node.target.id
-                rebind = ast.Assign(targets=[ast.Name(id=i, ctx=ast.Store())], value=ast.Name(id=i, ctx=ast.Load()))
-                node.body.insert(0, ast.copy_location(self.visit_Assign(rebind), node))
-            return node
-
-    undo = _set(interpreter.FunctionRewriter, "ast_transformer", RangeVarTensor())
-    interpreter.InterpretedFunction.rewritten_fn.clear()  # kernels rewritten before now are rewritten again
-
-    def undo_and_forget() -> None:
-        undo()
-        interpreter.InterpretedFunction.rewritten_fn.clear()
-
-    return undo_and_forget
-
-
-# (3) The interpreter's comparisons return bool data under the operand's dtype (int32); its splat then
-# builds the block with that dtype instead of the int1 it is asked for, and tl.load refuses the mask.
-# Compiled Triton's splat has the result type's element type; the shim builds the block with it.
-SPLAT_ERROR = "mask has unsupported dtype"
-
-
-def _splat_needed() -> bool:
-    import torch
-
-    from gdn_verify import triton_probes
-
-    return _fails_with(lambda: triton_probes.masked_copy(torch.arange(8.0), 1), SPLAT_ERROR)
-
-
-def _splat_patch() -> Callable[[], None]:
-    import numpy as np
-    from triton import language as tl
-    from triton.runtime import interpreter
-
-    def create_splat(self, ret_ty, arg):
-        value = arg.data[0] if isinstance(arg.dtype, tl.block_type) else arg.data
-        return interpreter.TensorHandle(np.full(ret_ty.shape, value, dtype=interpreter._get_np_dtype(ret_ty.scalar)),
-                                        ret_ty.scalar)
-
-    return _set(interpreter.InterpreterBuilder, "create_splat", create_splat)
-
-
-# (6) The interpreter keeps bf16 as its uint16 bits, and several of its paths treat those bits as numbers:
-# `tl.dot` (create_dot converts only fp8), bf16 arithmetic and comparisons (binary_op, unary_op) and the
-# tl.sum / tl.max / tl.min reductions compute on the integers, and an fp32 -> bf16 cast truncates where compiled
-# Triton (fptrunc) rounds to nearest even.
-# No error, wrong values. The shim computes bf16 operands on their values, widened exactly to fp32, and
-# rounds bf16 results to nearest even (fp32 has 24 >= 2 * 8 + 2 bits, so the one op in fp32 then the
-# rounding to bf16 is the correctly rounded bf16 op, as on a GPU).
-BF16_WRONG = "bf16 computed on its uint16 storage"
-
-
-def _bf16_needed() -> bool:
-    from gdn_verify import triton_probes
-
-    return triton_probes.bf16_ops() != triton_probes.BF16_OPS_COMPILED
-
-
-def _bf16_patch() -> Callable[[], None]:
-    import numpy as np
-    import torch
-    from triton import language as tl
-    from triton.runtime import interpreter
-
-    B = interpreter.InterpreterBuilder
-    dot, binary, unary, cast, fp_to_fp = B.create_dot, B.binary_op, B.unary_op, B.cast_impl, B.create_fp_to_fp
-
-    def is_bf16(x) -> bool:
-        return x.dtype.scalar == tl.bfloat16
-
-    def value(x):  # a bf16 handle as fp32 values (exact), any other as it is
-        if not is_bf16(x):
-            return x
-        data = (np.asarray(x.data).astype(np.uint32) << 16).view(np.float32)
-        return interpreter.TensorHandle(data, tl.float32)
-
-    def rounded(data) -> np.ndarray:  # float values -> bf16 bits, round to nearest even (torch's rounding)
-        f32 = torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
-        return f32.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-
-    def as_bf16(out):
-        if out.data.dtype == np.bool_ or not np.issubdtype(out.data.dtype, np.floating):
-            return out
-        return interpreter.TensorHandle(rounded(out.data), tl.bfloat16)
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return dot(self, value(a), value(b), d, input_precision, max_num_imprecise_acc)
-
-    def binary_op(self, lhs, rhs, op):
-        if not (is_bf16(lhs) or is_bf16(rhs)):
-            return binary(self, lhs, rhs, op)
-        out = binary(self, value(lhs), value(rhs), op)
-        if out.data.dtype == np.bool_:  # a comparison: int1, as compiled Triton types it
-            return interpreter.TensorHandle(out.data, tl.int1)
-        return as_bf16(out) if is_bf16(lhs) else interpreter.TensorHandle(out.data, lhs.dtype.scalar)
-
-    def unary_op(self, arg, op):
-        return as_bf16(unary(self, value(arg), op)) if is_bf16(arg) else unary(self, arg, op)
-
-    def cast_impl(self, src, dst_type):
-        if dst_type.scalar == tl.bfloat16 and src.dtype.scalar != tl.bfloat16:
-            return interpreter.TensorHandle(rounded(np.asarray(src.data, dtype=np.float64)), tl.bfloat16)
-        return cast(self, value(src), dst_type) if is_bf16(src) else cast(self, src, dst_type)
-
-    def create_fp_to_fp(self, src, dst_type, rounding_mode):
-        default = rounding_mode in (None, interpreter._ir.ROUNDING_MODE.RTNE)
-        if default and tl.bfloat16 in (src.dtype.scalar, dst_type.scalar) and not dst_type.scalar.is_fp8():
-            return cast_impl(self, src, dst_type)
-        return fp_to_fp(self, src, dst_type, rounding_mode)
-
-    R = interpreter.ReduceOps
-    reduce_sum, reduce_min_max = R.sum, R.min_max
-
-    def as_values(x):  # a bf16 tl.tensor as an fp32 one (exact)
-        return tl.core.tensor(value(x.handle), x.type.with_element_ty(tl.float32)) if is_bf16(x.handle) else x
-
-    def as_bf16_tensor(x):
-        return tl.core.tensor(as_bf16(x.handle), x.type.with_element_ty(tl.bfloat16))
-
-    def sum_values(self, input):
-        return as_bf16_tensor(reduce_sum(self, as_values(input))) if is_bf16(input.handle) else \
-            reduce_sum(self, input)
-
-    def min_max_values(self, input, val_reduce_op, idx_reduce_op=None):
-        val = input[0] if isinstance(input, tuple) else input
-        if not is_bf16(val.handle):
-            return reduce_min_max(self, input, val_reduce_op, idx_reduce_op)
-        out = reduce_min_max(self, as_values(val), val_reduce_op, idx_reduce_op)
-        if val_reduce_op is None:
-            return out
-        return (as_bf16_tensor(out[0]), out[1]) if isinstance(out, tuple) else as_bf16_tensor(out)
-
-    undos = [_set(B, name, f) for name, f in (("create_dot", create_dot), ("binary_op", binary_op),
-                                               ("unary_op", unary_op), ("cast_impl", cast_impl),
-                                               ("create_fp_to_fp", create_fp_to_fp))]
-    undos += [_set(R, "sum", sum_values), _set(R, "min_max", min_max_values)]
-    # the casts are bound to cast_impl as lambdas; rebinding cast_impl reaches them
-    return lambda: _undo_all(undos)
-
-
-# (4) fla.ops.cp checks for an Ampere-or-newer CUDA device (or Ascend) before its CP kernels; under the
-# interpreter the tensors are on the CPU. The shim passes CPU devices and defers to FLA's check otherwise.
-CP_DEVICE_ERROR = "CP affine chains require NVIDIA Ampere or newer"
-
-
-def _cp_device_needed() -> bool:
-    import torch
-    from fla.ops.cp import context
-
-    return _fails_with(lambda: context._check_cp_device(torch.device("cpu")), CP_DEVICE_ERROR)
-
-
-def _cp_device_patch() -> Callable[[], None]:
-    import fla.ops.cp  # noqa: F401 -- loads the modules that bound the check by name
-    from fla.ops.cp import context
-
-    check = context._check_cp_device
-
-    def check_cp_device(device):
-        if device.type != "cpu":
-            check(device)
-
-    # each fla module that did `from fla.ops.cp.context import _check_cp_device` holds its own binding
-    holders = [m for n, m in list(sys.modules.items())
-               if n.startswith("fla.") and getattr(m, "_check_cp_device", None) is check]
-    undos = [_set(m, "_check_cp_device", check_cp_device) for m in holders]
-    return lambda: _undo_all(undos)
-
-
-# (5) gloo's all_gather_into_tensor accepts only an output of shape [W * n, ...] for an input [n, ...];
-# NCCL also takes [W, n, ...], which FLA's fla.ops.cp.comm passes. The same memory viewed flat is what
-# gloo wants. Whether gloo refuses is found at the first call (it validates before communicating, so
-# every rank sees the same refusal); from then on a [W, n, ...] output is passed flat.
-GLOO_ERROR = "ProcessGroupGloo::allgather: invalid tensor size"
-
-
-def _gloo_patch() -> Callable[[], None]:
-    import torch.distributed as dist
-
-    gather = dist.all_gather_into_tensor
-    refused: list[bool] = []
-
-    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
-        stacked = output_tensor.dim() == input_tensor.dim() + 1 and output_tensor.shape[1:] == input_tensor.shape
-        if stacked and not refused:
-            try:
-                return gather(output_tensor, input_tensor, group, async_op)
-            except RuntimeError as e:
-                if GLOO_ERROR not in str(e):
-                    raise
-                refused.append(True)
-        if stacked:
-            output_tensor = output_tensor.view(-1, *input_tensor.shape[1:])
-        return gather(output_tensor, input_tensor, group, async_op)
-
-    return _set(dist, "all_gather_into_tensor", all_gather_into_tensor)
-
-
-TRITON_SHIMS = (
-    Shim("autotune-one-config", AUTOTUNE_ERROR, _autotune_needed, _autotune_patch),
-    Shim("range-var-tensor", RANGE_ERROR, _range_needed, _range_patch),
-    Shim("splat-keeps-dtype", SPLAT_ERROR, _splat_needed, _splat_patch),
-    Shim("bf16-values", BF16_WRONG, _bf16_needed, _bf16_patch),
-)
-# gloo's refusal is detected at the first stacked call (it needs a process group), so the wrapper is
-# installed whenever CP runs on a CPU and passes every call through unchanged until gloo refuses.
-FLA_CP_SHIMS = (
-    Shim("cp-device-cpu", CP_DEVICE_ERROR, _cp_device_needed, _cp_device_patch),
-    Shim("gloo-all-gather-view", GLOO_ERROR, lambda: True, _gloo_patch),
-)
-SHIMS = {s.name: s for s in TRITON_SHIMS + FLA_CP_SHIMS}

@@ -14,6 +14,7 @@ import torch
 
 from gdn_verify import cases, images
 from gdn_verify.adapters import hf_qwen3_next as hf
+from gdn_verify.adapters import hf_qwen3_next_params as hf_params
 from gdn_verify.names import Geometry
 
 HF = hf.HfQwen3NextAdapter()
@@ -61,8 +62,8 @@ def swapped_qk(rows: list[int], geometry: Geometry) -> list[int]:
 
 
 def test_swapped_q_and_k_groups_diverge_first_at_in_proj(gdnv, tmp_path, monkeypatch):
-    correct = hf.qkvz_rows
-    monkeypatch.setattr(hf, "qkvz_rows", lambda g: swapped_qk(correct(g), g))
+    correct = hf_params.qkvz_rows
+    monkeypatch.setattr(hf_params, "qkvz_rows", lambda g: swapped_qk(correct(g), g))
     dump(case_of("thd-short"), tmp_path, core="recurrent")
     r = gdnv("probe", "oracle", "--dir", tmp_path)
     assert r.returncode == 1, r.stdout[-3000:]
@@ -87,7 +88,7 @@ def test_mapping_round_trips_bit_for_bit(name):
 
 def test_in_proj_groups_cover_every_megatron_row_once():
     g = Geometry(64, 4, 8, 16, 16)
-    assert sorted(hf.qkvz_rows(g) + hf.ba_rows(g)) == list(range(g.in_proj_dim))
+    assert sorted(hf_params.qkvz_rows(g) + hf_params.ba_rows(g)) == list(range(g.in_proj_dim))
 
 
 def test_gradients_map_without_the_norm_shift():

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from gdn_verify import cases, images
+from gdn_verify import cases, images, safetensors_file
 
 
 def rewrite(cpp_dir, out_dir, case, run_id=None):
@@ -95,7 +95,7 @@ def test_every_rank_file_carries_the_run_id_meta_json_declares(tmp_path):
     run = meta["modes"]["chunkwise"]["run"]
     assert meta["modes"]["chunkwise"]["world"] == 2 and len(run) == 16
     for r in range(2):
-        assert images.read_safetensors(images.rank_path(tmp_path, "chunkwise", r))[1]["run"] == run
+        assert safetensors_file.read_safetensors(images.rank_path(tmp_path, "chunkwise", r))[1]["run"] == run
     assert len(images.read_image(tmp_path).ranks["chunkwise"]) == 2
 
 

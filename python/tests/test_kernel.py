@@ -15,8 +15,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from gdn_verify import kernel
-from gdn_verify.kernel import KernelDumpError, dump_kernel, fla_torch_kernel
+from gdn_verify.fla_kernels import KernelDumpError, fla_torch_kernel
+from gdn_verify.kernel_dump import dump_kernel, write_policy
 
 pytest.importorskip("fla")
 
@@ -38,7 +38,7 @@ def judge(gdnv, d: Path) -> subprocess.CompletedProcess:
     """reference on the dumped inputs, then compare under the fp32 kernel gate (policy_for)."""
     r = gdnv("reference", "--in", d / "inputs.safetensors", "--out", d / "reference.safetensors")
     assert r.returncode == 0, r.stderr
-    kernel.write_policy(d / "policy.json", torch.float32)
+    write_policy(d / "policy.json", torch.float32)
     return gdnv("compare", d / "reference.safetensors", d / "outputs.safetensors", "--policy", d / "policy.json")
 
 

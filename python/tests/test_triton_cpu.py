@@ -1,4 +1,5 @@
-"""gdn_verify.triton_cpu: each shim fixes the exact failure it names, and changes no result where it is not needed.
+"""gdn_verify.triton_cpu: each shim (triton_shims, fla_cp_shims) fixes the exact failure it names, and changes no
+result where it is not needed.
 
 Each check runs in a fresh interpreter (TRITON_INTERPRET is read when triton decorates a kernel, and the
 shims are process-wide): first unshimmed, to show the failure, then with the shim patched in.
@@ -32,7 +33,7 @@ def _run(code: str, interpret: bool = True) -> Any:
 
 TRITON_SHIMS = """
     import json, torch
-    from gdn_verify import triton_cpu, triton_probes as p
+    from gdn_verify import triton_probes as p, triton_shims
 
     def error(f):
         try:
@@ -53,8 +54,8 @@ TRITON_SHIMS = """
                 "bf16-values": lambda: torch.cat([p.weighted_rows(rows, 0.375),
                                                   p.dot(square, square.t().contiguous()).flatten()])}
     out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
-           "needed": {s.name: s.needed() for s in triton_cpu.TRITON_SHIMS}, "same_bits": {}}
-    for shim in triton_cpu.TRITON_SHIMS:
+           "needed": {s.name: s.needed() for s in triton_shims.TRITON_SHIMS}, "same_bits": {}}
+    for shim in triton_shims.TRITON_SHIMS:
         before = unneeded[shim.name]()
         shim.patch()
         out["same_bits"][shim.name] = bool(torch.equal(before, unneeded[shim.name]()) and before.abs().sum() > 0)

@@ -4,20 +4,7 @@ The layer Megatron calls GatedDeltaNet is, in Qwen3-Next, the decoder layer's `i
 by `linear_attn`; `build_module` composes exactly those two real modules (without the residual and the
 MLP, which are not the layer's), named as in a Qwen3-Next checkpoint's decoder layer.
 
-Mapping (Megatron <-> Hugging Face), r = Hv / Hk value heads per key head:
-
-    in_proj.layer_norm_weight  <-> input_layernorm.weight + 1   (Qwen3NextRMSNorm is zero-centred: x (1 + w))
-    in_proj.weight rows, sectioned q | k | v | z | beta | alpha (docs/DESIGN.md §1.3)
-        q, k, v, z  <-> linear_attn.in_proj_qkvz.weight, grouped per key head g:
-                        q_g (dk rows), k_g (dk), v of value heads g r .. g r + r - 1 (r dv), z of them (r dv)
-        beta, alpha <-> linear_attn.in_proj_ba.weight, grouped per key head g: b (r rows), a (r rows)
-    conv1d.weight              <-> linear_attn.conv1d.weight (channels q | k | v in both; no bias in HF)
-    A_log, dt_bias             <-> linear_attn.A_log, linear_attn.dt_bias
-    out_norm.weight            <-> linear_attn.norm.weight (Qwen3NextRMSNormGated: plain weight)
-    out_proj.weight            <-> linear_attn.out_proj.weight
-
-The +1 is exact for weights in [0.5, 2] (Sterbenz), so both directions are lossless there, which holds
-the cases' weights (all 1); gradients are not shifted.
+The parameter mapping (Megatron <-> Hugging Face) is gdn_verify.adapters.hf_qwen3_next_params.
 
 The pure-PyTorch path of transformers (`torch_chunk_gated_delta_rule`, `causal_conv1d_fn`) has no varlen
 support: it ignores `cu_seqlens` and its conv would read across packed sequences. A THD case therefore
@@ -43,6 +30,7 @@ import torch
 from torch import nn
 
 from gdn_verify import names
+from gdn_verify.adapters import hf_qwen3_next_params
 from gdn_verify.adapters.base import Adapter, AdapterError, DecayClass, Run
 from gdn_verify.cases import Case
 from gdn_verify.names import Geometry
@@ -53,16 +41,6 @@ if TYPE_CHECKING:
 
 NAME = "hf-qwen3-next"
 MODELING = "transformers.models.qwen3_next.modeling_qwen3_next"
-NORM = "input_layernorm.weight"
-QKVZ = "linear_attn.in_proj_qkvz.weight"
-BA = "linear_attn.in_proj_ba.weight"
-DIRECT = {  # Megatron name -> Hugging Face name, same tensor
-    names.CONV_WEIGHT: "linear_attn.conv1d.weight",
-    names.A_LOG: "linear_attn.A_log",
-    names.DT_BIAS: "linear_attn.dt_bias",
-    names.OUT_NORM: "linear_attn.norm.weight",
-    names.OUT_PROJ: "linear_attn.out_proj.weight",
-}
 
 # The core-op forms `run` offers, by the name of transformers' function: the layer calls the chunked one on
 # a sequence (decays from fp32 chunk-local cumsums: the cumsum-decay class, docs/DESIGN.md §4); the
@@ -141,30 +119,6 @@ def hf_config(geometry: Geometry) -> Qwen3NextConfig:
         linear_key_head_dim=geometry.dk, linear_value_head_dim=geometry.dv,
         linear_conv_kernel_dim=geometry.linear_conv_kernel_dim, rms_norm_eps=geometry.layernorm_epsilon,
         hidden_act="silu")
-
-
-def qkvz_rows(geometry: Geometry) -> list[int]:
-    """Megatron in_proj rows of in_proj_qkvz's rows, in Hugging Face's per-key-head grouping."""
-    g, r = geometry, geometry.Hv // geometry.Hk
-    q, k, v, z = (g.section(s).start for s in ("q", "k", "v", "z"))
-    rows: list[int] = []
-    for head in range(g.Hk):
-        rows += range(q + head * g.dk, q + (head + 1) * g.dk)
-        rows += range(k + head * g.dk, k + (head + 1) * g.dk)
-        rows += range(v + head * r * g.dv, v + (head + 1) * r * g.dv)
-        rows += range(z + head * r * g.dv, z + (head + 1) * r * g.dv)
-    return rows
-
-
-def ba_rows(geometry: Geometry) -> list[int]:
-    """Megatron in_proj rows of in_proj_ba's rows: per key head its r beta rows, then its r alpha rows."""
-    r = geometry.Hv // geometry.Hk
-    beta, alpha = geometry.section("beta").start, geometry.section("alpha").start
-    rows: list[int] = []
-    for head in range(geometry.Hk):
-        rows += range(beta + head * r, beta + (head + 1) * r)
-        rows += range(alpha + head * r, alpha + (head + 1) * r)
-    return rows
 
 
 def geometry_of(module: Qwen3NextGdnLayer) -> Geometry:
@@ -256,22 +210,12 @@ class HfQwen3NextAdapter(Adapter):
 
     def from_megatron(self, params: Mapping[str, torch.Tensor], geometry: Geometry) -> dict[str, torch.Tensor]:
         """Megatron-named parameters as this module's state_dict."""
-        w = params[names.IN_PROJ]
-        state = {NORM: params[names.IN_PROJ_NORM] - 1, QKVZ: w[qkvz_rows(geometry)], BA: w[ba_rows(geometry)]}
-        state.update({hf_name: params[meg] for meg, hf_name in DIRECT.items()})
-        return state
+        return hf_qwen3_next_params.from_megatron(params, geometry)
 
     def to_megatron(self, state: Mapping[str, torch.Tensor], geometry: Geometry,
                     gradients: bool = False) -> dict[str, torch.Tensor]:
-        """This module's parameters (or, with `gradients`, their gradients: the norm's +1 does not shift a
-        gradient) under Megatron's names."""
-        qkvz, ba = state[QKVZ], state[BA]
-        w = qkvz.new_empty(geometry.in_proj_dim, geometry.hidden_size)
-        w[qkvz_rows(geometry)] = qkvz
-        w[ba_rows(geometry)] = ba
-        params = {names.IN_PROJ_NORM: state[NORM] if gradients else state[NORM] + 1, names.IN_PROJ: w}
-        params.update({meg: state[hf_name] for meg, hf_name in DIRECT.items()})
-        return params
+        """This module's parameters (or, with `gradients`, their gradients) under Megatron's names."""
+        return hf_qwen3_next_params.to_megatron(state, geometry, gradients)
 
     def load_megatron_params(self, module: nn.Module, params: Mapping[str, torch.Tensor]) -> None:
         ref = next(module.parameters())

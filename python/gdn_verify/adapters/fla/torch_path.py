@@ -9,7 +9,7 @@ from torch import nn
 
 from gdn_verify import names
 from gdn_verify.adapters.fla.mapping import CONV, PROJ, FlaGdn
-from gdn_verify.kernel import fla_torch_kernel
+from gdn_verify.fla_kernels import fla_torch_kernel
 from gdn_verify.stages import l2_normalised
 
 
