@@ -72,15 +72,16 @@ Work = Callable[[Step], None]
 
 
 def run_steps(plan: list[tuple[str, Work]], out: TextIO) -> list[Step]:
-    """Runs each (name, work) in order, timing it; prints its progress line as it ends, as `gdn-verify gate`."""
+    """Runs each (name, work) in order, timing it; prints its line as `gdn-verify gate` does, whole when the
+    step ends (the libraries a step imports write warnings to stderr as it runs)."""
     steps = []
     for i, (name, work) in enumerate(plan):
         step, t0 = Step(name), time.monotonic()
-        print(f"[{i + 1}/{len(plan)}] {name} ...", end="", file=out, flush=True)
         work(step)
         step.seconds = time.monotonic() - t0
         steps.append(step)
-        print(" " + {"skip": "skipped", "FAIL": "FAIL", "pass": "ok"}[step.verdict], file=out)
+        verdict = {"skip": "skipped", "FAIL": "FAIL", "pass": "ok"}[step.verdict]
+        print(f"[{i + 1}/{len(plan)}] {name} ... {verdict}", file=out)
         for line in ([step.skip] if step.skip else []) + step.notes + "\n".join(step.failures).splitlines():
             print("    " + line, file=out, flush=True)
     return steps
