@@ -81,7 +81,7 @@ def run_steps(plan: list[tuple[str, Work]], out: TextIO) -> list[Step]:
         step.seconds = time.monotonic() - t0
         steps.append(step)
         verdict = {"skip": "skipped", "FAIL": "FAIL", "pass": "ok"}[step.verdict]
-        print(f"[{i + 1}/{len(plan)}] {name} ... {verdict}", file=out)
+        print(f"[{i + 1}/{len(plan)}] {name} ... {verdict}", file=out, flush=True)
         for line in ([step.skip] if step.skip else []) + step.notes + "\n".join(step.failures).splitlines():
             print("    " + line, file=out, flush=True)
     return steps
