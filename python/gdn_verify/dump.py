@@ -29,26 +29,13 @@ from pathlib import Path
 
 import torch
 
-from gdn_verify import adapters, case_options, cases, images
+from gdn_verify import adapters, case_options, cases, cli, images
 from gdn_verify.adapters import runner
 from gdn_verify.world import RankFailed
 
-EXIT_BAD_INPUT = 3
 
-
-class BadInput(Exception):
-    """A command-line mistake: printed as one `error:` line, exit 3."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are the project's one-line `error: ...`, exit 3 (docs/DESIGN.md §5)."""
-
-    def error(self, message: str):
-        raise BadInput(f"{message}: see python -m gdn_verify.dump --help")
-
-
-def parser() -> Parser:
-    p = Parser(prog="python -m gdn_verify.dump", description=__doc__.split("\n\n")[0])
+def parser() -> cli.Parser:
+    p = cli.Parser(prog="python -m gdn_verify.dump", description=__doc__.split("\n\n")[0])
     p.add_argument("--adapter", required=True, help=" | ".join(adapters.ADAPTERS.names()))
     p.add_argument("--case", default=None,
                    help=" | ".join(cases.CASES) + " (default thd-gva); or, in its place, the geometry options")
@@ -73,22 +60,22 @@ def parser() -> Parser:
 def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     """The case and seed, after every check that needs no library: BadInput naming the fix."""
     if args.case is not None and args.case not in cases.CASES:
-        raise BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
+        raise cli.BadInput(f"unknown --case '{args.case}': use {', '.join(cases.CASES)}")
     if args.dtype not in cases.DTYPES:
-        raise BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
+        raise cli.BadInput(f"unknown --dtype '{args.dtype}': use {', '.join(cases.DTYPES)}")
     try:
         spec, seed = case_options.case_spec_from_args(args), case_options.seed_from_args(args)
     except ValueError as e:
-        raise BadInput(str(e)) from e
+        raise cli.BadInput(str(e)) from e
     if args.adapter not in adapters.ADAPTERS:
-        raise BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS.names())}")
+        raise cli.BadInput(f"unknown --adapter '{args.adapter}': use {', '.join(adapters.ADAPTERS.names())}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise BadInput(f"--out '{out}' is a file: give a directory")
+        raise cli.BadInput(f"--out '{out}' is a file: give a directory")
     try:
         torch.device(args.device)
     except RuntimeError as e:
-        raise BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
+        raise cli.BadInput(f"--device '{args.device}' is not a torch device ({e}): e.g. --device cpu or cuda:0") from e
     return spec, seed
 
 
@@ -98,7 +85,7 @@ def check_out(out: Path) -> None:
     try:
         if os.path.lexists(out) and not out.is_dir():
             kind = "a file" if out.is_file() or not out.is_symlink() else "a symlink that is not a directory (a loop?)"
-            raise BadInput(f"--out '{out}' is {kind}: give a directory")
+            raise cli.BadInput(f"--out '{out}' is {kind}: give a directory")
         parent = out  # the nearest existing ancestor; a name too long, a loop or a file on the way raises
         while True:
             try:
@@ -107,12 +94,12 @@ def check_out(out: Path) -> None:
             except FileNotFoundError:
                 parent = parent.parent
         if not parent.is_dir():
-            raise BadInput(f"--out '{out}': '{parent}' is not a directory: give a path of directories")
+            raise cli.BadInput(f"--out '{out}': '{parent}' is not a directory: give a path of directories")
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".gdnv-probe.")
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
+        raise cli.BadInput(f"--out '{out}' cannot be written ({e.strerror or e}): give a writable directory") from e
 
 
 def dump(args: argparse.Namespace) -> str:
@@ -127,7 +114,7 @@ def dump(args: argparse.Namespace) -> str:
 
 def terminated(signum, frame):
     """SIGTERM as an exception, so the temp file being written is removed on the way out
-    (images.write_atomic); exit 128 + 15, as the signal would."""
+    (safetensors_file.write_atomic); exit 128 + 15, as the signal would."""
     raise SystemExit(128 + signum)
 
 
@@ -144,23 +131,17 @@ def run_main(argv: list[str] | None) -> int:
         args = parser().parse_args(argv)
         print(dump(args))
         return 0
-    except (BadInput, adapters.AdapterError, images.ImageError) as e:
-        return error(str(e))
+    except (cli.BadInput, adapters.AdapterError, images.ImageError) as e:
+        return cli.error(str(e))
     except RankFailed as e:  # a rank's error: one line naming the rank, the rank's exit code
-        error(str(e))
+        cli.error(str(e))
         return e.exit_code
     except OSError as e:  # writing the image: a full disk, a directory removed under us
         where = f" {e.filename}" if e.filename else ""
-        return error(f"writing the image failed:{where}: {e.strerror or e}: check --out, then dump into a fresh "
+        return cli.error(f"writing the image failed:{where}: {e.strerror or e}: check --out, then dump into a fresh "
                      "directory")
     except MemoryError:
-        return error("out of memory building the case: use a smaller --case")
-
-
-def error(message: str) -> int:
-    """One line on stderr, control characters escaped (messages quote paths and metadata), exit 3."""
-    print("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in message), file=sys.stderr)
-    return EXIT_BAD_INPUT
+        return cli.error("out of memory building the case: use a smaller --case")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from gdn_verify import triton_cpu
+from gdn_verify import cli, triton_cpu
 from gdn_verify.fla_kernels import KernelDumpError, fla_triton_kernel
 from gdn_verify.kernel_dump import dump_conv, dump_kernel, policy_for, write_policy
 
@@ -32,13 +32,8 @@ OPS = ("chunk", "fused_recurrent", "conv1d")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise KernelDumpError(f"{message}: see python -m gdn_verify.kernel --help")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m gdn_verify.kernel",
+    p = cli.Parser(prog="python -m gdn_verify.kernel",
                 description="Dump one call of FLA's Triton kernel on seeded inputs and judge it with gdn-verify "
                             "reference + compare (exit code: compare's).")
     p.add_argument("--op", required=True, help=" | ".join(OPS))
@@ -128,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() and not out.is_dir():
             raise KernelDumpError(f"--out '{out}' is a file: give a directory")
         triton_cpu.enable()
-    except (KernelDumpError, triton_cpu.TritonCpuError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+    except (cli.BadInput, KernelDumpError, triton_cpu.TritonCpuError) as e:
+        return cli.error(str(e))
     dtype = DTYPES[args.dtype]
     call = _seeded_inputs(args.op, dtype, int(args.seed))
     if args.op == "conv1d":

@@ -1,6 +1,7 @@
 """python -m gdn_verify.megatron_gate: the pre-merge gate for a Megatron-Core GatedDeltaNet (docs/DESIGN.md §14).
 
-    python -m gdn_verify.megatron_gate [--quick] [--junit FILE] [--megatron PATH] [--gdnv BIN]
+    python -m gdn_verify.megatron_gate [--quick] [--junit FILE] [--keep DIR] [--gdn-verify PATH] [--megatron PATH]
+                                       [--no-controls]
 
 Judges whatever Megatron is importable (a checkout with --megatron PATH, or first on PYTHONPATH) on gloo
 ranks started once per world size, as `gdn-verify gate` does for the C++ modes. Steps, in order:
@@ -13,27 +14,26 @@ ranks started once per world size, as `gdn-verify gate` does for the C++ modes. 
 - `controls`: bugs planted in a copy of the Megatron under test (`PLANTS`) must fail cross-mode with a
   first divergence naming the stage and rank; the step passes when every control is caught.
 
-Prints a line per case, then the step table (step, cases, result, time); each failing case is printed
-with its reproduce commands. --junit writes the table as JUnit XML. Exit 0 only when every step passes
-(a skipped step does not fail), 1 otherwise, 3 on bad input.
+Output, JUnit and exit codes are `gdn-verify gate`'s (gdn_verify.gatekit): a line per step as it ends,
+under it each failing case with its reproduce commands (and each control caught, with its first
+divergence), then the step table (step, cases, result, time) and PASS or FAIL. Exit 0 only when every
+step passes (a skipped step does not fail), 1 otherwise, 3 on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
-EXIT_BAD_INPUT = 3
-REPO = Path(__file__).resolve().parents[2]
+from gdn_verify import cli, gatekit
+
+SUITE = gatekit.Suite("megatron_gate", "megatron gate")
 
 
 @dataclass(frozen=True)
@@ -86,26 +86,13 @@ CONTROLS = [(Case("sbhd", "fp32", "torch-chunk", world=2), "head_perm_back",
              "first divergence: stage::conv (forward, rank 0 of 2")]
 
 
-@dataclass
-class Step:
-    name: str
-    cases: int = 0
-    failed: list[str] = field(default_factory=list)  # one line per failing case, with its reproduce commands
-    skip_reason: str = ""
-    seconds: float = 0.0
-
-    @property
-    def verdict(self) -> str:
-        return "skip" if self.skip_reason else "FAIL" if self.failed else "pass"
-
-
 def planted_copy(root: Path, megatron_dir: Path) -> Path:
     """`megatron_dir` (a `megatron` package) copied under root with every PLANTS bug; root."""
     shutil.copytree(megatron_dir, root / "megatron", ignore=shutil.ignore_patterns("__pycache__"))
     source = (root / COMMON).read_text()
     for name, (right, wrong) in PLANTS.items():
         if source.count(right) != 1:
-            raise ValueError(f"{name}: the planted line is not in this Megatron's {COMMON}")
+            raise cli.BadInput(f"{name}: the planted line is not in this Megatron's {COMMON}")
         source = source.replace(right, wrong)
     (root / COMMON).write_text(source)
     return root
@@ -114,10 +101,10 @@ def planted_copy(root: Path, megatron_dir: Path) -> Path:
 class Gate:
     """The worlds (one per size, started on first use), the gdn-verify binary and the scratch directory."""
 
-    def __init__(self, gdnv: Path, megatron_path: str | None, scratch: Path) -> None:
+    def __init__(self, binary: str, megatron_path: str | None, scratch: Path) -> None:
         from gdn_verify.adapters import megatron
 
-        self.gdnv, self.megatron_path, self.scratch = gdnv, megatron_path, scratch
+        self.binary, self.megatron_path, self.scratch = binary, megatron_path, scratch
         self.adapter = megatron
         self.worlds: dict[tuple[int, str | None], Any] = {}
 
@@ -141,6 +128,7 @@ class Gate:
             w.close()
 
     def dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
+        """The gate's one call into Megatron: case `c`'s `mode` dump into `directory`."""
         from gdn_verify.adapters import Request, runner
         from gdn_verify.cases import make_case
 
@@ -148,30 +136,19 @@ class Gate:
         plan = adapter.plan(Request(core=c.core, mode=mode, world=world, tp=c.tp, source=path or self.megatron_path))
         runner.dump_in(self.world(world, path), adapter, make_case(c.case, 0, c.dtype), plan, directory, "megatron")
 
-    def judge(self, reader: str, directory: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.gdnv), "probe", reader, "--dir", str(directory)], capture_output=True,
-                              text=True, timeout=600)
+    def judge(self, reader: str, directory: Path) -> gatekit.Verdict:
+        return gatekit.judge(self.binary, reader, directory)
 
 
 def reproduce(c: Case, modes: list[str], reader: str, megatron_path: str | None) -> str:
     """The commands that rerun one case from a shell."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
-    lines = []
-    for mode in modes:
-        world = c.tp if mode == "cp1" else c.world
-        lines.append(f"  {env}python -m gdn_verify.dump --adapter megatron --case {c.case} --dtype {c.dtype} "
-                     f"--core {c.core} --mode {mode} --world {world} --tp {c.tp} --out /tmp/{c.label}")
-    lines.append(f"  gdn-verify probe {reader} --dir /tmp/{c.label}")
-    return "\n".join(lines)
+    dumps = [f"--adapter megatron --case {c.case} --dtype {c.dtype} --core {c.core} --mode {mode} "
+             f"--world {c.tp if mode == 'cp1' else c.world} --tp {c.tp}" for mode in modes]
+    return "\n".join("  " + line for line in gatekit.reproduce(dumps, reader, f"/tmp/{c.label}", env))
 
 
-def verdict_line(report: str) -> str:
-    """A reader's first-divergence line, else its last line (the counts line follows the verdict)."""
-    lines = [line for line in report.splitlines() if line.strip()]
-    return next((line for line in lines if line.startswith("first divergence")), lines[-1] if lines else "(no report)")
-
-
-def run_cases(gate: Gate, step: Step, cases: list[Case], mode: str, reader: str) -> None:
+def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatekit.Step) -> None:
     """Dumps each case's cp1 (and, for CP, its `mode` world) into a fresh directory and judges it."""
     for c in cases:
         directory = gate.scratch / step.name / c.label
@@ -179,71 +156,57 @@ def run_cases(gate: Gate, step: Step, cases: list[Case], mode: str, reader: str)
         try:
             for m in modes:
                 gate.dump(c, m, directory)
-            r = gate.judge(reader, directory)
-            ok, why = r.returncode == 0, verdict_line(r.stdout or r.stderr)
+            v = gate.judge(reader, directory)
+            why = None if v.passed else v.line
         except Exception as e:  # noqa: BLE001 - a case that cannot run is a failing case, named
-            ok, why = False, f"{type(e).__name__}: {' '.join(str(e).split())}"
-        step.cases += 1
-        print(f"  {step.name} {c.label}: {'pass' if ok else 'FAIL'}" + ("" if ok else f": {why}"), flush=True)
-        if not ok:
-            step.failed.append(f"{c.label}: {why}\n{reproduce(c, modes, reader, gate.megatron_path)}")
+            why = f"{type(e).__name__}: {' '.join(str(e).split())}"
+        step.record(c.label, why, reproduce(c, modes, reader, gate.megatron_path))
 
 
-def run_controls(gate: Gate, step: Step, megatron_dir: Path) -> None:
+def chunkwise(gate: Gate, cases: list[Case], step: gatekit.Step) -> None:
+    """The chunkwise cases where the gate's Megatron has `linear_cp_mode`, else skipped naming who has it."""
+    if gate.world(1).run(gate.adapter.rank_has_linear_cp_mode, gate.megatron_path)[0]:
+        run_cases(gate, cases, "chunkwise", "cross-mode", step)
+    else:
+        step.skip = "this Megatron has no linear_cp_mode (Megatron-LM's development branch has it)"
+
+
+def run_controls(gate: Gate, megatron_dir: Path, step: gatekit.Step) -> None:
     """Each planted bug must make cross-mode FAIL with its first-divergence line."""
     root = str(planted_copy(gate.scratch / "planted", megatron_dir))
     for c, bug, first in CONTROLS:
         directory = gate.scratch / step.name / bug
         gate.dump(c, "cp1", directory)
         gate.dump(c, "headwise", directory, path=root)
-        r = gate.judge("cross-mode", directory)
-        caught = r.returncode == 1 and first in r.stdout
-        step.cases += 1
-        print(f"  controls {bug} ({c.label}): {'caught' if caught else 'MISSED'}: {verdict_line(r.stdout)}", flush=True)
-        if not caught:
-            step.failed.append(f"{bug}: expected '{first}', got: {verdict_line(r.stdout or r.stderr)}")
+        v = gate.judge("cross-mode", directory)
+        if not v.passed and v.line.startswith(first):
+            step.notes.append(f"{bug} ({c.label}): caught: {v.line}")
+            step.record(bug, None)
+        else:
+            step.record(bug, f"expected '{first}', got: {v.line}")
 
 
-def table(steps: list[Step]) -> str:
-    rows = [f"{'step':<12}{'cases':>6}  {'result':<7}{'time':>9}"]
-    rows += [f"{s.name:<12}{s.cases:>6}  {s.verdict:<7}{s.seconds:>8.1f}s" + (f"  ({s.skip_reason})" if s.skip_reason
-                                                                              else "") for s in steps]
-    return "\n".join(rows)
-
-
-def junit(steps: list[Step], total: float) -> str:
-    failures, skipped = sum(bool(s.failed) for s in steps), sum(bool(s.skip_reason) for s in steps)
-    head = f'tests="{len(steps)}" failures="{failures}" skipped="{skipped}" time="{total:.3f}"'
-    out = ['<?xml version="1.0" encoding="UTF-8"?>', f'<testsuites name="megatron gate" {head}>',
-           f'  <testsuite name="megatron_gate" {head}>']
-    for s in steps:
-        body = (f"<skipped message={quoteattr(s.skip_reason)}/>" if s.skip_reason else
-                f'<failure message="{len(s.failed)} of {s.cases} cases failed">{escape(chr(10).join(s.failed))}'
-                "</failure>" if s.failed else "")
-        out.append(f'    <testcase classname="megatron_gate" name={quoteattr(s.name)} time="{s.seconds:.3f}">{body}'
-                   f"<system-out>{s.cases} cases</system-out></testcase>")
-    out += ["  </testsuite>", "</testsuites>", ""]
-    return "\n".join(out)
+def controls(gate: Gate, skip: bool, step: gatekit.Step) -> None:
+    if skip:
+        step.skip = "--no-controls"
+    else:
+        run_controls(gate, megatron_dir(gate.megatron_path), step)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m gdn_verify.megatron_gate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a smaller matrix (SBHD fp32, W 2 and TP 2 x CP 2)")
-    p.add_argument("--junit", default=None, help="also write the result as JUnit XML to FILE")
-    p.add_argument("--megatron", default=None,
+    p = cli.Parser(prog="python -m gdn_verify.megatron_gate", description=__doc__.split("\n\n")[0])
+    gatekit.add_options(p, quick="a smaller matrix (SBHD fp32, W 2 and TP 2 x CP 2)")
+    p.add_argument("--megatron", default=None, metavar="PATH",
                    help="a Megatron checkout (the directory holding megatron/) to judge instead of the importable one")
-    p.add_argument("--gdnv", default=os.environ.get("GDNV_BIN", str(REPO / "build" / "gdn-verify")),
-                   help="the gdn-verify binary (default $GDNV_BIN, else build/gdn-verify)")
     p.add_argument("--no-controls", action="store_true", help="skip the planted-bug controls")
     return p
 
 
-def bad_input(args: argparse.Namespace) -> str | None:
-    if not Path(args.gdnv).is_file():
-        return f"no gdn-verify binary at {args.gdnv}: build it (./run build) or pass --gdnv BIN"
-    if args.megatron and not (Path(args.megatron) / COMMON).is_file():
-        return f"--megatron {args.megatron} holds no {COMMON}: pass the directory holding megatron/"
-    return None
+def checkout(path: str | None) -> str | None:
+    """--megatron's directory, resolved; BadInput when it holds no Megatron GDN."""
+    if path and not (Path(path) / COMMON).is_file():
+        raise cli.BadInput(f"--megatron {path} holds no {COMMON}: pass the directory holding megatron/")
+    return str(Path(path).resolve()) if path else None
 
 
 def megatron_dir(path: str | None) -> Path:
@@ -257,55 +220,25 @@ def megatron_dir(path: str | None) -> Path:
     return next(Path(p) for p in spec.submodule_search_locations if (Path(p) / "core").is_dir())
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    why = bad_input(args)
-    if why:
-        print(f"error: {why}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    path = str(Path(args.megatron).resolve()) if args.megatron else None
+def run(args: argparse.Namespace, out=sys.stdout) -> int:
+    binary, path = gatekit.find_binary(args.binary), checkout(args.megatron)
     started = time.monotonic()
-    steps: list[Step] = []
-    with tempfile.TemporaryDirectory(prefix="gdnv-megatron-gate-") as scratch:
-        gate = Gate(Path(args.gdnv), path, Path(scratch))
+    with gatekit.scratch(args.keep, "gdnv-megatron-gate-") as scratch:
+        gate = Gate(binary, path, scratch)
+        cp = QUICK_CP if args.quick else CP
         try:
-            plan = [("oracle", QUICK_ORACLE if args.quick else ORACLE, "cp1", "oracle"),
-                    ("cp-vs-cp1", QUICK_CP if args.quick else CP, "headwise", "cross-mode"),
-                    ("chunkwise", QUICK_CP if args.quick else CP, "chunkwise", "cross-mode")]
-            for name, cases, mode, reader in plan:
-                step, t0 = Step(name), time.monotonic()
-                if mode == "chunkwise" and not _has_linear_cp_mode(gate, path):
-                    step.skip_reason = "this Megatron has no linear_cp_mode (Megatron-LM's development branch has it)"
-                else:
-                    run_cases(gate, step, cases, mode, reader)
-                step.seconds = time.monotonic() - t0
-                steps.append(step)
-            step, t0 = Step("controls"), time.monotonic()
-            if args.no_controls:
-                step.skip_reason = "--no-controls"
-            else:
-                run_controls(gate, step, megatron_dir(path))
-            step.seconds = time.monotonic() - t0
-            steps.append(step)
+            steps = gatekit.run_steps([
+                ("oracle", functools.partial(run_cases, gate, QUICK_ORACLE if args.quick else ORACLE, "cp1", "oracle")),
+                ("cp-vs-cp1", functools.partial(run_cases, gate, cp, "headwise", "cross-mode")),
+                ("chunkwise", functools.partial(chunkwise, gate, cp)),
+                ("controls", functools.partial(controls, gate, args.no_controls))], out)
         finally:
             gate.close()
-    total = time.monotonic() - started
-    print(table(steps))
-    for s in steps:
-        for f in s.failed:
-            print(f"FAIL {s.name} {f}")
-    if args.junit:
-        from gdn_verify.safetensors_file import write_atomic
-
-        write_atomic(Path(args.junit), junit(steps, total).encode())
-    failed = any(s.failed for s in steps)
-    print(f"megatron gate: {'FAIL' if failed else 'PASS'} in {total:.1f} s")
-    return 1 if failed else 0
+    return gatekit.finish(SUITE, args, steps, started, out)
 
 
-def _has_linear_cp_mode(gate: Gate, path: str | None) -> bool:
-    """Asked of one rank of the gate's Megatron (the parent may import another)."""
-    return gate.world(1, path).run(gate.adapter.rank_has_linear_cp_mode, path)[0]
+def main(argv: list[str] | None = None) -> int:
+    return gatekit.main(parser(), run, argv)
 
 
 if __name__ == "__main__":

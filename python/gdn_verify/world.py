@@ -38,12 +38,13 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from gdn_verify.exits import EXIT_BAD_INPUT
+
 # Every rank's environment: one thread per rank (W ranks share the cores) and loopback networking.
 FIXED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONHASHSEED": "0"}
 HOST = "127.0.0.1"
 DEFAULT_TIMEOUT = 600.0  # seconds a `run` may take on one rank; collectives give up 10% earlier
 START_TIMEOUT = 300.0  # seconds the ranks may take to start (spawn, import torch) and join the group
-EXIT_ERROR = 3  # docs/DESIGN.md §5: an error is one line, exit 3
 EXIT_UNCAUGHT = 1  # a rank that dies or hangs: what Python exits with on an uncaught exception
 STOP_GRACE = 5.0  # seconds a stopped rank gets before it is killed
 
@@ -71,7 +72,7 @@ def exit_code_of(e: BaseException) -> int:
     `gdn-verify` command ends on an exception (one `error:` line, exit 3)."""
     if isinstance(e, SystemExit):
         return e.code if isinstance(e.code, int) else EXIT_UNCAUGHT
-    return EXIT_ERROR
+    return EXIT_BAD_INPUT
 
 
 def _one_line(text: object) -> str:

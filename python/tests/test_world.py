@@ -12,7 +12,8 @@ import torch.distributed as dist
 from gdn_verify import images
 from gdn_verify.adapters import Adapter, ImageRun, WorldPlan, runner
 from gdn_verify.cases import make_case
-from gdn_verify.world import EXIT_ERROR, RankFailed, World
+from gdn_verify.exits import EXIT_BAD_INPUT
+from gdn_verify.world import RankFailed, World
 
 
 def rank_sum(rank, value):
@@ -76,7 +77,7 @@ def test_a_rank_exception_is_one_line_naming_the_rank_with_its_exit_code():
             w.run(fail_on, 1, ValueError("lengths 5 not divisible by 4"))
         assert time.monotonic() - start < 30  # the healthy rank's barrier does not hang the run
         assert str(e.value) == "rank 1 of 2: fail_on: ValueError: lengths 5 not divisible by 4"
-        assert e.value.exit_code == EXIT_ERROR and e.value.rank == 1 and "Traceback" in e.value.detail
+        assert e.value.exit_code == EXIT_BAD_INPUT and e.value.rank == 1 and "Traceback" in e.value.detail
         assert not w.running
         with pytest.raises(RankFailed) as e:  # a stopped world starts afresh on the next run
             w.run(fail_on, 0, RuntimeError("kernel\nfailed"))
