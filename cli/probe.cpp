@@ -14,6 +14,7 @@
 #include "core/file.hpp"
 #include "gpu/cuda_plugin.hpp"
 #include "probes/checks.hpp"
+#include "probes/cross_mode_report.hpp"
 #include "probes/image.hpp"
 #include "probes/report.hpp"
 
@@ -159,36 +160,18 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
        "tolerance policy of each mode vs cp1: cp-vs-cp1 | cp1-vs-old | bitwise | upstream-probe | a JSON file");
   // clang-format on
   add_listing_options(o);
-  const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P]", o, {}, args, out);
+  o.add_options()("json", po::value<std::string>(), "also write the report as JSON to FILE");
+  const auto vm = parse_options("probe cross-mode", "--dir DIR [--policy P] [--json FILE]", o, {}, args, out);
   if (!vm) return kPass;
+  check_outputs(output_options(*vm, {"json"}), {(*vm)["dir"].as<std::string>()});
   const auto start = Clock::now();
   const probes::CrossMode r =
       probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
+  if (vm->count("json")) write_files_atomic({{(*vm)["json"].as<std::string>(), probes::to_json(r)}});
   const probes::TextOptions options = listing(r.vs_cp1, *vm, start);
   probes::write_rows(r.vs_cp1, out, options);
-  for (const auto& b : r.band_only) {
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "band only %s: cp1 itself rel_rms %.3e vs oracle > kernel gate %.0e; bound: the band or its "
-                  "class's oracle gate %.3e (docs/DESIGN.md §4)\n",
-                  b.tensor.c_str(), b.cp1_rel_rms, b.gate, b.class_gate);
-    out << line;
-  }
-  if (r.ratios.empty()) out << "deviation ratio: skipped (" << r.skipped << ")\n";
-  int outside = 0;
-  for (const auto& d : r.ratios) {
-    char line[256];
-    std::snprintf(line, sizeof line, "deviation %s %s: rel_rms %.3e vs oracle, %s %.3e, bound %.3e  %s\n",
-                  d.mode.c_str(), d.tensor.c_str(), d.rel_rms, d.base.c_str(), d.base_rel_rms, d.bound,
-                  d.pass() ? "pass" : "FAIL");
-    out << line;
-    outside += !d.pass();
-  }
-  if (!r.ratios.empty())
-    out << "deviation ratio ("
-        << (r.ratios.front().base == "headwise" ? "<= 4x headwise's"
-                                                : "<= sqrt((13 + W)/14) (1 + 3/sqrt(n)) x cp1's, docs/DESIGN.md §4")
-        << ", floor 1e-6): " << r.ratios.size() << " checked, " << outside << " outside\n";
+  for (const auto& b : r.band_only) out << probes::band_only_line(b) << "\n";
+  probes::write_deviation(r, out);
   out << (r.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
   probes::write_divergence(r.vs_cp1, out);
   out << probes::counts_line(r.vs_cp1, options.seconds) << "\n";

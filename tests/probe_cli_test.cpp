@@ -599,6 +599,46 @@ TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation
   fs::remove_all(bad);
 }
 
+// `probe cross-mode --json` carries the whole verdict, the deviation ratios included, so a gate reads it
+// from the JSON (docs/json_format.md): a third-party image failing only on a deviation ratio (its
+// band-only tensors never diverge elementwise) names that ratio's line as its first failure.
+TEST(ProbeCli, CrossModeJsonCarriesTheVerdictAndTheFirstFailure) {
+  const auto as_third_party = [](const fs::path& dir) {
+    auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+    meta["adapter"] = "test";
+    write_file_atomic((dir / "meta.json").string(), meta.dump());
+  };
+  const auto good = testing::temp_dir("probe_json_good"), bad = testing::temp_dir("probe_json_bad");
+  const auto report = testing::temp_dir("probe_json_out") / "r.json";
+  dump(good, "b", {"cp1", "chunkwise"}, "--case thd-gva --dtype bf16");
+  as_third_party(good);
+  const auto r = run_cli("probe cross-mode --dir " + good.string() + " --json " + report.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(read_file_text(report.string()));
+  EXPECT_TRUE(j["pass"].get<bool>());
+  EXPECT_TRUE(j["first_failure"].is_null());
+  ASSERT_FALSE(j["band_only"].empty());
+  EXPECT_TRUE(contains(r.out, j["band_only"][0]["line"].get<std::string>() + "\n")) << r.out;
+  ASSERT_FALSE(j["deviation_ratios"].empty());
+  EXPECT_TRUE(contains(r.out, j["deviation_ratios"][0]["line"].get<std::string>() + "\n")) << r.out;
+  dump(bad, "b", {"cp1"}, "--case thd-gva --dtype bf16");
+  setenv("GDNV_FAULT", "conv_halo_wrong_rank", 1);
+  dump(bad, "b", {"chunkwise"}, "--case thd-gva --dtype bf16");
+  unsetenv("GDNV_FAULT");
+  as_third_party(bad);
+  const auto f = run_cli("probe cross-mode --dir " + bad.string() + " --json " + report.string());
+  ASSERT_EQ(f.code, 1) << f.out << f.err;
+  j = nlohmann::json::parse(read_file_text(report.string()));
+  EXPECT_FALSE(j["pass"].get<bool>());
+  EXPECT_TRUE(j["first_divergence"].is_null()) << "the planted halo moves only band-only tensors here";
+  const std::string first = j["first_failure"].get<std::string>();
+  EXPECT_TRUE(contains(first, "deviation chunkwise ") && contains(first, "  FAIL")) << first;
+  EXPECT_TRUE(contains(f.out, first + "\n")) << f.out;
+  fs::remove_all(good);
+  fs::remove_all(bad);
+  fs::remove_all(report.parent_path());
+}
+
 // An image is judged by the decay class its meta.json declares, and the report says whose gates it meets
 // (docs/DESIGN.md §4): this project's images declare product-of-decays and meet both; an unknown class is
 // bad input naming the file.

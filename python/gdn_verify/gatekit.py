@@ -190,39 +190,28 @@ def _executable(path: Path) -> bool:
 
 
 # `probe cross-mode` writes no --json (cli/probe.cpp): its verdict is read from its exit code and text.
-JSONLESS_READERS = ("cross-mode",)
-
-
 def judge(binary: str, reader: str, directory: Path) -> Verdict:
     """`gdn-verify probe <reader> --dir D --json FILE`, read from FILE (docs/json_format.md)."""
     with tempfile.TemporaryDirectory(prefix="gdnv-verdict-") as tmp:
         report = Path(tmp) / "report.json"
-        wants = [] if reader in JSONLESS_READERS else ["--json", str(report)]
-        r = subprocess.run([binary, "probe", reader, "--dir", str(directory), *wants], capture_output=True,
-                           text=True, timeout=READER_TIMEOUT)
-        return read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stdout + r.stderr)
+        r = subprocess.run([binary, "probe", reader, "--dir", str(directory), "--json", str(report)],
+                           capture_output=True, text=True, timeout=READER_TIMEOUT)
+        return read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stderr)
 
 
-def read_verdict(returncode: int, report: str | None, output: str) -> Verdict:
-    """A reader's verdict from its JSON report; without one (bad input: exit 3, nothing written; a reader
-    that writes none) from its exit code and its first-divergence, structural or last line."""
-    if report is not None:
-        return _from_json(returncode, json.loads(report))
-    lines = [line for line in output.splitlines() if line.strip()]
-    structural = [line.replace(": STRUCTURAL MISMATCH: ", ": ") for line in lines if ": STRUCTURAL MISMATCH: " in line]
-    divergence = [line for line in lines if line.startswith("first divergence: ")]
-    if returncode == EXIT_PASS:
-        return Verdict(True, lines[-1] if lines else "")
-    if structural:
-        return Verdict(False, _structural(structural))
-    return Verdict(False, divergence[0] if divergence else lines[-1] if lines else f"exit {returncode}")
-
-
-def _from_json(returncode: int, r: dict) -> Verdict:
+def read_verdict(returncode: int, report: str | None, errors: str) -> Verdict:
+    """A reader's verdict from its JSON report. Without one the reader refused its input (exit 3, one
+    `error:` line, nothing written) or died: a failing case naming its last line on stderr."""
+    if report is None:
+        lines = errors.strip().splitlines()
+        return Verdict(False, lines[-1] if lines else f"exit {returncode}")
+    r = json.loads(report)
     if returncode == EXIT_PASS and r["pass"]:
         return Verdict(True, r["summary"])
     if r["structural_mismatch"]:
         return Verdict(False, _structural([f"{_label(t)}: {t['structure']}" for t in r["tensors"] if "structure" in t]))
+    if r.get("first_failure"):  # cross-mode: the first divergence, else the first deviation ratio over its bound
+        return Verdict(False, r["first_failure"])
     return Verdict(False, r["first_divergence"]["line"] if r.get("first_divergence") else r["summary"])
 
 

@@ -80,14 +80,16 @@ def test_bad_input_is_the_readers_error_line():
     assert gatekit.read_verdict(3, None, "") == Verdict(False, "exit 3")
 
 
-def test_cross_mode_without_json_is_read_from_its_exit_code_and_lines():
-    passed = "deviation ratio: skipped (cp1 only)\nPASS\n16 passed in 0.07 s\n"
-    assert gatekit.read_verdict(0, None, passed) == Verdict(True, "16 passed in 0.07 s")
-    failed = f"out: FAIL\nFAIL\n{DIVERGENCE}\n7 failed, 9 passed in 0.11 s\n"
-    assert gatekit.read_verdict(1, None, failed) == Verdict(False, DIVERGENCE)
-    structural = f"chunkwise.rank1.safetensors:*: STRUCTURAL MISMATCH: {MISSING}\nFAIL\n1 structural mismatch\n"
-    assert gatekit.read_verdict(2, None, structural) == Verdict(
-        False, f"structural mismatch: chunkwise.rank1.safetensors:*: {MISSING}")
+def test_a_cross_mode_failing_only_on_a_deviation_ratio_is_that_ratios_line(tmp_path):
+    """`probe cross-mode --json` adds `first_failure`: with no divergence against cp1, the first deviation
+    ratio over its bound, which the summary (every tensor passed) would hide."""
+    ratio = ("deviation chunkwise out: rel_rms 3.000e-05 vs oracle, cp1 1.000e-05, bound 2.000e-05  FAIL")
+    report = json.loads(probe_json(tmp_path, "ratio", False))
+    report.update(first_failure=ratio, deviation_ratios=[{"mode": "chunkwise", "tensor": "out", "pass": False,
+                                                          "line": ratio}])
+    assert gatekit.read_verdict(1, json.dumps(report), "") == Verdict(False, ratio)
+    report.update(first_failure=DIVERGENCE)
+    assert gatekit.read_verdict(1, json.dumps(report), "") == Verdict(False, DIVERGENCE)
 
 
 def steps() -> list[Step]:
@@ -239,3 +241,22 @@ def test_an_unknown_option_is_one_line_exit_3(capsys, gate, option):
 def test_an_error_line_escapes_control_characters(capsys):
     assert cli.error("bad\nname\x1b") == 3
     assert capsys.readouterr().err == "error: bad\\nname\\x1b\n"
+
+
+@pytest.mark.parametrize("reader", ["oracle", "cross-mode"])
+def test_judge_reads_each_readers_json_from_the_real_binary(gdnv_bin, gdnv, tmp_path, monkeypatch, reader):
+    """A C++ image, right and with a planted fault: the verdict is the one the reader's JSON carries, and its
+    reason the first-divergence line the text report prints."""
+    for name, fault in (("good", None), ("bad", "conv_halo_wrong_rank")):
+        for mode in ("cp1", "chunkwise"):
+            if fault and mode == "chunkwise":
+                monkeypatch.setenv("GDNV_FAULT", fault)
+            r = gdnv("probe", "dump", "--mode", mode, "--world", "inproc:2" if mode == "chunkwise" else "inproc:1",
+                     "--image", name, "--stages",
+                     "--case", "thd-short", "--out", tmp_path / name)
+            monkeypatch.delenv("GDNV_FAULT", raising=False)
+            assert r.returncode == 0, r.stderr
+    assert gatekit.judge(str(gdnv_bin), reader, tmp_path / "good").passed
+    bad = gatekit.judge(str(gdnv_bin), reader, tmp_path / "bad")
+    text = gdnv("probe", reader, "--dir", tmp_path / "bad").stdout
+    assert not bad.passed and bad.line.startswith("first divergence: stage::conv") and f"\n{bad.line}\n" in text, text

@@ -133,7 +133,7 @@ class FlaAdapter(Adapter):
     @classmethod
     def plan(cls, request: Request) -> WorldPlan | None:
         """--world N: FLA's KCP (chunkwise) over N gloo ranks, cp1 at N = 1 (`kcp`); else one process."""
-        return None if request.world is None else kcp.plan(request)
+        return super().plan(request) if request.world is None else kcp.plan(request)
 
     def check_world(self, case: Case, plan: WorldPlan) -> None:
         try:
