@@ -568,16 +568,18 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
   fs::remove_all(dir);
 }
 
+// Marks an image third-party, as the Python bridge's meta.json does (`adapter`).
+void as_third_party(const fs::path& dir) {
+  auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
+  meta["adapter"] = "test";
+  write_file_atomic((dir / "meta.json").string(), meta.dump());
+}
+
 // A third-party image (meta.json names its adapter) leaves a tensor whose cp1 is itself beyond the kernel
 // gate of the oracle (bf16's layer tensors) to its deviation from the oracle, within cp1's band or its
 // class's gate (docs/DESIGN.md §4); this project's own image, or a policy named instead of the contract's
 // rule, keeps the elementwise comparison for every tensor, and a conv halo from the wrong rank still fails.
 TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation) {
-  const auto as_third_party = [](const fs::path& dir) {
-    auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
-    meta["adapter"] = "test";
-    write_file_atomic((dir / "meta.json").string(), meta.dump());
-  };
   const auto good = testing::temp_dir("probe_band_good"), bad = testing::temp_dir("probe_band_bad");
   dump(good, "b", {"cp1", "chunkwise"}, "--case thd-gva --dtype bf16");
   EXPECT_FALSE(contains(run_cli("probe cross-mode --dir " + good.string()).out, "band only"));
@@ -603,11 +605,6 @@ TEST(ProbeCli, CrossModeJudgesAThirdPartyTensorBeyondTheKernelGateByItsDeviation
 // from the JSON (docs/json_format.md): a third-party image failing only on a deviation ratio (its
 // band-only tensors never diverge elementwise) names that ratio's line as its first failure.
 TEST(ProbeCli, CrossModeJsonCarriesTheVerdictAndTheFirstFailure) {
-  const auto as_third_party = [](const fs::path& dir) {
-    auto meta = nlohmann::json::parse(read_file_text((dir / "meta.json").string()));
-    meta["adapter"] = "test";
-    write_file_atomic((dir / "meta.json").string(), meta.dump());
-  };
   const auto good = testing::temp_dir("probe_json_good"), bad = testing::temp_dir("probe_json_bad");
   const auto report = testing::temp_dir("probe_json_out") / "r.json";
   dump(good, "b", {"cp1", "chunkwise"}, "--case thd-gva --dtype bf16");
