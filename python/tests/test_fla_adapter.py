@@ -1,7 +1,7 @@
 """The fla adapter on flash-linear-attention's real GatedDeltaNet layer, on CPU.
 
 FLA's layer forward is Triton throughout, so on a CPU the adapter runs the layer's torch submodules with
-FLA's pure-torch references (gdn_verify/adapters/fla.py); its image must pass `probe oracle` with every
+FLA's pure-torch references (gdn_verify/adapters/fla/); its image must pass `probe oracle` with every
 stage, and a wrong mapping must fail it at the right stage.
 """
 
