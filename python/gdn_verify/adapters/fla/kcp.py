@@ -110,7 +110,8 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
     hidden = flat[rows].to(case.torch_dtype).requires_grad_()
     recorder = StageRecorder() if stages else None
-    with boundary_taps(recorder, Rank(rank.rank, cp), case):
+    g = case.geometry
+    with boundary_taps(recorder, Rank(rank.rank, cp), range(g.Hv), g.dk, g.dv):
         out = layer_forward(model, hidden, context, cu_seqlens(case), recorder, rows)
         out.backward(case.grad_output.reshape(flat.shape)[rows].to(out.dtype))
     grads = adapter.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry, gradients=True)

@@ -9,7 +9,6 @@ import torch
 
 from gdn_verify import names
 from gdn_verify.adapters.fla.mapping import CONV, PROJ, geometry_of
-from gdn_verify.cases import Case
 from gdn_verify.stages import StageRecorder, l2_normalised
 from gdn_verify.world import Rank
 
@@ -61,8 +60,9 @@ class boundary_taps:
     r) and the gradient its backward fold sends to the next rank's (stage_grad::boundary_state row r+1)
     by wrapping the two `fla.ops.cp` steps the chunk op calls; the values are returned unchanged."""
 
-    def __init__(self, recorder: StageRecorder | None, rank: Rank, case: Case) -> None:
-        self.recorder, self.rank, self.case = recorder, rank, case
+    def __init__(self, recorder: StageRecorder | None, rank: Rank, heads: range, dk: int, dv: int) -> None:
+        """`rank` in the CP group; `heads`, the value heads this process holds (a TP rank's, or all)."""
+        self.recorder, self.rank, self.heads, self.dk, self.dv = recorder, rank, heads, dk, dv
         self.undo: list = []
 
     def __enter__(self) -> boundary_taps:
@@ -71,12 +71,12 @@ class boundary_taps:
             return self
         from fla.ops.gated_delta_rule import chunk
 
-        g = self.case.geometry
-        cols = range(g.Hv * g.dk * g.dv)
+        size = self.dk * self.dv
+        cols = range(self.heads.start * size, self.heads.stop * size)
         r = self.rank.rank
 
         def tap(name: str, row: int, state: torch.Tensor | None) -> None:
-            value = torch.zeros(g.Hv, g.dk, g.dv) if state is None else state.detach()
+            value = torch.zeros(len(self.heads), self.dk, self.dv) if state is None else state.detach()
             recorder._add(name, value, (row,), list(cols))
 
         def wrap(attr: str, pick):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import torch
 
 from gdn_verify.adapters.base import Adapter, AdapterError, ImageRun, Request, Run, WorldPlan
-from gdn_verify.adapters.megatron import layer, worlds
+from gdn_verify.adapters.megatron import layer, rules, worlds
 from gdn_verify.adapters.megatron.capability import NO_LINEAR_CP_MODE, has_linear_cp_mode
 from gdn_verify.adapters.megatron.groups import MODES, check_world, cp_size_and_rank, initialize, tp_size_and_rank
 from gdn_verify.adapters.megatron.params import check_tp, gather_tp, shard_tp
@@ -52,8 +52,8 @@ class MegatronAdapter(Adapter):
 
         pg = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp", "cp"])
         deterministic = self.core(core) == layer.DETERMINISTIC
-        return GatedDeltaNet(layer.config(geometry, dtype, deterministic, cp_mode), layer.submodules(),
-                             conv_bias=geometry.conv_bias, pg_collection=pg)
+        config = layer.config(geometry, dtype, deterministic, cp_mode, tp_size_and_rank()[0], cp_size_and_rank()[0])
+        return GatedDeltaNet(config, layer.submodules(), conv_bias=geometry.conv_bias, pg_collection=pg)
 
     def to_megatron(self, state: Mapping[str, torch.Tensor], geometry: Geometry,
                     gradients: bool = False) -> dict[str, torch.Tensor]:
@@ -94,9 +94,12 @@ class MegatronAdapter(Adapter):
         return WorldPlan(mode, world, tp, core, request.stages, request.source)
 
     def check_world(self, case: Case, plan: WorldPlan) -> None:
-        """Chunkwise needs linear_cp_mode: refused naming which Megatron has it."""
+        """Before any rank starts: chunkwise needs linear_cp_mode (refused naming which Megatron has it), then
+        every rule of `rules` (ours, and Megatron's own configuration checks run here on the config the ranks
+        will build), each refusal one line naming the rule and the flag."""
         if plan.mode == "chunkwise" and not has_linear_cp_mode():
             raise AdapterError(f"megatron: --mode chunkwise {NO_LINEAR_CP_MODE}")
+        rules.check(case, plan)
 
     def run_world(self, world: World, case: Case, plan: WorldPlan) -> ImageRun:
         return worlds.run(world, self, case, plan)

@@ -44,8 +44,9 @@ SHIMS = {"current_device_is_cpu": current_device_is_cpu, "eager_jit_fuser": eage
 
 
 def install() -> list[str]:
-    """Every shim, once per process, and Triton's interpreter (a no-op where a CUDA device is visible);
-    the names installed, triton_cpu's included."""
+    """Every shim, once per process, and Triton's interpreter with the shims FLA's context parallelism
+    needs (chunkwise CP hands FLA's `fla.ops.cp` context to its kernels); a no-op where a CUDA device is
+    visible. The names installed, triton_cpu's included."""
     if torch.cuda.is_available():
         return []
     from gdn_verify import triton_cpu
@@ -53,4 +54,4 @@ def install() -> list[str]:
     for name, shim in SHIMS.items():
         if name not in _INSTALLED:
             shim()
-    return sorted(_INSTALLED) + triton_cpu.enable()
+    return sorted(_INSTALLED) + triton_cpu.enable_fla_cp()

@@ -59,8 +59,11 @@ def submodules():
                                    out_proj=RowParallelLinear)
 
 
-def config(geometry: Geometry, dtype: torch.dtype, deterministic: bool = False, cp_mode: str | None = None):
-    """Megatron's TransformerConfig for the geometry, set up for a CPU (no CUDA RNG, no fused wgrad)."""
+def config(geometry: Geometry, dtype: torch.dtype, deterministic: bool = False, cp_mode: str | None = None,
+           tp: int = 1, cp: int = 1):
+    """Megatron's TransformerConfig for the geometry, set up for a CPU (no CUDA RNG, no fused wgrad), declared
+    a GDN layer (`experimental_attention_variant`) over TP `tp` x CP `cp`, so that Megatron's own checks of
+    a GDN configuration run when it is built (docs/megatron.md, "Whose rule")."""
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
@@ -71,7 +74,9 @@ def config(geometry: Geometry, dtype: torch.dtype, deterministic: bool = False, 
                              linear_value_head_dim=g.dv, linear_conv_kernel_dim=g.linear_conv_kernel_dim,
                              layernorm_epsilon=g.layernorm_epsilon, normalization="RMSNorm", activation_func=F.silu,
                              params_dtype=dtype, use_cpu_initialization=True, perform_initialization=False,
-                             gradient_accumulation_fusion=False, deterministic_mode=deterministic, **extra)
+                             gradient_accumulation_fusion=False, deterministic_mode=deterministic,
+                             experimental_attention_variant="gated_delta_net", linear_attention_freq=1,
+                             tensor_model_parallel_size=tp, context_parallel_size=cp, **extra)
 
 
 def module_geometry(module: torch.nn.Module) -> Geometry:

@@ -7,30 +7,47 @@ import torch
 from gdn_verify.adapters.base import AdapterError
 from gdn_verify.adapters.megatron.groups import cp_size_and_rank
 from gdn_verify.cases import Case
+from gdn_verify.layouts import contiguous_rows, zigzag_rows
 
 
 def cp_rows(case: Case) -> list[int]:
     """The natural rows this process's CP rank holds, in its local (s, b) order, by Megatron's rules: SBHD
-    through Megatron's own per-sequence zigzag (`_get_batch_on_this_cp_rank_per_sequence_balancing` on the
-    CP group); THD the per-document zigzag, chunks r and 2 cp - 1 - r of every sequence (Megatron hands it to
-    Transformer Engine's `thd_get_partitioned_indices`, which is CUDA only)."""
+    through Megatron's own per-sequence zigzag (`sbhd_partition`); THD the per-document zigzag, chunks r and
+    2 cp - 1 - r of every sequence (0.19.2 hands it to Transformer Engine's CUDA-only
+    `thd_get_partitioned_indices`; tested token-exact against `context_parallel_layout` where it exists)."""
     cp, rank = cp_size_and_rank()
-    for begin, end in case.sequences():
-        if (end - begin) % (2 * cp) and cp > 1:
-            raise AdapterError(f"megatron: a sequence of {end - begin} tokens does not split into 2 CP = {2 * cp} "
-                               "chunks (Megatron's zigzag): pick a case whose lengths are multiples of 2 CP")
     if case.cu_seqlens is None:
         from megatron.core import parallel_state
-        from megatron.core.utils import _get_batch_on_this_cp_rank_per_sequence_balancing
 
         S, B = case.spec.seq_len, case.spec.batch
         index = torch.arange(B * S).reshape(B, S)
-        local = _get_batch_on_this_cp_rank_per_sequence_balancing(
-            {"tokens": index}, cp_group=parallel_state.get_context_parallel_group())["tokens"]
+        local = sbhd_partition()({"tokens": index}, cp_group=parallel_state.get_context_parallel_group())["tokens"]
         return local.t().reshape(-1).tolist()
-    from gdn_verify.layouts import zigzag_rows
-
     return zigzag_rows(case, cp, rank)
+
+
+def sbhd_partition():
+    """Megatron's zigzag split of a [B, S] batch over the CP group, by the name this Megatron has it under
+    (0.19.2 and the dev branch `_get_batch_on_this_cp_rank_per_sequence_balancing`, commit 5139086e
+    `get_pretrain_batch_on_this_cp_rank`)."""
+    from megatron.core import utils
+
+    for name in ("_get_batch_on_this_cp_rank_per_sequence_balancing", "get_pretrain_batch_on_this_cp_rank"):
+        if hasattr(utils, name):
+            return getattr(utils, name)
+    raise AdapterError("megatron: megatron.core.utils has no SBHD context-parallel split this adapter knows: teach "
+                       "gdn_verify.adapters.megatron.rows this Megatron, or use a THD case")
+
+
+def mixer_rows(case: Case, mode: str) -> list[int]:
+    """The natural rows of the tokens the mode hands the mixer on this CP rank: every token for cp1 and after
+    headwise's all-to-all; chunkwise's contiguous span, [r T / cp, (r + 1) T / cp) of the packed tokens
+    (`context_parallel_layout`'s "contiguous", docs/DESIGN.md §2)."""
+    tokens = case.hidden_states.shape[0] * case.hidden_states.shape[1]
+    if mode != "chunkwise":
+        return list(range(tokens))
+    cp, rank = cp_size_and_rank()
+    return list(contiguous_rows(tokens, cp, rank))
 
 
 def packed_seq_params(case: Case):

@@ -3,12 +3,19 @@ and the TP ranks' columns merged into one CP rank's stages."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 
 from gdn_verify import names
+from gdn_verify.adapters.fla.kcp_layer import boundary_taps
+from gdn_verify.adapters.megatron.capability import prepare_method
 from gdn_verify.adapters.megatron.groups import cp_size_and_rank, tp_size_and_rank
 from gdn_verify.adapters.megatron.layer import module_geometry
 from gdn_verify.names import Geometry
+from gdn_verify.stages import StageRecorder, l2_normalised
+from gdn_verify.world import Rank
 
 
 def _section_cols(geometry: Geometry, tp: int, rank: int) -> list[int]:
@@ -20,12 +27,14 @@ def _section_cols(geometry: Geometry, tp: int, rank: int) -> list[int]:
     return cols
 
 
-def _mixer_cols(geometry: Geometry) -> dict[str, list[int]]:
-    """The full-layer columns of each mixer stage this (TP, CP) rank computes: after Megatron's head
-    permutation and all-to-all, CP rank c of TP rank t holds the c-th of cp equal head blocks of each of
-    t's sections (`_build_head_perm_for_split_sections`)."""
+def _mixer_cols(geometry: Geometry, mode: str) -> dict[str, list[int]]:
+    """The full-layer columns of each mixer stage this (TP, CP) rank computes. Headwise: after Megatron's
+    head permutation and all-to-all, CP rank c of TP rank t holds the c-th of cp equal head blocks of each
+    of t's sections (`_build_head_perm_for_split_sections`); cp1 and chunkwise: every head of TP rank t."""
     g = geometry
     (tp, t), (cp, c) = tp_size_and_rank(), cp_size_and_rank()
+    if mode != "headwise":
+        cp, c = 1, 0
 
     def heads(n: int) -> range:
         per = n // (tp * cp)
@@ -39,43 +48,43 @@ def _mixer_cols(geometry: Geometry) -> dict[str, list[int]]:
             "g": list(heads(g.Hv)), "beta": list(heads(g.Hv)), "core": v}
 
 
-def record_stages(module: torch.nn.Module, recorder, rows: list[int], tokens: int):
+def record_stages(module: torch.nn.Module, recorder: StageRecorder, rows: list[int], mixer_rows: list[int],
+                  mode: str) -> Callable[[], None]:
     """Hooks and method wrappers putting every named stage into `recorder`; a function removing them.
-    x_norm, in_proj and gated_norm (out_proj's input) on this rank's `rows`; the mixer's stages on every
-    token (Megatron's all-to-all has put them in natural order) and this rank's heads. The wrappers pass
-    values through unchanged (q, k, v are cut from conv and put back together so that each piece's
-    gradient is seen)."""
-    from gdn_verify.stages import l2_normalised
-
+    x_norm, in_proj and gated_norm (out_proj's input) on this rank's `rows`; the mixer's stages on
+    `mixer_rows` (the tokens the mode hands the mixer: every token after headwise's all-to-all, the
+    rank's contiguous span in chunkwise) and this rank's heads (`_mixer_cols`); in chunkwise also the
+    state carried across CP ranks. The wrappers pass values through unchanged (q, k, v are cut from conv
+    and put back together so that each piece's gradient is seen). Megatron's shapes differ in the method
+    that takes the conv's output (`capability.prepare_method`); g and beta are read where every shape
+    hands them to the gated delta rule."""
     g = module_geometry(module)
     tp, t = tp_size_and_rank()
     v = g.v_dim // tp
-    every = range(tokens)
-    cols = _mixer_cols(g)
-    prepare, gates, rule = (module._prepare_input_for_gated_delta_rule, module._compute_g_and_beta,
-                            module.gated_delta_rule)
+    cols = _mixer_cols(g, mode)
+    prepare_name = prepare_method(module)
+    prepare, rule = getattr(module, prepare_name), module.gated_delta_rule
+    signature = inspect.signature(prepare)
 
-    def prepare_recorded(qkv, gate, batch, seq_len, *feats):
-        recorder.record("conv", qkv, every, cols["conv"])
+    def prepare_recorded(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        qkv = bound.arguments["qkv"]
+        recorder.record("conv", qkv, mixer_rows, cols["conv"])
         q, k, vv = torch.split(qkv, [len(cols["q"]), len(cols["k"]), len(cols["v"])], dim=-1)
         for name, x in (("q", q), ("k", k)):
-            recorder.record(name, x, every, cols[name], l2_normalised(x.reshape(*x.shape[:-1], -1, g.dk)))
-        recorder.record("v", vv, every, cols["v"])
-        return prepare(torch.cat([q, k, vv], dim=-1), gate, batch, seq_len, *feats)
-
-    def gates_recorded(*args):
-        decay, beta = gates(*args)
-        recorder.record("g", decay, every, cols["g"])
-        recorder.record("beta", beta, every, cols["beta"])
-        return decay, beta
+            recorder.record(name, x, mixer_rows, cols[name], l2_normalised(x.reshape(*x.shape[:-1], -1, g.dk)))
+        recorder.record("v", vv, mixer_rows, cols["v"])
+        bound.arguments["qkv"] = torch.cat([q, k, vv], dim=-1)
+        return prepare(*bound.args, **bound.kwargs)
 
     def rule_recorded(*args, **kwargs):
+        recorder.record("g", kwargs["g"], mixer_rows, cols["g"])
+        recorder.record("beta", kwargs["beta"], mixer_rows, cols["beta"])
         core, state = rule(*args, **kwargs)
-        recorder.record("core", core, every, cols["core"])
+        recorder.record("core", core, mixer_rows, cols["core"])
         return core, state
 
-    module._prepare_input_for_gated_delta_rule = prepare_recorded
-    module._compute_g_and_beta = gates_recorded
+    setattr(module, prepare_name, prepare_recorded)
     module.gated_delta_rule = rule_recorded
     module.in_proj.x_norm_hook = lambda x: recorder.record("x_norm", x, rows, range(g.hidden_size))
     handles = [
@@ -84,11 +93,15 @@ def record_stages(module: torch.nn.Module, recorder, rows: list[int], tokens: in
         module.out_proj.register_forward_pre_hook(
             lambda m, i: recorder.record("gated_norm", i[0], rows, range(t * v, (t + 1) * v))),
     ]
+    cp, c = cp_size_and_rank()
+    taps = boundary_taps(recorder if mode == "chunkwise" else None, Rank(c, cp),
+                         range(t * g.Hv // tp, (t + 1) * g.Hv // tp), g.dk, g.dv).__enter__()
 
     def undo() -> None:
         for h in handles:
             h.remove()
-        del module._prepare_input_for_gated_delta_rule, module._compute_g_and_beta  # the class's methods again
+        taps.__exit__()
+        delattr(module, prepare_name)  # the class's method again
         module.gated_delta_rule = rule
         module.in_proj.x_norm_hook = None
 

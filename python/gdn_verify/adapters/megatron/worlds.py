@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gdn_verify.adapters.base import ImageRun, WorldPlan
-from gdn_verify.adapters.megatron.capability import has_linear_cp_mode, import_from
+from gdn_verify.adapters.megatron.capability import import_from, linear_cp_mode_for
 from gdn_verify.adapters.megatron.groups import initialize
 from gdn_verify.adapters.megatron.layer import DECAY_CLASS, PATH_NOTE, path
 from gdn_verify.adapters.megatron.ranks import rank_run
@@ -23,7 +23,7 @@ def rank_dump(rank: Rank, adapter: MegatronAdapter, case: Case, plan: WorldPlan)
     """One rank's part (`gdn_verify.world`): Megatron's groups, the module, rank_run; and the path that ran."""
     import_from(plan.source)
     initialize(plan.tp, rank.world // plan.tp)
-    cp_mode = None if plan.mode == "cp1" or not has_linear_cp_mode() else plan.mode
+    cp_mode = linear_cp_mode_for(plan.mode)
     module = adapter.build_module(case.geometry, case.torch_dtype, core=plan.core, cp_mode=cp_mode)
     adapter.load_megatron_params(module, case.params)
     return rank_run(module, case, plan.mode, plan.stages), path(module)
