@@ -84,3 +84,12 @@ def prepare_method(module) -> str:
     raise AdapterError(f"megatron: this GatedDeltaNet has none of {', '.join(PREPARE_METHODS)} (the method taking "
                        "the conv's output, where stages are recorded): dump with --no-stages, or teach "
                        "gdn_verify.adapters.megatron.capability this shape")
+
+
+def converts_at_input(module) -> bool:
+    """Whether chunkwise CP converts the layer's input to the contiguous layout before in_proj (the dev
+    branch: `convert_module_input_tensors_cp_partition_mode`), so in_proj, its norm and out_proj's input
+    run on the rank's contiguous span; 5139086e converts in_proj's output, so those run on its zigzag rows."""
+    import sys
+
+    return hasattr(sys.modules[type(module).__module__], "convert_module_input_tensors_cp_partition_mode")

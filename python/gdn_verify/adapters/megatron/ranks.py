@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from gdn_verify.adapters.megatron.capability import converts_at_input
 from gdn_verify.adapters.megatron.groups import cp_size_and_rank, tp_size_and_rank
 from gdn_verify.adapters.megatron.params import full_grads
 from gdn_verify.adapters.megatron.rows import cp_rows, mixer_rows, packed_seq_params
@@ -25,7 +26,9 @@ def rank_run(module: torch.nn.Module, case: Case, mode: str, stages: bool = True
     hidden = case.hidden_states.reshape(-1, H)[rows].reshape(shape).to(dtype).requires_grad_()
     grad_out = case.grad_output.reshape(-1, H)[rows].reshape(shape).to(dtype)
     recorder = StageRecorder() if stages else None
-    undo = record_stages(module, recorder, rows, mixer_rows(case, mode), mode) if recorder is not None else None
+    mixer = mixer_rows(case, mode)
+    layer_rows = mixer if mode == "chunkwise" and converts_at_input(module) else rows
+    undo = record_stages(module, recorder, layer_rows, mixer, mode) if recorder is not None else None
     try:
         module.zero_grad(set_to_none=True)
         out, _ = module(hidden, attention_mask=None, packed_seq_params=packed_seq_params(case))
