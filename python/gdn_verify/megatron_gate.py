@@ -114,13 +114,8 @@ class Gate:
 
         path = path or self.megatron_path
         if (size, path) not in self.worlds:
-            if path:
-                sys.path.insert(0, path)  # ranks start with the parent's path: they import this Megatron
-            try:
-                self.worlds[(size, path)] = World(size, env=self.adapter.MegatronAdapter.rank_env).__enter__()
-            finally:
-                if path:
-                    sys.path.remove(path)
+            self.worlds[(size, path)] = World(size, env=self.adapter.MegatronAdapter.rank_env,
+                                              path=[path] if path else []).__enter__()
         return self.worlds[(size, path)]
 
     def close(self) -> None:

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -115,11 +115,15 @@ def _serve(rank: int, size: int, port: int, timeout: float, read_fd: int, write_
 class World:
     """`size` local processes in one gloo group, started once, reused by every `run` (see module doc)."""
 
-    def __init__(self, size: int, *, env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, size: int, *, env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 path: Sequence[str] = ()) -> None:
+        """`path`: directories first on every rank's sys.path, at every start (a library checkout under test
+        stays the one imported when the world restarts after a failure)."""
         if size < 1:
             raise ValueError(f"a world of {size} ranks: give at least 1")
         self.size = size
         self.env = {**FIXED_ENV, **(env or {})}
+        self.path = list(path)
         self.timeout = timeout
         self._procs: list[subprocess.Popen] = []
         self._conns: list[tuple[Connection, Connection]] = []  # (to the rank, from the rank)
@@ -155,7 +159,7 @@ class World:
         env = {**os.environ, **self.env}
         for r in range(self.size):
             to_rank, from_rank = os.pipe(), os.pipe()  # (read, write) each
-            code = (f"import sys; sys.path[:] = {sys.path!r}; from gdn_verify.world import _serve; "
+            code = (f"import sys; sys.path[:] = {[*self.path, *sys.path]!r}; from gdn_verify.world import _serve; "
                     f"_serve({r}, {self.size}, {self._store.port}, {self.timeout!r}, {to_rank[0]}, {from_rank[1]})")
             with open(self.log(r), "wb") as log:
                 self._procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,

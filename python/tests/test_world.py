@@ -150,3 +150,19 @@ def test_a_world_run_writes_every_rank_once_and_nothing_when_a_rank_fails(gdnv, 
 def test_a_world_of_no_ranks_is_refused():
     with pytest.raises(ValueError, match="give at least 1"):
         World(0)
+
+
+def imported_from(rank, module):
+    return __import__(module).__file__
+
+
+def test_the_worlds_path_is_first_on_every_rank_at_every_start(tmp_path):
+    """A checkout under test named in `path` is what the ranks import, and still after a failed rank
+    restarted the world (the parent's sys.path never holds it)."""
+    (tmp_path / "gdnv_probe_module.py").write_text("")
+    with World(2, timeout=60, path=[str(tmp_path)]) as w:
+        assert w.run(imported_from, "gdnv_probe_module") == [str(tmp_path / "gdnv_probe_module.py")] * 2
+        with pytest.raises(RankFailed):
+            w.run(fail_on, 1, ValueError("no"))
+        assert w.run(imported_from, "gdnv_probe_module") == [str(tmp_path / "gdnv_probe_module.py")] * 2
+    assert str(tmp_path) not in __import__("sys").path
