@@ -9,10 +9,15 @@ ranks started once per world size, as `gdn-verify gate` does for the C++ modes. 
 - `oracle`: Megatron's cp1 image of each case, every tensor and stage, `gdn-verify probe oracle`;
 - `cp-vs-cp1`: headwise at W = 2, 4 and TP 2 x CP 2 (THD and SBHD, fp32 and bf16) against Megatron's own
   cp1 at the same TP, `gdn-verify probe cross-mode`;
-- `chunkwise`: the same for `linear_cp_mode` = chunkwise where the Megatron has it (else skipped, naming
-  which Megatron has it);
-- `controls`: bugs planted in a copy of the Megatron under test (`PLANTS`) must fail cross-mode with a
-  first divergence naming the stage and rank; the step passes when every control is caught.
+- `chunkwise`: `linear_cp_mode` = chunkwise (FLA's Triton path, THD and SBHD, W = 2 and 4, TP 2 x CP 2, fp32
+  and bf16) where the Megatron has it, else skipped naming which Megatron has it;
+- `controls`: each bug class of gdn_verify.megatron_controls the Megatron runs (headwise's two; with
+  linear_cp_mode also chunkwise's dropped halo, dropped state and off-by-one conversion), planted alone in
+  a copy of the Megatron under test, must fail cross-mode with a first divergence naming its stage and
+  the rank that computed it; the step passes when every control is caught.
+
+Any of Megatron's GDN shapes runs (0.19.2's package, commit 5139086e's single module, the dev branch's
+package): the adapter finds what it needs by capability (gdn_verify.adapters.megatron).
 
 Output, JUnit and exit codes are `gdn-verify gate`'s (gdn_verify.gatekit): a line per step as it ends,
 under it each failing case with its reproduce commands (and each control caught, with its first
@@ -24,14 +29,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_verify import cli, gatekit
+from gdn_verify import cli, gatekit, megatron_controls
 
 SUITE = gatekit.Suite("megatron_gate", "megatron gate")
 
@@ -57,45 +61,14 @@ ORACLE = [Case("thd-gva", "fp32", "fla-triton"), Case("sbhd", "fp32", "torch-chu
 CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
       Case("thd-gva", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "torch-chunk", world=2),
       Case("sbhd", "bf16", "fla-triton", world=4), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
+# chunkwise hands FLA's cp_context to its kernels: FLA's Triton path only (Megatron's torch chunk form refuses it)
+CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
+             Case("thd-gva", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
+             Case("sbhd", "bf16", "fla-triton", world=4), Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
 QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
 QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
-
-# Bugs planted in a copy of Megatron's GDN (megatron/core/ssm/gated_delta_net/common.py): the line, its
-# replacement, and a case where it alone acts with the stage it must be caught at.
-COMMON = Path("megatron/core/ssm/gated_delta_net/common.py")
-PLANTS = {
-    # The inverse of the all-to-all's head permutation applied to the gated norm on its way back (identity
-    # at CP = 1): head blocks land in the wrong columns of out_proj's input.
-    "head_perm_back": (
-        "        # CP all to all: HP to CP\n",
-        "        # CP all to all: HP to CP\n"
-        "        norm_out_hp = norm_out_hp.index_select(-1, torch.argsort(_build_head_perm_for_split_sections(\n"
-        "            (norm_out_hp.shape[-1] // 2,) * 2, self.cp_size, norm_out_hp.device)))\n"),
-    # The packed (THD) zigzag split off by one chunk (each token's load-balanced chunk id + 1, cyclically):
-    # the mixer sees every sequence's chunks rotated.
-    "thd_zigzag_off_by_one": (
-        "    # In the per-sequence load-balanced layout each rank owns load-balanced\n",
-        "    lb_chunk = (lb_chunk + 1) % (2 * cp_size)\n"
-        "    # In the per-sequence load-balanced layout each rank owns load-balanced\n"),
-}
-# (case, the first-divergence text it must produce): SBHD never reaches the THD code, so only the first
-# bug acts there; in THD the second acts first (the conv precedes the gated norm).
-CONTROLS = [(Case("sbhd", "fp32", "torch-chunk", world=2), "head_perm_back",
-             "first divergence: stage::gated_norm (forward, rank 0 of 2"),
-            (Case("thd-gva", "fp32", "fla-triton", world=2), "thd_zigzag_off_by_one",
-             "first divergence: stage::conv (forward, rank 0 of 2")]
-
-
-def planted_copy(root: Path, megatron_dir: Path) -> Path:
-    """`megatron_dir` (a `megatron` package) copied under root with every PLANTS bug; root."""
-    shutil.copytree(megatron_dir, root / "megatron", ignore=shutil.ignore_patterns("__pycache__"))
-    source = (root / COMMON).read_text()
-    for name, (right, wrong) in PLANTS.items():
-        if source.count(right) != 1:
-            raise cli.BadInput(f"{name}: the planted line is not in this Megatron's {COMMON}")
-        source = source.replace(right, wrong)
-    (root / COMMON).write_text(source)
-    return root
+QUICK_CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2)]
+NO_LINEAR_CP_MODE = "this Megatron has no linear_cp_mode (Megatron-LM's development branch and commit 5139086e have it)"
 
 
 class Gate:
@@ -106,6 +79,8 @@ class Gate:
 
         self.binary, self.megatron_path, self.scratch = binary, megatron_path, scratch
         self.adapter = megatron
+        # this process checks each plan's rules on the Megatron under test before its ranks run it
+        megatron.import_from(megatron_path)
         self.worlds: dict[tuple[int, str | None], Any] = {}
 
     def world(self, size: int, path: str | None = None):
@@ -158,34 +133,50 @@ def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatek
         step.record(c.label, why, reproduce(c, modes, reader, gate.megatron_path))
 
 
+def has_linear_cp_mode(gate: Gate) -> bool:
+    """Asked of one rank of the gate's Megatron (the parent may import another)."""
+    return gate.world(1).run(gate.adapter.rank_has_linear_cp_mode, gate.megatron_path)[0]
+
+
 def chunkwise(gate: Gate, cases: list[Case], step: gatekit.Step) -> None:
     """The chunkwise cases where the gate's Megatron has `linear_cp_mode`, else skipped naming who has it."""
-    if gate.world(1).run(gate.adapter.rank_has_linear_cp_mode, gate.megatron_path)[0]:
+    if has_linear_cp_mode(gate):
         run_cases(gate, cases, "chunkwise", "cross-mode", step)
     else:
-        step.skip = "this Megatron has no linear_cp_mode (Megatron-LM's development branch has it)"
+        step.skip = NO_LINEAR_CP_MODE
 
 
-def run_controls(gate: Gate, megatron_dir: Path, step: gatekit.Step) -> None:
-    """Each planted bug must make cross-mode FAIL with its first-divergence line."""
-    root = str(planted_copy(gate.scratch / "planted", megatron_dir))
-    for c, bug, first in CONTROLS:
-        directory = gate.scratch / step.name / bug
+def run_controls(gate: Gate, checkout: Path, step: gatekit.Step) -> None:
+    """Each bug class the Megatron runs, planted alone in a copy of it, must make cross-mode FAIL with its
+    first divergence; a class with no plant for this Megatron's sources fails, naming the class."""
+    chunkwise_too = has_linear_cp_mode(gate)
+    for control in megatron_controls.CONTROLS:
+        if control.mode == "chunkwise" and not chunkwise_too:
+            continue
+        c = Case(*control.case[:3], tp=control.case[3], world=control.case[4])
+        plant = megatron_controls.applicable(control, checkout)
+        if plant is None:
+            step.record(control.name, f"no plant of {control.name} applies to the Megatron at {checkout} (its text "
+                                      "is in none of the files gdn_verify.megatron_controls knows): the gate cannot "
+                                      "show it catches this bug here")
+            continue
+        root = megatron_controls.planted_copy(gate.scratch / f"planted-{control.name}", checkout, plant)
+        directory = gate.scratch / step.name / control.name
         gate.dump(c, "cp1", directory)
-        gate.dump(c, "headwise", directory, path=root)
+        gate.dump(c, control.mode, directory, path=str(root))
         v = gate.judge("cross-mode", directory)
-        if not v.passed and v.line.startswith(first):
-            step.notes.append(f"{bug} ({c.label}): caught: {v.line}")
-            step.record(bug, None)
+        if not v.passed and v.line.startswith(control.first):
+            step.notes.append(f"{control.name} ({c.label}, {control.mode}, {plant.file}): caught: {v.line}")
+            step.record(control.name, None)
         else:
-            step.record(bug, f"expected '{first}', got: {v.line}")
+            step.record(control.name, f"expected '{control.first}', got: {v.line}")
 
 
 def controls(gate: Gate, skip: bool, step: gatekit.Step) -> None:
     if skip:
         step.skip = "--no-controls"
     else:
-        run_controls(gate, megatron_dir(gate.megatron_path), step)
+        run_controls(gate, checkout_of(gate.megatron_path), step)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -197,22 +188,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+GDN = ("megatron/core/ssm/gated_delta_net.py", "megatron/core/ssm/gated_delta_net/__init__.py")
+
+
 def checkout(path: str | None) -> str | None:
-    """--megatron's directory, resolved; BadInput when it holds no Megatron GDN."""
-    if path and not (Path(path) / COMMON).is_file():
-        raise cli.BadInput(f"--megatron {path} holds no {COMMON}: pass the directory holding megatron/")
+    """--megatron's directory, resolved; BadInput when it holds no Megatron GDN (module or package)."""
+    if path and not any((Path(path) / gdn).is_file() for gdn in GDN):
+        raise cli.BadInput(f"--megatron {path} holds neither {' nor '.join(GDN)}: pass the directory holding megatron/")
     return str(Path(path).resolve()) if path else None
 
 
-def megatron_dir(path: str | None) -> Path:
-    """The `megatron` package the gate judges (for the controls' copy)."""
+def checkout_of(path: str | None) -> Path:
+    """The directory holding the `megatron` package the gate judges (the controls copy it)."""
     if path:
-        return Path(path).resolve() / "megatron"
+        return Path(path)
     import importlib.util
 
     spec = importlib.util.find_spec("megatron")  # the namespace package: nothing of Megatron is imported
-    assert spec is not None and spec.submodule_search_locations is not None, "megatron is not importable"
-    return next(Path(p) for p in spec.submodule_search_locations if (Path(p) / "core").is_dir())
+    if spec is None or spec.submodule_search_locations is None:
+        raise cli.BadInput("megatron is not importable: install megatron-core or pass --megatron PATH")
+    return next(Path(p).parent for p in spec.submodule_search_locations if (Path(p) / "core").is_dir())
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
@@ -225,7 +220,7 @@ def run(args: argparse.Namespace, out=sys.stdout) -> int:
             steps = gatekit.run_steps([
                 ("oracle", functools.partial(run_cases, gate, QUICK_ORACLE if args.quick else ORACLE, "cp1", "oracle")),
                 ("cp-vs-cp1", functools.partial(run_cases, gate, cp, "headwise", "cross-mode")),
-                ("chunkwise", functools.partial(chunkwise, gate, cp)),
+                ("chunkwise", functools.partial(chunkwise, gate, QUICK_CHUNKWISE if args.quick else CHUNKWISE)),
                 ("controls", functools.partial(controls, gate, args.no_controls))], out)
         finally:
             gate.close()

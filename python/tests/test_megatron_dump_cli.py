@@ -18,10 +18,18 @@ from gdn_verify.adapters import megatron  # noqa: E402
     (["--mode", "zigzag", "--world", "2"], "megatron: unknown --mode 'zigzag': use cp1, headwise, chunkwise"),
     (["--core", "nope"], "unknown --core 'nope' for megatron: use fla-triton or torch-chunk"),
     (["--device", "cuda:0"], "--device cuda:0: --adapter megatron runs on the CPU's gloo ranks"),
+    # Megatron's own configuration check, run in this process on the config the ranks would build
+    (["--mode", "headwise", "--world", "4", "--lengths", "64", "--num-key-heads", "2", "--num-value-heads", "4"],
+     "megatron: Megatron's configuration check refuses --mode headwise at TP 1 x CP 4: "
+     "self.linear_num_key_heads=2 must be a multiple of"),
+    # Megatron's forward-time rules, restated so they refuse before any rank starts
+    (["--case", "thd-gva", "--core", "torch-chunk"], "megatron: thd-deterministic: Megatron's forward asserts"),
+    (["--mode", "headwise", "--world", "4", "--lengths", "36,28"], "megatron: zigzag-lengths: Megatron's zigzag"),
 ])
 def test_bad_megatron_combination_is_one_line_exit_3_nothing_written(tmp_path, capsys, args, message):
     out = tmp_path / "img"
-    assert dump.main(["--adapter", "megatron", "--case", "sbhd", "--out", str(out), *args]) == 3
+    case = [] if "--case" in args or "--lengths" in args else ["--case", "sbhd"]
+    assert dump.main(["--adapter", "megatron", *case, "--out", str(out), *args]) == 3
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
     assert not out.exists()

@@ -20,11 +20,11 @@ parameter and are left out.
 from __future__ import annotations
 
 from gdn_verify.adapters.megatron.adapter import MegatronAdapter
-from gdn_verify.adapters.megatron.capability import has_linear_cp_mode, rank_has_linear_cp_mode
+from gdn_verify.adapters.megatron.capability import has_linear_cp_mode, import_from, rank_has_linear_cp_mode
 from gdn_verify.adapters.megatron.groups import initialize
 from gdn_verify.adapters.megatron.params import gather_tp, shard_tp
 from gdn_verify.adapters.megatron.ranks import rank_run
 from gdn_verify.adapters.megatron.rows import cp_rows
 
-__all__ = ["MegatronAdapter", "cp_rows", "gather_tp", "has_linear_cp_mode", "initialize",
+__all__ = ["MegatronAdapter", "cp_rows", "gather_tp", "has_linear_cp_mode", "import_from", "initialize",
            "rank_has_linear_cp_mode", "rank_run", "shard_tp"]

@@ -57,7 +57,8 @@ def import_from(megatron_path: str | None) -> None:
     root = str(Path(megatron_path).resolve())
     if root not in sys.path:
         sys.path.insert(0, root)
-    import megatron.core
+    with quietly():
+        import megatron.core
 
     if not str(Path(megatron.core.__file__).resolve()).startswith(root):
         raise AdapterError(f"megatron: this process already imported megatron from {megatron.core.__file__}, not "

@@ -51,7 +51,8 @@ def _mixer_cols(geometry: Geometry, mode: str) -> dict[str, list[int]]:
 def record_stages(module: torch.nn.Module, recorder: StageRecorder, rows: list[int], mixer_rows: list[int],
                   mode: str) -> Callable[[], None]:
     """Hooks and method wrappers putting every named stage into `recorder`; a function removing them.
-    x_norm, in_proj and gated_norm (out_proj's input) on this rank's `rows`; the mixer's stages on
+    x_norm, in_proj and (but in chunkwise) gated_norm as out_proj's input on this rank's `rows`; the
+    mixer's stages (chunkwise: gated_norm too, as the gated norm returns it) on
     `mixer_rows` (the tokens the mode hands the mixer: every token after headwise's all-to-all, the
     rank's contiguous span in chunkwise) and this rank's heads (`_mixer_cols`); in chunkwise also the
     state carried across CP ranks. The wrappers pass values through unchanged (q, k, v are cut from conv
@@ -84,15 +85,23 @@ def record_stages(module: torch.nn.Module, recorder: StageRecorder, rows: list[i
         recorder.record("core", core, mixer_rows, cols["core"])
         return core, state
 
+    norm = module._apply_gated_norm
+
+    def norm_recorded(*args, **kwargs):
+        y = norm(*args, **kwargs)
+        recorder.record("gated_norm", y, mixer_rows, cols["core"])
+        return y
+
     setattr(module, prepare_name, prepare_recorded)
     module.gated_delta_rule = rule_recorded
     module.in_proj.x_norm_hook = lambda x: recorder.record("x_norm", x, rows, range(g.hidden_size))
-    handles = [
-        module.in_proj.register_forward_hook(
-            lambda m, i, out: recorder.record("in_proj", out[0], rows, _section_cols(g, tp, t))),
-        module.out_proj.register_forward_pre_hook(
-            lambda m, i: recorder.record("gated_norm", i[0], rows, range(t * v, (t + 1) * v))),
-    ]
+    handles = [module.in_proj.register_forward_hook(
+        lambda m, i, out: recorder.record("in_proj", out[0], rows, _section_cols(g, tp, t)))]
+    if mode == "chunkwise":  # where each rank computed it: its contiguous span, before the layout goes back
+        module._apply_gated_norm = norm_recorded
+    else:  # out_proj's input: after headwise's all-to-all back, this rank's rows and TP columns
+        handles.append(module.out_proj.register_forward_pre_hook(
+            lambda m, i: recorder.record("gated_norm", i[0], rows, range(t * v, (t + 1) * v))))
     cp, c = cp_size_and_rank()
     taps = boundary_taps(recorder if mode == "chunkwise" else None, Rank(c, cp),
                          range(t * g.Hv // tp, (t + 1) * g.Hv // tp), g.dk, g.dv).__enter__()
@@ -101,7 +110,8 @@ def record_stages(module: torch.nn.Module, recorder: StageRecorder, rows: list[i
         for h in handles:
             h.remove()
         taps.__exit__()
-        delattr(module, prepare_name)  # the class's method again
+        delattr(module, prepare_name)  # the class's methods again
+        module.__dict__.pop("_apply_gated_norm", None)
         module.gated_delta_rule = rule
         module.in_proj.x_norm_hook = None
 
