@@ -178,23 +178,6 @@ def test_megatron_refuses_packed_lengths_not_divisible_by_cp(worlds):
     assert all(r and "must be divisible by cp_size=4" in r for r in refusal), refusal
 
 
-@pytest.mark.parametrize("rule", ["chunkwise with deterministic_mode", "mismatched local_cp_size",
-                                  "all_gather reaching the layer's forward",
-                                  "chunkwise CP = 2 vs CP = 1 per tensor, and its ratio to headwise's",
-                                  "chunkwise state_dict and sharded_state_dict keys and shard dims"])
-def test_linear_cp_mode_rules(rule):
-    if not megatron.has_linear_cp_mode():
-        pytest.skip(f"{rule}: megatron-core {_version()} has no linear_cp_mode (Megatron-LM's development branch "
-                    "has it), so there is no such rule to check")
-    pytest.fail(f"{rule}: this Megatron has linear_cp_mode; its rules are not checked here yet")
-
-
-def _version() -> str:
-    import importlib.metadata
-
-    return importlib.metadata.version("megatron-core")
-
-
 def contract_run(rank, case):
     """The adapter contract's run() next to the cp1 rank dump of the same module: (run, dump) or the refusal."""
     megatron.initialize(1, rank.world)
