@@ -24,11 +24,13 @@ _A2A_BACK = ("if packed_seq_params is not None and packed_seq_params.qkv_format 
 
 @dataclass(frozen=True)
 class Plant:
-    """One bug planted as text: `right` (once in `file`, relative to the checkout) becomes `wrong`."""
+    """One bug planted as text: `right` (once in `file`, relative to the checkout) becomes `wrong`; `first`,
+    where this shape's code makes the first divergence another than its class's."""
 
     file: str
     right: str
     wrong: str
+    first: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ def _head_perm_back(file: str, indent: str) -> Plant:
     return Plant(file, anchor, perm + anchor)
 
 
+_ZIGZAG_SLOTS = ("        segments.append((seq_start + first_chunk * chunk_len, chunk_len, local_start{a}))\n"
+                 "        segments.append((seq_start + second_chunk * chunk_len, chunk_len, local_start{b}))\n")
 _THD_LB = "    # In the per-sequence load-balanced layout each rank owns load-balanced\n"
 _THD_OFF = "    lb_chunk = (lb_chunk + 1) % (2 * cp_size)\n" + _THD_LB
 
@@ -85,15 +89,16 @@ CONTROLS = (
                       f"            cp_context=None if chunkwise_cp_context is None else {REPLACE}("
                       "chunkwise_cp_context, pre_num_ranks=0),\n")
                 for file in ("gated_delta_net.py", "gated_delta_net/gdn.py"))),
-    # the zigzag -> contiguous conversion off by one chunk: each rank's contiguous span gets other tokens
+    # the zigzag -> contiguous conversion off by one chunk (5139086e: every chunk sent as its successor; the
+    # dev branch: a rank's two zigzag chunks read from each other's slots): contiguous spans get other tokens
     Control("conversion_off_by_one", "chunkwise", ("thd-short", "fp32", "fla-triton", 1, 2),
             "first divergence: stage::conv (forward, rank 0 of 2", (
                 Plant("megatron/core/context_parallel_layout.py", "    offset = pos_in_seq - chunk * chunk_lens\n",
                       "    offset = pos_in_seq - chunk * chunk_lens\n    chunk = (chunk + 1) % chunk_divisor\n"),
-                Plant("megatron/core/context_parallel_layout/routes.py",
-                      "        first_chunk = cp_rank\n        second_chunk = 2 * cp_size - cp_rank - 1\n",
-                      "        first_chunk = (cp_rank - 1) % (2 * cp_size)\n"
-                      "        second_chunk = (2 * cp_size - cp_rank - 2) % (2 * cp_size)\n"))),
+                # the dev branch converts the layer's input, before the norm
+                Plant("megatron/core/context_parallel_layout/routes.py", _ZIGZAG_SLOTS.format(a="", b=" + chunk_len"),
+                      _ZIGZAG_SLOTS.format(a=" + chunk_len", b=""),
+                      "first divergence: stage::x_norm (forward, rank 0 of 2"))),
 )
 
 
