@@ -130,6 +130,15 @@ int dump_main(const std::vector<std::string>& args, std::ostream& out) {
   return kPass;
 }
 
+// A header line per judged image that names its library (docs/DESIGN.md §14), `label` before it; none for this
+// project's own images. Read before the judging, so a malformed "library" is bad input before any report.
+std::string library_header(const std::vector<std::pair<std::string, std::string>>& images) {
+  std::string lines;
+  for (const auto& [label, dir] : images)
+    if (const auto library = probes::image_library(dir)) lines += label + probes::library_line(*library) + "\n";
+  return lines;
+}
+
 int compare_images_main(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description o("probe compare options");
   // clang-format off
@@ -145,10 +154,12 @@ int compare_images_main(const std::vector<std::string>& args, std::ostream& out)
   if (!vm) return kPass;
   check_outputs(report_outputs(*vm), {(*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>()});
   const auto start = Clock::now();
+  const std::string ref = (*vm)["ref"].as<std::string>(), cand = (*vm)["cand"].as<std::string>();
+  const std::string header = library_header({{"ref ", ref}, {"cand ", cand}});
   const probes::Policy policy = probes::load_policy((*vm)["policy"].as<std::string>());
-  return report(probes::compare_images((*vm)["ref"].as<std::string>(), (*vm)["cand"].as<std::string>(),
-                                       (*vm)["mode"].as<std::string>(), policy),
-                *vm, out, start);
+  const probes::Comparison c = probes::compare_images(ref, cand, (*vm)["mode"].as<std::string>(), policy);
+  out << header;
+  return report(c, *vm, out, start);
 }
 
 int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
@@ -165,10 +176,12 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   if (!vm) return kPass;
   check_outputs(output_options(*vm, {"json"}), {(*vm)["dir"].as<std::string>()});
   const auto start = Clock::now();
+  const std::string header = library_header({{"", (*vm)["dir"].as<std::string>()}});
   const probes::CrossMode r =
       probes::cross_mode((*vm)["dir"].as<std::string>(), probes::load_policy((*vm)["policy"].as<std::string>()));
   if (vm->count("json")) write_files_atomic({{(*vm)["json"].as<std::string>(), probes::to_json(r)}});
   const probes::TextOptions options = listing(r.vs_cp1, *vm, start);
+  out << header;
   probes::write_rows(r.vs_cp1, out, options);
   for (const auto& b : r.band_only) out << probes::band_only_line(b) << "\n";
   probes::write_deviation(r, out);
@@ -188,9 +201,11 @@ int oracle_main(const std::vector<std::string>& args, std::ostream& out) {
   const std::string dir = (*vm)["dir"].as<std::string>();
   check_outputs(report_outputs(*vm), {dir});
   const auto start = Clock::now();
+  const std::string header = library_header({{"", dir}});
   std::vector<probes::ClassVerdict> classes;
   const probes::Comparison c = probes::judge_with_oracle(dir, &classes);
-  out << "decay class (docs/DESIGN.md §4): declared " << harness::decay_class_name(probes::declared_decay_class(dir));
+  out << header << "decay class (docs/DESIGN.md §4): declared "
+      << harness::decay_class_name(probes::declared_decay_class(dir));
   for (const auto& v : classes)
     out << "; meets " << harness::decay_class_name(v.decays)
         << " gates: " << (v.outside ? "no (" + std::to_string(v.outside) + " outside)" : std::string("yes"));

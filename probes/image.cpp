@@ -34,8 +34,25 @@ harness::RunSpec base_spec(ref::LayerConfig::Values layer, std::vector<std::int6
 
 std::string meta_path(const std::string& dir) { return (fs::path(dir) / "meta.json").string(); }
 
+constexpr const char* kLibraryStrings[] = {"name", "version", "path", "source_sha256"};
+
+// meta.json's "library" as the Python bridge writes it (docs/json_format.md): what `fail(what)` is thrown
+// for otherwise. Absent is fine: this project's own images name no library.
+template <class Fail>
+void check_library(const json& meta, const Fail& fail) {
+  if (!meta.contains("library")) return;
+  const json& l = meta["library"];
+  if (!l.is_object()) throw fail("'library' is not an object");
+  for (const char* key : kLibraryStrings)
+    if (!l.contains(key) || !l[key].is_string())
+      throw fail(std::string("'library.") + key + "' is missing or not a string");
+  if (!l.contains("files") || !l["files"].is_number_integer() || l["files"].get<std::int64_t>() < 0)
+    throw fail("'library.files' is missing or not a non-negative integer");
+  if (l.contains("commit") && !l["commit"].is_string()) throw fail("'library.commit' is not a string");
+}
+
 // DIR/meta.json (an empty object when there is none); FormatError unless it is the object a dump writes:
-// string image, case and dtype, and an object of modes.
+// string image, case and dtype, an object of modes, and a third-party image's library (check_library).
 json read_meta(const std::string& dir) {
   const std::string path = meta_path(dir);
   if (!fs::exists(path)) return json::object();
@@ -52,6 +69,7 @@ json read_meta(const std::string& dir) {
   for (const char* key : {"image", "case", "dtype"})
     if (!meta.contains(key) || !meta[key].is_string()) throw fail(std::string("no string '") + key + "'");
   if (!meta.contains("modes") || !meta["modes"].is_object()) throw fail("'modes' is missing or not an object");
+  check_library(meta, fail);
   return meta;
 }
 
@@ -505,5 +523,21 @@ harness::DecayClass declared_decay_class(const std::string& dir) {
 }
 
 bool third_party_image(const std::string& dir) { return read_meta(dir).contains("adapter"); }
+
+std::optional<Library> image_library(const std::string& dir) {
+  const json meta = read_meta(dir);  // checks "library"
+  if (!meta.contains("library")) return std::nullopt;
+  const json& l = meta["library"];
+  const auto text = [&](const char* key) { return l.value(key, std::string()); };
+  return Library{text("name"),          text("version"), text("path"),
+                 text("source_sha256"), text("commit"),  l["files"].get<std::int64_t>()};
+}
+
+std::string library_line(const Library& l) {
+  // Short forms, as git prints a commit: meta.json holds the whole of each.
+  return printable("library: " + l.name + " " + l.version + " at " + l.path + " (sha256 " +
+                   l.source_sha256.substr(0, 8) + "... of " + std::to_string(l.files) + " file" +
+                   (l.files == 1 ? "" : "s") + (l.commit.empty() ? "" : ", commit " + l.commit.substr(0, 7)) + ")");
+}
 
 }  // namespace gdnv::probes

@@ -119,4 +119,18 @@ harness::DecayClass declared_decay_class(const std::string& dir);
 // (docs/DESIGN.md §4: its CP verdict is relative to its own cp1).
 bool third_party_image(const std::string& dir);
 
+// The library a third-party image's meta.json says computed it ("library", written by the Python bridge in the
+// process that imported it: docs/DESIGN.md §14, docs/json_format.md): its import name, version, the package
+// directory imported, the sha256 of its GDN source files and their count, the commit of its own checkout
+// ("" when not one).
+struct Library {
+  std::string name, version, path, source_sha256, commit;
+  std::int64_t files = 0;
+};
+// DIR's library; nullopt when meta.json names none (this project's own images). A "library" that is not that
+// object is a FormatError naming meta.json and the key (every reader of meta.json checks it).
+std::optional<Library> image_library(const std::string& dir);
+// A report header's line: "library: fla 0.6.0 at /p/fla (sha256 1a2b3c4d... of 43 files, commit abc1234)".
+std::string library_line(const Library& library);
+
 }  // namespace gdnv::probes

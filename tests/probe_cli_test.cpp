@@ -658,6 +658,69 @@ TEST(ProbeCli, OracleReportsTheDecayClassesAnImageMeets) {
   fs::remove_all(dir);
 }
 
+// The library a third-party image's meta.json names (docs/DESIGN.md §14) heads every reader's report, a line per
+// image judged; this project's own images name none and print none.
+TEST(ProbeCli, ReadersPrintTheLibraryAThirdPartyImageNames) {
+  const auto lib = testing::temp_dir("probe_library"), own = testing::temp_dir("probe_library_own");
+  dump(lib, "l", {"cp1", "chunkwise"}, "--case thd-short");
+  dump(own, "l", {"cp1"}, "--case thd-short");
+  tamper_meta(lib, [](auto& m) {
+    m["library"] = {{"name", "fla"},       {"version", "0.6.0"},
+                    {"path", "/site/fla"}, {"source_sha256", "1a2b3c4d" + std::string(56, '0')},
+                    {"files", 43},         {"commit", "abc1234def5678"}};
+  });
+  const std::string line = "library: fla 0.6.0 at /site/fla (sha256 1a2b3c4d... of 43 files, commit abc1234)\n";
+  const Readings r = read_all(lib, own);
+  for (const auto* reading : {&r.oracle, &r.cross, &r.compare}) {
+    EXPECT_EQ(reading->code, 0) << reading->out << reading->err;
+    EXPECT_EQ(reading->out.find(reading == &r.compare ? "cand " + line : line), 0u) << reading->out;
+  }
+  EXPECT_FALSE(contains(r.compare.out, "ref library")) << r.compare.out;
+  tamper_meta(lib, [](auto& m) { m["library"].erase("commit"); });
+  EXPECT_TRUE(contains(run_cli("probe oracle --dir " + lib.string()).out,
+                       "library: fla 0.6.0 at /site/fla (sha256 1a2b3c4d... of 43 files)\n"));
+  for (const auto& reading :
+       {run_cli("probe oracle --dir " + own.string()), run_cli("probe cross-mode --dir " + own.string()),
+        run_cli("probe compare --ref " + own.string() + " --cand " + own.string())})
+    EXPECT_FALSE(contains(reading.out, "library:")) << reading.out;
+  fs::remove_all(lib);
+  fs::remove_all(own);
+}
+
+// A "library" that is not the object the bridge writes is bad input for the dump and every reader: one line
+// naming meta.json and the key, exit 3.
+TEST(ProbeCli, AMalformedLibraryIsOneLineNamingTheKeyAndExitThree) {
+  const auto dir = testing::temp_dir("probe_library_bad");
+  dump(dir, "x", {"cp1"}, "--case thd-short");
+  const nlohmann::json good = {
+      {"name", "fla"}, {"version", "0.6.0"}, {"path", "/p"}, {"source_sha256", "00"}, {"files", 1}};
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](auto& l) { l = "fla 0.6.0"; }, "'library' is not an object"},
+      {[](auto& l) { l["version"] = 6; }, "'library.version' is missing or not a string"},
+      {[](auto& l) { l.erase("path"); }, "'library.path' is missing or not a string"},
+      {[](auto& l) { l["files"] = "1"; }, "'library.files' is missing or not a non-negative integer"},
+      {[](auto& l) { l["files"] = -1; }, "'library.files' is missing or not a non-negative integer"},
+      {[](auto& l) { l["commit"] = nullptr; }, "'library.commit' is not a string"},
+  };
+  for (const auto& [edit, message] : cases) {
+    tamper_meta(dir, [&good, &change = edit](auto& m) {
+      m["library"] = good;
+      change(m["library"]);
+    });
+    for (const std::string& args :
+         {"probe oracle --dir " + dir.string(), "probe cross-mode --dir " + dir.string(),
+          "probe compare --ref " + dir.string() + " --cand " + dir.string(),
+          "probe dump --mode cp1 --image x --case thd-short --world inproc:1 --out " + dir.string()}) {
+      const auto r = run_cli(args);
+      EXPECT_EQ(r.code, 3) << args << "\n" << r.out << r.err;
+      EXPECT_TRUE(contains(r.err, "meta.json: " + message + ": not a meta.json written by a dump")) << args << "\n"
+                                                                                                    << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(ProbeCli, AGeometryWithACaseOrAnIllegalOneIsOneLineAndExitThree) {
   const auto dir = testing::temp_dir("probe_geometry_bad");
   const std::string dump_args = "probe dump --mode cp1 --image x --out " + dir.string();

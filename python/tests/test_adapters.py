@@ -59,6 +59,14 @@ def test_every_class_declares_its_name_package_cores_decay_classes_and_modes(cls
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=IDS)
+def test_every_class_declares_its_gdn_sources_inside_its_package(cls):
+    """meta.json's "library" hashes them (gdn_verify.provenance): globs relative to the directory holding the
+    top-level package, so each names a file of that package."""
+    top = cls.import_name.split(".")[0]
+    assert cls.gdn_sources and all(g.startswith(f"{top}/") for g in cls.gdn_sources), cls.gdn_sources
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=IDS)
 def test_a_class_runs_on_several_processes_exactly_when_it_declares_so(cls):
     """`world_run` says what the run on gloo ranks is; the class then plans, checks and runs it, else the
     base's one-process plan stands (python -m gdn_verify.dump --world names only the adapters that have one)."""

@@ -9,6 +9,14 @@ imports without its library, so the registry, the dump's option checks and the c
 
 from __future__ import annotations
 
+import os
+
+# Megatron's package_info appends `git rev-parse --short HEAD`, run beside the installed package, to its
+# __version__: the commit of whatever repository holds the environment (ours, for a venv inside it). Off here,
+# before any adapter imports megatron, and so on every rank (a World inherits this environment); meta.json's
+# "library" records the commit of Megatron's own checkout (gdn_verify.provenance, docs/DESIGN.md §14).
+os.environ["NO_VCS_VERSION"] = "1"
+
 from gdn_verify.adapters.base import (
                                      DECAY_CLASSES,
                                      MODES,

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import gdn_verify
+from gdn_verify import provenance
 from gdn_verify.cases import Case
 from gdn_verify.images import RankDump, Stage
 from gdn_verify.names import Geometry
@@ -101,6 +102,7 @@ class Adapter(ABC):
     world_run: ClassVar[str] = ""
     tensor_parallel: ClassVar[bool] = False
     rank_env: ClassVar[Mapping[str, str]] = {}
+    gdn_sources: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def is_available(cls) -> bool:
@@ -167,6 +169,12 @@ class Adapter(ABC):
         return {"gdn_verify": gdn_verify.__version__, "torch": torch.__version__,
                 cls.import_name: str(getattr(module, "__version__", "unknown"))}
 
+    @classmethod
+    def library(cls) -> dict:
+        """meta.json's "library" (gdn_verify.provenance): the library as this process imported it; a world's
+        ranks call it, they are the ones that imported."""
+        return provenance.library(cls.import_name, cls.gdn_sources)
+
     def run_here(self, case: Case, request: Request) -> ImageRun:
         """The cp1 image of `case` computed in this process: prepare, build, load, run."""
         core = self.core(request.core)
@@ -177,7 +185,7 @@ class Adapter(ABC):
         dumped = RankDump("cp1", 0, 1, result.out.cpu(), result.grad_hidden.cpu(),
                           {n: g.cpu() for n, g in result.grads.items()}, result.stages)
         meta = {"adapter": self.name, "path": result.path, "device": request.device, "notes": result.notes,
-                "versions": self.versions(), "decay_class": result.decay_class}
+                "versions": self.versions(), "library": self.library(), "decay_class": result.decay_class}
         return ImageRun([dumped], "inproc", meta, f"{self.name} ({result.path} path)")
 
     @classmethod

@@ -200,6 +200,7 @@ class HfQwen3NextAdapter(Adapter):
     name = NAME
     package = "transformers"
     import_name = "transformers"
+    gdn_sources = ("transformers/models/qwen3_next/modeling_qwen3_next.py",)
     cores = CORES
     decay_classes = DECAY_CLASSES
 

@@ -24,6 +24,12 @@ CORES = {"triton": "FLA's GatedDeltaNet.forward with cu_seqlens (its Triton kern
          "torch": "FLA's layer's torch submodules with FLA's naive_recurrent_gated_delta_rule and rms_norm_ref, "
                   "per sequence"}
 DECAY_CLASSES_BY_CORE: dict[str, DecayClass] = {"triton": "cumsum-decay", "torch": "product-of-decays"}
+# What meta.json's "library" hashes: FLA's layer, its chunked and CP kernels, the conv and norms it calls
+# (0.4's flat modules and 0.6's packages alike; a glob another release lacks matches nothing).
+GDN_SOURCES = ("fla/layers/gated_deltanet.py", "fla/ops/gated_delta_rule/**/*.py", "fla/ops/cp/**/*.py",
+               "fla/ops/common/*.py", "fla/modules/convolution.py", "fla/modules/causal_conv1d/**/*.py",
+               "fla/modules/fused_norm_gate.py", "fla/modules/l2norm.py", "fla/modules/norm/fused_norm_gate.py",
+               "fla/modules/norm/l2norm.py")
 
 
 def path(module: FlaGdn, core: str = "triton") -> str:
@@ -57,6 +63,7 @@ class FlaAdapter(Adapter):
     modes = ("cp1", "chunkwise")
     world_run = "FLA's KCP under Triton's interpreter"
     rank_env = kcp.ENV
+    gdn_sources = GDN_SOURCES
 
     def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu",
                      core: str | None = None) -> FlaGdn:

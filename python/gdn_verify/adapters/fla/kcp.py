@@ -57,6 +57,7 @@ class SpanRun:
     stages: list[images.Stage] | None
     shims: list[str]
     versions: dict[str, str]  # gdn_verify, torch, triton, fla and where fla was imported from
+    library: dict  # meta.json's "library": the FLA this rank imported (gdn_verify.provenance)
     cpu_s: float  # this rank's CPU seconds for the forward and backward
 
 
@@ -116,7 +117,8 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
         out.backward(case.grad_output.reshape(flat.shape)[rows].to(out.dtype))
     grads = adapter.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry, gradients=True)
     return SpanRun(rows, out.detach(), hidden.grad, {n: g.detach() for n, g in grads.items()},
-                   recorder.stages() if recorder else None, shims, versions(), time.process_time() - start)
+                   recorder.stages() if recorder else None, shims, versions(), FlaAdapter.library(),
+                   time.process_time() - start)
 
 
 def versions() -> dict[str, str]:
@@ -182,7 +184,7 @@ def run(world: World, case: Case, plan: WorldPlan, decay_class: str) -> ImageRun
     check_world(case, plan.size)
     runs = [r for r in world.run(rank_run, case, plan.stages, plan.size) if r is not None]
     meta = {"adapter": "fla", "path": PATH, "device": "cpu", "shims": runs[0].shims, "versions": runs[0].versions,
-            "decay_class": decay_class, "notes": {"fla_path": NOTE}}
+            "library": runs[0].library, "decay_class": decay_class, "notes": {"fla_path": NOTE}}
     processes = f"{plan.size} gloo process{'es' if plan.size > 1 else ''}"
     return ImageRun(rank_dumps(case, runs), "gloo" if plan.size > 1 else "inproc", meta, f"fla ({PATH}, {processes})")
 

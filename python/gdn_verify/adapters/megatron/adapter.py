@@ -31,6 +31,11 @@ class MegatronAdapter(Adapter):
     world_run = "Megatron's TP x CP on gloo ranks, cp1 included"
     tensor_parallel = True
     rank_env = worlds.RANK_ENV
+    # meta.json's "library" hashes the layer (one module, or a package as in 0.19), its all-to-all CP and the
+    # development branch's CP layout where present
+    gdn_sources = ("megatron/core/ssm/gated_delta_net.py", "megatron/core/ssm/gated_delta_net/**/*.py",
+                   "megatron/core/ssm/mamba_context_parallel.py", "megatron/core/context_parallel_layout.py",
+                   "megatron/core/context_parallel_layout/**/*.py")
 
     def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu", core: str | None = None, *,
                      cp_mode: str | None = None) -> torch.nn.Module:
