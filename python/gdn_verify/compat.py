@@ -9,7 +9,9 @@ adapter is named before users meet it:
     fla: works (28 passed)
     megatron: BROKEN (3 of 17 failed): test_megatron_adapter.py::test_gathered_shards_...[1]: AttributeError: ...
 
-Exit code 0 when every adapter works, 1 otherwise.
+`--adapters fla` judges only those named: `./run compat` then runs the FLA adapter's tests again in
+.venv-fla042, on FLA 0.4.2 (the release users pin) and its torch and triton, with the versions line of that
+environment (docs/fla.md, "FLA 0.4.2"). Exit code 0 when every adapter judged works, 1 otherwise, 3 on bad input.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from gdn_verify import cli
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 # Each adapter's tests, as globs under python/tests.
@@ -101,8 +105,18 @@ def versions() -> str:
     return f"compat: python {platform.python_version()}, " + ", ".join(found)
 
 
-def main() -> int:
-    verdicts = {adapter: check(adapter_files(adapter)) for adapter in ADAPTER_TESTS}
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.Parser(prog="python -m gdn_verify.compat")
+    parser.add_argument("--adapters", default=",".join(ADAPTER_TESTS),
+                        help=f"comma-separated, of {', '.join(ADAPTER_TESTS)} (default: all)")
+    try:
+        adapters = parser.parse_args(argv).adapters.split(",")
+        unknown = [a for a in adapters if a not in ADAPTER_TESTS]
+        if unknown:
+            raise cli.BadInput(f"--adapters: unknown {', '.join(unknown)}: give some of {', '.join(ADAPTER_TESTS)}")
+    except cli.BadInput as e:
+        return cli.error(str(e))
+    verdicts = {adapter: check(adapter_files(adapter)) for adapter in adapters}
     print(versions())
     for adapter, verdict in verdicts.items():
         print(verdict.line(adapter))

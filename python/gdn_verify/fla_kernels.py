@@ -8,6 +8,7 @@ Each kernel's `path` and `source` name it in the dump's metadata.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
@@ -83,9 +84,35 @@ def fla_torch_kernel(form: str = "recurrent") -> Kernel:
     return kernel
 
 
+@functools.cache
+def chunk_groups_heads() -> bool:
+    """Whether the installed `chunk_gated_delta_rule` takes fewer key heads than value heads (GVA: value head h
+    reads key head h // (Hv / Hk)), as FLA 0.6.0's does. FLA 0.4.2's takes one key head per value head (its
+    layer repeats them first) and, given fewer, keeps one state per key head and leaves the other value heads'
+    output unwritten: one small call tells the two apart by its final state's heads (0.4 CPU s under the
+    interpreter)."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+    qk, v = torch.ones(1, 16, 1, 16), torch.ones(1, 16, 2, 16)
+    with torch.no_grad():
+        _, state = chunk_gated_delta_rule(qk, qk, v, g=-torch.ones(1, 16, 2), beta=torch.full((1, 16, 2), 0.5),
+                                          output_final_state=True)
+    return state.shape[1] == v.shape[2]
+
+
+def heads_for_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k [..., Hk, d] as the installed `chunk_gated_delta_rule` takes them for v's Hv heads: as they are
+    where it groups value heads over key heads, else each key head repeated Hv / Hk times, as FLA 0.4.2's layer
+    does (their gradients then sum over the group, through autograd)."""
+    group = v.shape[-2] // q.shape[-2]
+    if group == 1 or chunk_groups_heads():
+        return q, k
+    return q.repeat_interleave(group, dim=-2), k.repeat_interleave(group, dim=-2)
+
+
 def fla_triton_kernel(op: str = "chunk") -> Kernel:
     """FLA's Triton `chunk_gated_delta_rule`, or `fused_recurrent_gated_delta_rule` (op "fused_recurrent",
-    forward only in FLA) behind `chunk_gated_delta_rule`'s signature."""
+    forward only in FLA) behind `chunk_gated_delta_rule`'s signature (GVA included: `heads_for_chunk`)."""
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
     if op not in ("chunk", "fused_recurrent"):
@@ -93,6 +120,7 @@ def fla_triton_kernel(op: str = "chunk") -> Kernel:
 
     def kernel(q, k, v, g, beta, chunk_size=64, **options):
         if op == "chunk":
+            q, k = heads_for_chunk(q, k, v)
             return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size, **options)
         return fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, **options)
 

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise KernelDumpError(f"--out '{out}' is a file: give a directory")
-        triton_cpu.enable()
+        triton_cpu.enable_fla()
     except (cli.BadInput, KernelDumpError, triton_cpu.TritonCpuError) as e:
         return cli.error(str(e))
     dtype = DTYPES[args.dtype]

@@ -26,6 +26,7 @@ metadata `path` says which ran.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -157,8 +158,9 @@ def dump_conv(out_dir: str | os.PathLike, x: torch.Tensor, weight: torch.Tensor,
               activation: str = "silu") -> dict[str, torch.Tensor]:
     """FLA's Triton `causal_conv1d` on the call, forward (with the final state) and with `dy` backward
     (`dht` the final state's gradient); writes the §5 conv kernel files. Returns the outputs."""
-    from fla.modules.causal_conv1d import causal_conv1d
-
+    # FLA 0.6.0 keeps it in fla.modules.causal_conv1d, 0.4.2 in fla.modules.conv
+    where = "fla.modules.causal_conv1d" if importlib.util.find_spec("fla.modules.causal_conv1d") else "fla.modules.conv"
+    causal_conv1d = importlib.import_module(where).causal_conv1d
     if dht is not None and dy is None:
         raise KernelDumpError("dht is given without dy: give dy to get gradients")
     named = {"x": x, "weight": weight, "bias": bias, "initial_state": initial_state}

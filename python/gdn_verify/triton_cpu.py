@@ -2,12 +2,13 @@
 
 `enable()` sets `TRITON_INTERPRET=1` (read when `@triton.jit` decorates a kernel, so it must run before
 triton or any kernel library is imported) and applies each triton shim whose failure it reproduces here;
-`enable_fla_cp()` adds the two that FLA's context parallelism (`fla.ops.cp`) needs on a CPU with gloo.
+`enable_fla()` adds those FLA's ops need on a CPU, `enable_fla_cp()` those its context parallelism
+(`fla.ops.cp`) needs with gloo.
 No shim touches the math: each changes what the interpreter, a device check or a collective's output view
 does, and each is applied only when a probe shows the failure it fixes, so on a version without the bug
 the shim is not applied. `applied()` lists the ones in force (written into an image's meta.json), `SHIMS`
 holds them all by name. The shims and the failure each fixes: gdn_verify.triton_shims (the interpreter's)
-and gdn_verify.fla_cp_shims (FLA's CP).
+and gdn_verify.fla_shims (FLA's).
 
 What a verdict under the interpreter does not cover (docs/DESIGN.md §14): GPU rounding (the interpreter
 computes `tl.dot` in full fp32 with numpy and ignores `input_precision`, e.g. tf32 and tf32x3), tile
@@ -20,11 +21,11 @@ from __future__ import annotations
 import os
 import sys
 
-from gdn_verify.fla_cp_shims import FLA_CP_SHIMS
+from gdn_verify.fla_shims import FLA_CP_SHIMS, FLA_SHIMS
 from gdn_verify.triton_shims import TRITON_SHIMS, Shim
 
 ENV = "TRITON_INTERPRET"
-SHIMS = {s.name: s for s in TRITON_SHIMS + FLA_CP_SHIMS}
+SHIMS = {s.name: s for s in TRITON_SHIMS + FLA_SHIMS + FLA_CP_SHIMS}
 
 
 class TritonCpuError(RuntimeError):
@@ -54,9 +55,16 @@ def enable() -> list[str]:
     return applied()
 
 
-def enable_fla_cp() -> list[str]:
-    """`enable()` plus the shims FLA's context parallelism needs on a CPU with gloo; returns `applied()`."""
+def enable_fla() -> list[str]:
+    """`enable()` plus the shims FLA's ops need on a CPU (their probes import fla); returns `applied()`."""
     enable()
+    _apply(FLA_SHIMS)
+    return applied()
+
+
+def enable_fla_cp() -> list[str]:
+    """`enable_fla()` plus the shims FLA's context parallelism needs on a CPU with gloo; returns `applied()`."""
+    enable_fla()
     _apply(FLA_CP_SHIMS)
     return applied()
 

@@ -2,7 +2,7 @@
 
 A `Shim` names the exact failure it fixes, a probe that reproduces it on this installation (`needed`)
 and a patch that returns its undo; `set_attr`, `undo_all` and `fails_with` build them. None touches the
-math: each changes what the interpreter does. FLA's context-parallel shims are gdn_verify.fla_cp_shims.
+math: each changes what the interpreter does. FLA's shims are gdn_verify.fla_shims.
 
 | shim | failure it fixes (exact message) | where |
 |---|---|---|

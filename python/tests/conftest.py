@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# ./run fla042's environment (FLA 0.4.2 with its own torch and triton), where ./run puts it.
+FLA042_VENV = REPO / os.environ.get("GDNV_FLA042_VENV", ".venv-fla042")
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +22,15 @@ def gdnv_bin() -> Path:
         pytest.fail(f"no gdn-verify binary at {path}: build it (cmake --build build --target gdn-verify) "
                     "or point GDNV_BIN at one")
     return path
+
+
+@pytest.fixture(scope="session")
+def fla042_python() -> Path:
+    """.venv-fla042's Python (FLA 0.4.2, docs/fla.md); the test skips, naming how to make it, without one."""
+    python = FLA042_VENV / "bin" / "python"
+    if not python.is_file():
+        pytest.skip(f"no {FLA042_VENV}: make it with ./run fla042 (FLA 0.4.2 and its torch and triton, ~5.6 GB)")
+    return python
 
 
 @pytest.fixture(scope="session")

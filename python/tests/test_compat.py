@@ -32,3 +32,8 @@ def test_passing_tests_work_and_no_tests_is_not_working(tmp_path):
 def test_every_adapter_has_tests():
     for adapter in compat.ADAPTER_TESTS:  # this checkout's tests: the installed package has none beside it
         assert compat.adapter_files(adapter, Path(__file__).parent), adapter
+
+
+def test_an_unknown_adapter_is_one_error_line(capsys):
+    assert compat.main(["--adapters", "fla,mamba"]) == 3
+    assert capsys.readouterr().err == "error: --adapters: unknown mamba: give some of hf-qwen3-next, fla, megatron\n"

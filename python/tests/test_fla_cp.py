@@ -56,43 +56,63 @@ def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
     assert err == "error: --dtypes fp16: give a comma-separated list of fp32, bf16\n"
 
 
-# (file under fla/, its source text, the planted text, the first-divergence lines the gate must print:
-# the oracle's, then cross-mode's against the same FLA's cp1, which does not judge the boundary state)
+# (the sites the bug may be planted at, the first the installed FLA holds: FLA 0.6.0's, then 0.4.2's, each (file
+# under fla/, its source text, the planted text); the first-divergence lines the gate must print: the oracle's,
+# then cross-mode's against the same FLA's cp1, which does not judge the boundary state)
 PLANTS = {
     # KCP drops the state carried from rank 0: rank 1's first sequence starts from zero
     "kcp_state_dropped": (
-        "ops/cp/chunk_delta_h.py", "num_ranks=context.pre_num_ranks_dev if use_graph else context.pre_num_ranks,",
-        "num_ranks=0,", ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 2",
-                         "cross-mode: first divergence: stage::core (forward, rank 1 of 2")),
+        (("ops/cp/chunk_delta_h.py", "num_ranks=context.pre_num_ranks_dev if use_graph else context.pre_num_ranks,",
+          "num_ranks=0,"),
+         ("ops/cp/chunk_delta_h.py", "pre_or_post_num_ranks=context.pre_num_ranks,", "pre_or_post_num_ranks=0,")),
+        ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 2",
+         "cross-mode: first divergence: stage::core (forward, rank 1 of 2")),
     # the conv halo comes from the wrong rank: rank 1 reads its own tail instead of rank 0's
     "conv_halo_wrong_rank": (
-        "ops/cp/comm.py", "return gathered[rank - 1].clone()", "return gathered[rank].clone()",
+        (("ops/cp/comm.py", "return gathered[rank - 1].clone()", "return gathered[rank].clone()"),),
         ("oracle: first divergence: stage::conv (forward, rank 1 of 2",
          "cross-mode: first divergence: stage::conv (forward, rank 1 of 2")),
-    # the CP chunk-state kernel decays each token's update by e^(g_last - g_t), not 2^(g_last - g_t) (its g
-    # is in log2 units); the first occurrence is the zero-initial-state part h_local of the rank's summary
+    # the CP chunk-state kernel decays each token's update by the wrong base: e^(g_last - g_t) for 2^(...) where
+    # its g is in log2 units (0.6.0), 2^(...) for e^(...) where it is not (0.4.2's forward, which takes the merged
+    # kernel: its first b_v decay); the first occurrence is the zero-initial-state part h_local of the summary
     "chunk_state_decay_exponent": (
-        "ops/cp/chunk_fwd.py", "exp2(b_g_last - b_g)", "tl.exp(b_g_last - b_g)",
+        (("ops/cp/chunk_fwd.py", "exp2(b_g_last - b_g)", "tl.exp(b_g_last - b_g)"),
+         ("ops/cp/chunk_delta_h.py", "                    b_v = b_v * tl.where(m_t, exp(b_g_last - b_g), 0)",
+          "                    b_v = b_v * tl.where(m_t, exp2(b_g_last - b_g), 0)")),
         ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 2",
          "cross-mode: first divergence: stage::gated_norm (forward, rank 1 of 2")),
+    # build_cp_context raises on rank 1 only (test_a_failing_rank_...)
+    "rank1_refuses": (
+        (("ops/cp/context.py",
+          "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
+          "    if world_size is None:",
+          "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
+          "    if dist.get_rank(group=group) == 1:\n        raise ValueError('planted: rank 1 refuses its span')\n"
+          "    if world_size is None:"),
+         ("ops/cp/context.py", "    return get_cp_cu_seqlens(cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, group=group,",
+          "    if dist.get_rank(group=group) == 1:\n        raise ValueError('planted: rank 1 refuses its span')\n"
+          "    return get_cp_cu_seqlens(cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, group=group,")),
+        ()),
 }
 
 
 def planted_copy(tmp_path: Path, name: str) -> Path:
-    """The installed fla package copied under tmp_path with PLANTS[name] applied to its first occurrence."""
+    """The installed fla package copied under tmp_path with PLANTS[name] planted at its first site this FLA holds
+    (the site's first occurrence)."""
     import fla
 
-    where, source, planted, _ = PLANTS[name]
     root = tmp_path / "site"
     shutil.copytree(Path(fla.__file__).parent, root / "fla", ignore=shutil.ignore_patterns("__pycache__"))
-    path = root / "fla" / where
-    text = path.read_text()
-    assert source in text, f"{where} no longer holds '{source}': update the plant"
-    path.write_text(text.replace(source, planted, 1))
-    return root
+    for where, source, planted in PLANTS[name][0]:
+        path = root / "fla" / where
+        if path.is_file() and source in (text := path.read_text()):
+            path.write_text(text.replace(source, planted, 1))
+            return root
+    raise AssertionError(f"no site of plant {name} in this FLA ({', '.join(w for w, _, _ in PLANTS[name][0])}): "
+                         "update the plant")
 
 
-@pytest.mark.parametrize("plant", list(PLANTS))
+@pytest.mark.parametrize("plant", [p for p in PLANTS if PLANTS[p][1]])
 def test_a_bug_planted_in_a_copy_of_fla_fails_the_gate_at_its_stage_and_rank(gdnv_bin, tmp_path, plant):
     root = planted_copy(tmp_path, plant)
     r = subprocess.run([sys.executable, "-m", "gdn_verify.fla_gate", "--quick", "--dtypes", "fp32", "--gdn-verify",
@@ -101,7 +121,7 @@ def test_a_bug_planted_in_a_copy_of_fla_fails_the_gate_at_its_stage_and_rank(gdn
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"from {root / 'fla'}" in r.stdout  # the planted copy ran, not the installed package
     assert "FLA layer cp1 (fp32) ... ok" in r.stdout  # the plants are in KCP's code only
-    for line in PLANTS[plant][3]:
+    for line in PLANTS[plant][1]:
         assert line in r.stdout, r.stdout
     assert "reproduce: rm -rf /tmp/fla-fp32-w2 && python -m gdn_verify.dump --adapter fla --world 1" in r.stdout
 
@@ -126,17 +146,7 @@ def test_a_world_dump_refuses_bad_input_in_one_line_writing_nothing(tmp_path, ca
 
 def test_a_failing_rank_is_one_line_naming_it_and_nothing_is_written(tmp_path):
     """A planted copy whose CP context raises on rank 1 only: the dump names rank 1, exits 3, writes nothing."""
-    import fla
-
-    root = tmp_path / "site"
-    shutil.copytree(Path(fla.__file__).parent, root / "fla", ignore=shutil.ignore_patterns("__pycache__"))
-    context = root / "fla" / "ops" / "cp" / "context.py"
-    context.write_text(context.read_text().replace(
-        "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
-        "    if world_size is None:",
-        "    _validate_cp_kwargs(use_tf32x3_affine_chain=use_tf32x3_affine_chain, **kwargs)\n"
-        "    if dist.get_rank(group=group) == 1:\n        raise ValueError('planted: rank 1 refuses its span')\n"
-        "    if world_size is None:", 1))
+    root = planted_copy(tmp_path, "rank1_refuses")
     r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", "--adapter", "fla", "--world", "2", "--case",
                         "thd-short", "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
                        env=env_with(root))

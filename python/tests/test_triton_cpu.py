@@ -1,8 +1,10 @@
-"""gdn_verify.triton_cpu: each shim (triton_shims, fla_cp_shims) fixes the exact failure it names, and changes no
+"""gdn_verify.triton_cpu: each shim (triton_shims, fla_shims) fixes the exact failure it names, and changes no
 result where it is not needed.
 
 Each check runs in a fresh interpreter (TRITON_INTERPRET is read when triton decorates a kernel, and the
-shims are process-wide): first unshimmed, to show the failure, then with the shim patched in.
+shims are process-wide): first unshimmed, to show the failure, then with the shim patched in. FLA's own
+shims are needed by FLA 0.4.2 only, so they run both here (FLA 0.6.0: not needed, the same bits) and in
+.venv-fla042 (the failure and its fix).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from conftest import REPO
 pytest.importorskip("triton")
 
 
-def _run(code: str, interpret: bool = True) -> Any:
+def _run(code: str, interpret: bool = True, python: str = sys.executable) -> Any:
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
                        env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -172,3 +174,77 @@ def test_fla_cp_shims_change_nothing_where_not_needed(fla_cp_shims):
     # a device other than the CPU still meets FLA's own check; a flat output gathers the same bits
     assert fla_cp_shims["shimmed"]["cp-device-meta"].startswith("RuntimeError: CP affine chains require NVIDIA")
     assert fla_cp_shims["flat_same_bits"]
+
+
+FLA_SHIMS = """
+    import json, torch
+    import torch.nn.functional as F
+    from gdn_verify import fla_shims, triton_cpu
+
+    triton_cpu.enable()
+    from fla import utils
+    from fla.modules import FusedRMSNormGated
+
+    def error(f):
+        try:
+            f()
+        except Exception as e:
+            return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        return None
+
+    x = torch.linspace(-2.0, 3.0, 24 * 32).reshape(24, 2, 16).sin()
+    z, dy = x.flip(0).cos(), x.roll(5).tanh()
+
+    def norm():  # FLA's gated RMSNorm forward and backward: an op under input_guard, its backward's program count
+        layer = FusedRMSNormGated(16, eps=1e-6)
+        xs, zs = x.clone().requires_grad_(), z.clone().requires_grad_()
+        layer(xs, zs).backward(dy)
+        return torch.cat([layer(x, z).flatten(), xs.grad.flatten(), zs.grad.flatten(), layer.weight.grad])
+
+    def reference():  # the same in fp64 torch: x / rms(x) w silu(z)
+        xs, zs, w = x.double().requires_grad_(), z.double().requires_grad_(), torch.ones(16, dtype=torch.float64)
+        w.requires_grad_()
+        y = xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + 1e-6) * w * F.silu(zs)
+        y.backward(dy.double())
+        return torch.cat([y.flatten(), xs.grad.flatten(), zs.grad.flatten(), w.grad]).detach()
+
+    out = {"needed": {s.name: s.needed() for s in fla_shims.FLA_SHIMS},
+           "unshimmed": {"fla-device-ctx-cpu": error(lambda: utils.custom_device_ctx(None)),
+                         "fla-sm-count-no-driver": error(lambda: utils.get_multiprocessor_count(0)),
+                         "norm": error(norm)},
+           "cp-device-cpu needed": triton_cpu.SHIMS["cp-device-cpu"].needed()}
+    before = None if out["unshimmed"]["norm"] else norm().detach()
+    for shim in fla_shims.FLA_SHIMS:
+        shim.patch()
+    after = norm().detach()
+    ref = reference()
+    out["shimmed"] = {"fla-device-ctx-cpu": type(utils.custom_device_ctx(None)).__name__,
+                      "fla-sm-count-no-driver": utils.get_multiprocessor_count(0),
+                      "norm rel err": float((after.double() - ref).abs().max() / ref.abs().max())}
+    out["same_bits"] = None if before is None else bool(torch.equal(before, after))
+    print(json.dumps(out))
+"""
+
+
+def test_flas_own_shims_are_not_needed_by_fla_060_and_change_no_bits():
+    pytest.importorskip("fla.ops.cp")
+    out = _run(FLA_SHIMS)
+    assert out["needed"] == {"fla-device-ctx-cpu": False, "fla-sm-count-no-driver": False}
+    assert out["unshimmed"] == {"fla-device-ctx-cpu": None, "fla-sm-count-no-driver": None, "norm": None}
+    assert out["same_bits"] is True and out["shimmed"]["norm rel err"] < 1e-6
+    assert out["shimmed"]["fla-device-ctx-cpu"] == "nullcontext" and out["shimmed"]["fla-sm-count-no-driver"] == 1
+
+
+def test_each_fla_shim_fixes_its_exact_failure_on_fla_042(fla042_python):
+    out = _run(FLA_SHIMS, python=str(fla042_python))
+    assert out["needed"] == {"fla-device-ctx-cpu": True, "fla-sm-count-no-driver": True}
+    assert out["unshimmed"] == {
+        "fla-device-ctx-cpu": "AttributeError: module 'torch.cpu' has no attribute 'device'",
+        "fla-sm-count-no-driver": "RuntimeError: 0 active drivers ([]). There should only be one.",
+        "norm": "AttributeError: module 'torch.cpu' has no attribute 'device'",  # the op's input_guard, first
+    }
+    # no device context entered for a CPU tensor; FLA's own fallback program count; the op then computes what
+    # the fp64 formula does, to fp32 rounding
+    assert out["shimmed"]["fla-device-ctx-cpu"] == "nullcontext" and out["shimmed"]["fla-sm-count-no-driver"] == 1
+    assert out["shimmed"]["norm rel err"] < 1e-6
+    assert out["cp-device-cpu needed"] is False  # FLA 0.4.2 has no CP device check

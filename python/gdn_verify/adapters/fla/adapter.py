@@ -41,7 +41,7 @@ def _check_interpreter() -> None:
     """FLA's kernels on a CPU tensor need Triton's interpreter, enabled before FLA was imported."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise FlaAdapterError("fla --core triton on a CPU needs Triton's interpreter: call FlaAdapter().prepare("
-                              "device, core) (or gdn_verify.triton_cpu.enable()) before importing fla, or use "
+                              "device, core) (or gdn_verify.triton_cpu.enable_fla()) before importing fla, or use "
                               "--core torch")
 
 
@@ -100,12 +100,13 @@ class FlaAdapter(Adapter):
         module.load_state_dict({n: t.to(dtype) for n, t in state.items()})
 
     def prepare(self, device: str, core: str | None = None) -> None:
-        """Before FLA is imported: on a CPU the triton core needs Triton's interpreter (gdn_verify.triton_cpu)."""
+        """Before FLA is imported: on a CPU the triton core needs Triton's interpreter and FLA's shims
+        (gdn_verify.triton_cpu)."""
         if (core or "triton") == "triton" and torch.device(device).type == "cpu":
             from gdn_verify import triton_cpu
 
             try:
-                triton_cpu.enable()
+                triton_cpu.enable_fla()
             except triton_cpu.TritonCpuError as e:
                 raise FlaAdapterError(str(e)) from e
 

@@ -12,15 +12,15 @@ parameter gradients over the ranks in rank order in fp32; the image is written o
 
 The layer runs `GatedDeltaNet.forward`'s steps on FLA's own modules (that forward takes no CP context):
 `attn_norm`, the six projections, the three `ShortConvolution`s, FLA's Triton gate `fused_gdn_gate`
-(`g = -exp(A_log) softplus(alpha + dt_bias)`), `beta = sigmoid(b)`, `chunk_gated_delta_rule` with the
-in-kernel L2 norm, `FusedRMSNormGated` and `o_proj`. g and beta are computed outside the chunk kernel,
-as Megatron-Core calls it, rather than inside (`use_gate_in_kernel`), so that every named stage of
-docs/DESIGN.md §1.3 is observable (`kcp_layer`); `--world 1` writes the same forward's cp1, the
-reference `probe cross-mode` compares the CP run with. Stages: each rank records its span's rows, and
-`stage::boundary_state` row r is the state FLA's KCP hands rank r's first sequence (the return of
+(`g = -exp(A_log) softplus(alpha + dt_bias)`; in FLA 0.4.2 its layer's torch expression: `kcp_layer`),
+`beta = sigmoid(b)`, `chunk_gated_delta_rule` with the in-kernel L2 norm, `FusedRMSNormGated` and `o_proj`. g and beta
+are computed outside the chunk kernel, as Megatron-Core calls it, rather than inside (`use_gate_in_kernel`),
+so that every named stage of docs/DESIGN.md §1.3 is observable (`kcp_layer`); `--world 1` writes the same
+forward's cp1, the reference `probe cross-mode` compares the CP run with. Stages: each rank records its span's
+rows, and `stage::boundary_state` row r is the state FLA's KCP hands rank r's first sequence (the return of
 `chunk_gated_delta_rule_fwd_h_pre_process`), `stage_grad::boundary_state` row r+1 the gradient rank r's
-backward fold computes for the next rank's (`chunk_gated_delta_rule_bwd_dhu_pre_process`), so `probe
-oracle` names the rank whose carried state is wrong.
+backward fold computes for the next rank's (`chunk_gated_delta_rule_bwd_dhu_pre_process`), so `probe oracle`
+names the rank whose carried state is wrong.
 """
 
 from __future__ import annotations
@@ -190,5 +190,6 @@ def run(world: World, case: Case, plan: WorldPlan, decay_class: str) -> ImageRun
 
 
 NOTE = ("FLA's GatedDeltaNet modules step by step with fla.ops.cp's context (contiguous spans): Triton "
-        "causal_conv1d, fused_gdn_gate, chunk_gated_delta_rule (in-kernel L2 norm), FusedRMSNormGated, under "
+        "causal_conv1d, fused_gdn_gate (torch's gate where FLA has none), chunk_gated_delta_rule (in-kernel L2 "
+        "norm), FusedRMSNormGated, under "
         "Triton's interpreter on the CPU")

@@ -1,14 +1,22 @@
 """FLA's layer on one rank's span under KCP, step by step, with its stages and the boundary-state taps
-(`kcp`'s docstring says why the steps are taken one by one)."""
+(`kcp`'s docstring says why the steps are taken one by one).
+
+Where FLA releases differ, the steps follow what the installed FLA has, found by capability (docs/fla.md,
+"FLA 0.4.2"): the gate is FLA's Triton `fused_gdn_gate` where FLA has one, else the torch expression of its
+GatedDeltaNet.forward; the key heads go to the chunk kernel as it takes them (`fla_kernels.heads_for_chunk`).
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import torch
+import torch.nn.functional as F
 
 from gdn_verify import names
 from gdn_verify.adapters.fla.mapping import CONV, PROJ, geometry_of
+from gdn_verify.fla_kernels import heads_for_chunk
 from gdn_verify.stages import StageRecorder, l2_normalised
 from gdn_verify.world import Rank
 
@@ -17,7 +25,6 @@ def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, record
                   rows: list[int]) -> torch.Tensor:
     """`out` [L, hidden] of FLA's layer on the rank's span (module docstring), recording the stages."""
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    from fla.ops.gated_delta_rule.gate import fused_gdn_gate
 
     layer = model.attn
     geo = geometry_of(model)
@@ -42,10 +49,11 @@ def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, record
     record("q", q, l2_normalised(q))
     record("k", k, l2_normalised(k))
     record("v", v)
-    g = fused_gdn_gate(sections["alpha"], layer.A_log, layer.dt_bias)
+    g = gate(layer, sections["alpha"])
     beta = sections["beta"].float().sigmoid()
     record("g", g)
     record("beta", beta)
+    q, k = heads_for_chunk(q, k, v)
     core, _ = chunk_gated_delta_rule(q[None], k[None], v[None], g=g[None], beta=beta[None],
                                      use_qk_l2norm_in_kernel=True, cu_seqlens=local_cu, cp_context=context)
     core = core[0]
@@ -53,6 +61,16 @@ def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, record
     gated = layer.o_norm(core, sections["z"].reshape(L, geo.Hv, geo.dv))
     record("gated_norm", gated)
     return layer.o_proj(gated.reshape(L, geo.v_dim))
+
+
+def gate(layer, alpha: torch.Tensor) -> torch.Tensor:
+    """g = -exp(A_log) softplus(alpha + dt_bias): FLA's Triton `fused_gdn_gate` where the installed FLA has it,
+    else as that FLA's GatedDeltaNet.forward forms it in torch (0.4.2)."""
+    if importlib.util.find_spec("fla.ops.gated_delta_rule.gate") is None:
+        return -layer.A_log.float().exp() * F.softplus(alpha.float() + layer.dt_bias)
+    from fla.ops.gated_delta_rule.gate import fused_gdn_gate
+
+    return fused_gdn_gate(alpha, layer.A_log, layer.dt_bias)
 
 
 class boundary_taps:

@@ -3,6 +3,8 @@ references, one packed sequence at a time, in GatedDeltaNet's forward order (the
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,6 +13,12 @@ from gdn_verify import names
 from gdn_verify.adapters.fla.mapping import CONV, PROJ, FlaGdn
 from gdn_verify.fla_kernels import fla_torch_kernel
 from gdn_verify.stages import l2_normalised
+
+
+def _rms_norm_ref_module() -> str:
+    """Where the installed FLA keeps its pure-torch gated RMSNorm (0.6.0: `fla.modules.norm`; 0.4.2: `fla.modules`)."""
+    return "fla.modules.norm.layernorm_gated" if importlib.util.find_spec("fla.modules.norm") else \
+        "fla.modules.layernorm_gated"
 
 
 def forward(module: FlaGdn, hidden: torch.Tensor, sequences: list[tuple[int, int]], recorder,
@@ -39,7 +47,7 @@ def _conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
 
 def _one_sequence(model: FlaGdn, h: torch.Tensor) -> dict[str, torch.Tensor]:
     """GatedDeltaNet.forward's steps on one sequence [L, hidden], keeping each named stage."""
-    from fla.modules.norm.layernorm_gated import rms_norm_ref
+    rms_norm_ref = importlib.import_module(_rms_norm_ref_module()).rms_norm_ref
 
     layer = model.attn
     L, Hk, Hv, dk, dv = h.shape[0], layer.num_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
