@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "core/error.hpp"
@@ -181,10 +182,20 @@ struct DivergenceCase {
       harness::make_case(harness::gate_matrix_spec(cp::CpMode::Headwise, 4, 1, DType::F64, cp::Format::Thd));
   harness::Answer oracle = harness::oracle_answer(k);
   std::vector<std::int64_t> rows(int r) const { return harness::zigzag_rows(k, 4, r); }
-  std::string rows_of(int r) const {
-    const auto v = rows(r);
+  // "a..b" over `v`, and where the contiguous spans holding those THD tokens are not rank r's alone, the
+  // line's " zigzag; contiguous rank(s) i, j": span s is tokens [s T/4, (s+1) T/4) (docs/DESIGN.md §2).
+  std::string rows_of(int r, std::vector<std::int64_t> v = {}) const {
+    if (v.empty()) v = rows(r);
+    const std::int64_t T = k.hidden.dim(0);
+    std::set<std::int64_t> spans;
+    for (const std::int64_t t : v) spans.insert(t / (T / 4));
+    std::string also;
+    for (const std::int64_t s : spans)
+      also += (also.empty() ? std::string(" zigzag; contiguous rank") + (spans.size() > 1 ? "s " : " ") : ", ") +
+              std::to_string(s);
+    if (spans == std::set<std::int64_t>{r}) also.clear();
     return std::to_string(*std::min_element(v.begin(), v.end())) + ".." +
-           std::to_string(*std::max_element(v.begin(), v.end()));
+           std::to_string(*std::max_element(v.begin(), v.end())) + also;
   }
 };
 
@@ -259,8 +270,8 @@ std::string nan_in_rank(const DivergenceCase& c) {
   const std::int64_t row = c.rows(0).front(), width = got.out.numel() / got.out.dim(0);
   got.out.set(row * width + 1, std::numeric_limits<double>::quiet_NaN());
   return expect_eq("line", line_of(c, got),
-                   "first divergence: out (forward, rank 0 of 4, rows " + std::to_string(row) + ".." +
-                       std::to_string(row) + "): nan/inf 1.000e+00 > gate 0.000e+00");
+                   "first divergence: out (forward, rank 0 of 4, rows " + c.rows_of(0, {row}) +
+                       "): nan/inf 1.000e+00 > gate 0.000e+00");
 }
 
 // The CP matrices' own judgement (first_tensor_outside_gate) on the same case: out within 0.9 and 1.1

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
+
+#include "layouts/partition.hpp"
 
 namespace gdnv::harness {
 namespace {
@@ -19,7 +22,51 @@ const Tensor* find_tensor(const Answer& a, const std::string& name) {
   return it == a.stages.end() ? nullptr : &it->second;
 }
 
+// The sequence position of natural row `row` of tensor `name`: THD the packed token; SBHD `out` and
+// `grad_hidden` rows are s B + b, a stage's b S + s (docs/DESIGN.md §13).
+std::int64_t position_of(const Case& c, const std::string& name, std::int64_t row) {
+  if (c.cu_seqlens) return row;
+  const std::int64_t S = c.hidden.dim(0), B = c.hidden.dim(1);
+  return name == "out" || name == "grad_hidden" ? row / B : row % S;
+}
+
+std::set<std::int64_t> positions_in(const Case& c, layouts::Layout layout, int W, int r) {
+  const std::vector<std::int64_t> p = c.cu_seqlens ? layouts::thd_partition(layout, *c.cu_seqlens, W, r).positions()
+                                                   : layouts::sbhd_partition(layout, c.hidden.dim(0), W, r).positions();
+  return {p.begin(), p.end()};
+}
+
 }  // namespace
+
+Divergence divergence_at(const std::string& name, int rank, int world) {
+  Divergence d;
+  d.name = name;
+  d.backward = ref::is_backward_tensor(name);
+  d.rank = rank;
+  d.world = world;
+  return d;
+}
+
+void name_layouts(Divergence& d, const Case& c, const std::vector<std::int64_t>& held,
+                  const std::vector<std::int64_t>& named) {
+  if (d.rank < 0 || d.world < 2) return;
+  std::set<std::int64_t> rows, hot;
+  for (const std::int64_t row : held) rows.insert(position_of(c, d.name, row));
+  for (const std::int64_t row : named) hot.insert(position_of(c, d.name, row));
+  using layouts::Layout;
+  for (const auto& [mine, other] :
+       {std::pair{Layout::zigzag, Layout::contiguous}, {Layout::contiguous, Layout::zigzag}}) {
+    if (positions_in(c, mine, d.world, d.rank) != rows) continue;
+    d.layout = mine == Layout::zigzag ? "zigzag" : "contiguous";
+    for (int r = 0; r < d.world; ++r) {
+      const std::set<std::int64_t> theirs = positions_in(c, other, d.world, r);
+      if (std::any_of(hot.begin(), hot.end(), [&](std::int64_t p) { return theirs.contains(p); }))
+        d.other_ranks.push_back(r);
+    }
+    if (d.other_ranks == std::vector<int>{d.rank}) d.other_ranks.clear();
+    return;
+  }
+}
 
 std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c) {
   if (const auto it = run.stage_pieces.find(name); it != run.stage_pieces.end()) return it->second;
@@ -110,21 +157,16 @@ std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& ver
   if (failing == verdicts.end()) return std::nullopt;
   const TensorVerdict& v = *failing;
   if (v.missing) {
-    Divergence d{v.name, ref::is_backward_tensor(v.name), -1, run.cp_size};
+    Divergence d = divergence_at(v.name, -1, run.cp_size);
     d.row_end = find_tensor(oracle, v.name)->dim(0) - 1;
     d.metric = "missing";
     return d;
   }
   const bool nonfinite = v.m.nan_cand + v.m.inf_cand > 0;
-  Divergence d{v.name,
-               ref::is_backward_tensor(v.name),
-               -1,
-               run.cp_size,
-               0,
-               0,
-               nonfinite ? "nan/inf" : "rel_rms",
-               nonfinite ? static_cast<double>(v.m.nan_cand + v.m.inf_cand) : v.m.rel_rms,
-               nonfinite ? 0.0 : v.gate};
+  Divergence d = divergence_at(v.name, -1, run.cp_size);
+  d.metric = nonfinite ? "nan/inf" : "rel_rms";
+  d.value = nonfinite ? static_cast<double>(v.m.nan_cand + v.m.inf_cand) : v.m.rel_rms;
+  d.gate = nonfinite ? 0.0 : v.gate;
   const Tensor& ref = *find_tensor(oracle, v.name);
   const Tensor& cand = *find_tensor(run.answer, v.name);
   d.row_end = ref.dim(0) - 1;
@@ -138,6 +180,7 @@ std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& ver
     d.rank = rank;
     d.row_begin = *std::min_element(rows.begin(), rows.end());
     d.row_end = *std::max_element(rows.begin(), rows.end());
+    name_layouts(d, c, e.rows, rows);
     if (!nonfinite) d.value = rel;
     else d.value = static_cast<double>(e.nonfinite);
     break;
@@ -150,8 +193,14 @@ std::string divergence_line(const Divergence& d) {
   std::snprintf(numbers, sizeof numbers, "%.3e > gate %.3e", d.value, d.gate);
   const std::string rank = d.rank < 0 ? "every rank of " + std::to_string(d.world)
                                       : "rank " + std::to_string(d.rank) + " of " + std::to_string(d.world);
+  std::string also;
+  for (const int r : d.other_ranks)
+    also += (also.empty() ? " " + d.layout + "; " + (d.layout == "zigzag" ? "contiguous" : "zigzag") + " rank" +
+                                (d.other_ranks.size() > 1 ? "s " : " ")
+                          : ", ") +
+            std::to_string(r);
   return "first divergence: " + d.name + " (" + (d.backward ? "backward" : "forward") + ", " + rank + ", rows " +
-         std::to_string(d.row_begin) + ".." + std::to_string(d.row_end) +
+         std::to_string(d.row_begin) + ".." + std::to_string(d.row_end) + also +
          "): " + (d.metric == "missing" ? "missing from the run" : d.metric + " " + numbers);
 }
 
@@ -164,6 +213,8 @@ nlohmann::json divergence_json(const Divergence& d) {
           {"metric", d.metric},
           {"value", d.value},
           {"gate", d.gate},
+          {"layout", d.layout},
+          {"other_layout_ranks", d.other_ranks},
           {"line", divergence_line(d)}};
 }
 

@@ -35,6 +35,11 @@ struct Divergence {
   std::int64_t row_begin = 0, row_end = 0;
   std::string metric;  // "rel_rms", "nan/inf" or "missing" (the run has no such tensor)
   double value = 0, gate = 0;
+  // The layout `rank` held the rows in ("zigzag" | "contiguous"; "" when its rows are neither, as a head
+  // shard's, or W = 1) and, where rows a..b belong to other ranks in the other layout, those ranks
+  // (name_layouts; docs/DESIGN.md §2).
+  std::string layout;
+  std::vector<int> other_ranks;
 };
 // The first failing verdict and, among the CP ranks that computed it, the lowest whose own elements are
 // outside the gate; rows a..b are that rank's natural rows whose error is above the gate's level
@@ -45,7 +50,15 @@ std::optional<Divergence> first_divergence(const std::vector<TensorVerdict>& ver
 // grad_hidden each CP rank's zigzag shard; none for parameter gradients (summed over every rank).
 std::vector<StagePiece> pieces_of(const std::string& name, const MicroBatchRun& run, const Case& c);
 
-// "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>"
+// A divergence of tensor `name` (backward by its name) at `rank` of `world`, rows 0..0, no metric yet.
+Divergence divergence_at(const std::string& name, int rank, int world);
+// Fills d.layout and d.other_ranks: `held` are every natural row of d.name rank d.rank computed, `named`
+// the rows the divergence names; in chunkwise a contiguous rank's rows may sit on other zigzag ranks, and
+// a report names both (docs/DESIGN.md §8).
+void name_layouts(Divergence& d, const Case& c, const std::vector<std::int64_t>& held,
+                  const std::vector<std::int64_t>& named);
+// "first divergence: <name> (<forward|backward>, rank r of W, rows a..b): <metric> <value> > gate <gate>",
+// "rows a..b <layout>; <other layout> ranks i, j)" where those rows sit on other ranks in the other layout
 // ("... rows a..b): missing from the run" for a missing tensor)
 std::string divergence_line(const Divergence& d);
 // The same as JSON, one shape for every report (docs/json_format.md): tensor, direction, rank, world,

@@ -161,8 +161,8 @@ std::optional<harness::Divergence> policy_divergence(const Comparison& c, const 
   for (const auto& [name, t] : ref.tensors) names.push_back(name);
   const TensorResult* t = first_failing(c, file, names);
   if (!t) return std::nullopt;
-  harness::Divergence d{
-      t->name, ref::is_backward_tensor(t->name), -1, run.cp_size, 0, ref.tensors.at(t->name).dim(0) - 1, "", 0, 0};
+  harness::Divergence d = harness::divergence_at(t->name, -1, run.cp_size);
+  d.row_end = ref.tensors.at(t->name).dim(0) - 1;
   failed_criterion(*t, d);
   const TensorFile got = answer_file(run.answer);
   std::map<int, std::vector<std::int64_t>> hot;
@@ -175,6 +175,10 @@ std::optional<harness::Divergence> policy_divergence(const Comparison& c, const 
     d.rank = rank;
     d.row_begin = *std::min_element(rows.begin(), rows.end());
     d.row_end = *std::max_element(rows.begin(), rows.end());
+    std::vector<std::int64_t> held;
+    for (const harness::StagePiece& p : harness::pieces_of(t->name, run, k))
+      if (p.cp_rank == rank) held.insert(held.end(), p.rows.begin(), p.rows.end());
+    harness::name_layouts(d, k, held, rows);
   }
   return d;
 }
@@ -220,13 +224,15 @@ std::optional<harness::Divergence> image_divergence(const Comparison& c, const s
   std::vector<std::int64_t> hot = rows_outside(x, b.at(t->name, path), t->rule, local, {});
   if (hot.empty()) hot = local;
   const std::vector<std::int64_t> ids = natural_rows_of(a, t->name, k, W, rank);
-  harness::Divergence d{
-      t->name, ref::is_backward_tensor(t->name), t->name.starts_with("grad::") ? -1 : rank, W, 0, 0, "", 0, 0};
+  harness::Divergence d = harness::divergence_at(t->name, t->name.starts_with("grad::") ? -1 : rank, W);
   d.row_begin = d.row_end = ids[static_cast<std::size_t>(hot.front())];
+  std::vector<std::int64_t> named;
   for (const std::int64_t i : hot) {
-    d.row_begin = std::min(d.row_begin, ids[static_cast<std::size_t>(i)]);
-    d.row_end = std::max(d.row_end, ids[static_cast<std::size_t>(i)]);
+    named.push_back(ids[static_cast<std::size_t>(i)]);
+    d.row_begin = std::min(d.row_begin, named.back());
+    d.row_end = std::max(d.row_end, named.back());
   }
+  harness::name_layouts(d, k, ids, named);
   failed_criterion(*t, d);
   return d;
 }
@@ -267,8 +273,9 @@ void judge_replicas(const std::string& dir, const std::string& mode, int W, Comp
     std::vector<std::int64_t> rows(static_cast<std::size_t>(a.dim(0)));
     for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<std::int64_t>(i);
     const std::vector<std::int64_t> hot = rows_outside(a, copy.tensors.at(t->name), exact, rows, {});
-    harness::Divergence d{t->name, true, r, W, hot.empty() ? 0 : hot.front(), hot.empty() ? a.dim(0) - 1 : hot.back(),
-                          "",      0,    0};
+    harness::Divergence d = harness::divergence_at(t->name, r, W);
+    d.row_begin = hot.empty() ? 0 : hot.front();
+    d.row_end = hot.empty() ? a.dim(0) - 1 : hot.back();
     failed_criterion(*t, d);
     into.divergence = std::move(d);
     into.divergence_in = mode;

@@ -162,8 +162,10 @@ TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) 
   dump(root / "bad", "x", {"cp1", "chunkwise"}, "--dtype fp32 --stages");
   unsetenv("GDNV_FAULT");
   const std::string bad = (root / "bad").string();
-  // The halo is the W - 1 = 3 rows before rank 1's span [112, 224): its first 3 conv rows go wrong.
-  const std::string where = "first divergence: stage::conv (forward, rank 1 of 2, rows 112..114): ";
+  // The halo is the W - 1 = 3 rows before rank 1's span [112, 224): its first 3 conv rows go wrong; in
+  // zigzag they are rank 0's (the last chunk of the first sequence).
+  const std::string where =
+      "first divergence: stage::conv (forward, rank 1 of 2, rows 112..114 contiguous; zigzag rank 0): ";
   const auto oracle = run_cli("probe oracle --dir " + bad + " --json " + (root / "o.json").string() + " --markdown " +
                               (root / "o.md").string());
   EXPECT_EQ(oracle.code, 1) << oracle.out << oracle.err;
@@ -179,7 +181,8 @@ TEST(ProbeCli, UnderAPlantedFaultEveryReaderNamesTheFirstDivergingStageAndRank) 
   EXPECT_EQ(d["direction"], "forward");
   EXPECT_EQ(d["rank"], 1);
   EXPECT_EQ(d["rows"], nlohmann::json({112, 114}));
-  EXPECT_EQ(d.size(), 10u) << "run --json's nine fields plus dump: " << d.dump();
+  EXPECT_EQ(d["other_layout_ranks"], nlohmann::json({0}));
+  EXPECT_EQ(d.size(), 12u) << "run --json's eleven fields plus dump: " << d.dump();
   EXPECT_TRUE(contains(read_file_text((root / "o.md").string()), where)) << "markdown carries the line";
   const auto cross = run_cli("probe cross-mode --dir " + bad);
   EXPECT_EQ(cross.code, 1) << cross.out << cross.err;

@@ -59,7 +59,9 @@ TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
   const auto r = run_cli("run --mode chunkwise --cp 2 --dtype fp64 --json " + json + kSmall);
   unsetenv("GDNV_FAULT");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  const std::string line = "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14): rel_rms ";
+  // rows 12..14 of contiguous rank 1 are the first sequence's last zigzag chunk, rank 0's
+  const std::string line =
+      "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14 contiguous; zigzag rank 0): rel_rms ";
   EXPECT_NE(r.out.find("\n" + line), std::string::npos) << r.out;
   EXPECT_TRUE(r.out.ends_with("> gate 1.000e-10\nFAIL\n")) << r.out;
   const auto report = nlohmann::json::parse(read_file_text(json));
@@ -68,6 +70,8 @@ TEST(RunCli, AFailingRunEndsWithTheFirstDivergenceInTextAndJson) {
   EXPECT_EQ(d.at("direction"), "forward");
   EXPECT_EQ(d.at("rank"), 1);
   EXPECT_EQ(d.at("rows"), nlohmann::json({12, 14}));
+  EXPECT_EQ(d.at("layout"), "contiguous");
+  EXPECT_EQ(d.at("other_layout_ranks"), nlohmann::json({0}));
   EXPECT_TRUE(report.at(0).at("tensors").at(0).contains("min_rtol"));
   // The grid of error / gate by rank: rank 1 (the halo's reader) is outside from stage::conv on, rank 0 within.
   EXPECT_NE(r.out.find("  error / gate over each rank's own elements (above 1 fails):\n"), std::string::npos) << r.out;

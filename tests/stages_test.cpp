@@ -93,10 +93,26 @@ TEST(FirstDivergence, L2normEpsDroppedActsAtQ) {
 
 TEST(FirstDivergence, ConvHaloWrongRankActsAtConvOnARankWhoseSpanStartsInsideASequence) {
   // W = 2, lengths 16, 8: rank 1's span [12, 24) starts inside the first sequence.
+  // Rows 12..14 are zigzag rank 0's (the first sequence's last 4-token chunk): the line names both ranks.
   const Divergence d = divergence_under(Fault::ConvHaloWrongRank, spec_of(CpMode::Chunkwise, 2, DType::F64));
   EXPECT_EQ(d.name, "stage::conv");
   EXPECT_EQ(d.rank, 1);
   EXPECT_FALSE(d.backward);
+  EXPECT_EQ(d.layout, "contiguous");
+  EXPECT_EQ(d.other_ranks, std::vector<int>{0});
+  EXPECT_TRUE(divergence_line(d).starts_with(
+      "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14 contiguous; zigzag rank 0): "))
+      << divergence_line(d);
+}
+
+TEST(FirstDivergence, TheLineNamesTheLayoutARankHeldItsRowsInAndNoneForAHeadShard) {
+  // Chunkwise returns out to zigzag: the rank holding the wrong rows is a zigzag rank.
+  const Divergence out = divergence_under(Fault::RouteReturnUninverted, spec_of(CpMode::Chunkwise, 2, DType::F64));
+  EXPECT_EQ(out.layout, "zigzag") << divergence_line(out);
+  // Headwise's mixer stages are every token of a rank's heads: neither layout.
+  const Divergence g = divergence_under(Fault::GateSoftplusMissingDtBias, spec_of(CpMode::Headwise, 2, DType::F64));
+  EXPECT_EQ(g.layout, "") << divergence_line(g);
+  EXPECT_TRUE(g.other_ranks.empty());
 }
 
 TEST(FirstDivergence, ConvHaloOneRankActsAtConvOnTheRankWhoseHaloReachesTwoRanksBack) {
@@ -209,9 +225,19 @@ TEST(FirstDivergence, DecayCumsumFp32ActsAtTheCoreOnTheExtremeInputs) {
 }
 
 TEST(FirstDivergence, TheLineNamesStageDirectionRankRowsAndGate) {
-  const Divergence d{"stage::conv", false, 1, 2, 12, 14, "rel_rms", 0.5, 1e-10};
+  Divergence d = divergence_at("stage::conv", 1, 2);
+  d.row_begin = 12;
+  d.row_end = 14;
+  d.metric = "rel_rms";
+  d.value = 0.5;
+  d.gate = 1e-10;
   EXPECT_EQ(divergence_line(d),
             "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14): rel_rms 5.000e-01 > gate 1.000e-10");
+  d.layout = "zigzag";
+  d.other_ranks = {0, 1};
+  EXPECT_EQ(divergence_line(d),
+            "first divergence: stage::conv (forward, rank 1 of 2, rows 12..14 zigzag; contiguous "
+            "ranks 0, 1): rel_rms 5.000e-01 > gate 1.000e-10");
 }
 
 }  // namespace
