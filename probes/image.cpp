@@ -36,19 +36,24 @@ std::string meta_path(const std::string& dir) { return (fs::path(dir) / "meta.js
 
 constexpr const char* kLibraryStrings[] = {"name", "version", "path", "source_sha256"};
 
-// meta.json's "library" as the Python bridge writes it (docs/json_format.md): what `fail(what)` is thrown
-// for otherwise. Absent is fine: this project's own images name no library.
+// meta.json's "library" as the Python bridge writes it (docs/json_format.md), `key` its place ("library",
+// "library.kernels"): what `fail(what)` is thrown for otherwise.
+template <class Fail>
+void check_library_object(const json& l, const std::string& key, const Fail& fail) {
+  if (!l.is_object()) throw fail("'" + key + "' is not an object");
+  for (const char* field : kLibraryStrings)
+    if (!l.contains(field) || !l[field].is_string())
+      throw fail("'" + key + "." + field + "' is missing or not a string");
+  if (!l.contains("files") || !l["files"].is_number_integer() || l["files"].get<std::int64_t>() < 0)
+    throw fail("'" + key + ".files' is missing or not a non-negative integer");
+  if (l.contains("commit") && !l["commit"].is_string()) throw fail("'" + key + ".commit' is not a string");
+  if (l.contains("kernels")) check_library_object(l["kernels"], key + ".kernels", fail);
+}
+
+// Absent is fine: this project's own images name no library.
 template <class Fail>
 void check_library(const json& meta, const Fail& fail) {
-  if (!meta.contains("library")) return;
-  const json& l = meta["library"];
-  if (!l.is_object()) throw fail("'library' is not an object");
-  for (const char* key : kLibraryStrings)
-    if (!l.contains(key) || !l[key].is_string())
-      throw fail(std::string("'library.") + key + "' is missing or not a string");
-  if (!l.contains("files") || !l["files"].is_number_integer() || l["files"].get<std::int64_t>() < 0)
-    throw fail("'library.files' is missing or not a non-negative integer");
-  if (l.contains("commit") && !l["commit"].is_string()) throw fail("'library.commit' is not a string");
+  if (meta.contains("library")) check_library_object(meta["library"], "library", fail);
 }
 
 // DIR/meta.json (an empty object when there is none); FormatError unless it is the object a dump writes:
@@ -524,20 +529,41 @@ harness::DecayClass declared_decay_class(const std::string& dir) {
 
 bool third_party_image(const std::string& dir) { return read_meta(dir).contains("adapter"); }
 
+namespace {
+
+Library library_of(const json& l) {
+  const auto text = [&](const char* key) { return l.value(key, std::string()); };
+  Library out{text("name"),
+              text("version"),
+              text("path"),
+              text("source_sha256"),
+              text("commit"),
+              l["files"].get<std::int64_t>(),
+              {}};
+  if (l.contains("kernels")) out.kernels.push_back(library_of(l["kernels"]));
+  return out;
+}
+
+// "fla 0.6.0 at /p/fla (sha256 1a2b3c4d... of 43 files, commit abc1234)": short forms, as git prints a
+// commit; meta.json holds the whole of each.
+std::string library_text(const Library& l) {
+  return l.name + " " + l.version + " at " + l.path + " (sha256 " + l.source_sha256.substr(0, 8) + "... of " +
+         std::to_string(l.files) + " file" + (l.files == 1 ? "" : "s") +
+         (l.commit.empty() ? "" : ", commit " + l.commit.substr(0, 7)) + ")";
+}
+
+}  // namespace
+
 std::optional<Library> image_library(const std::string& dir) {
   const json meta = read_meta(dir);  // checks "library"
   if (!meta.contains("library")) return std::nullopt;
-  const json& l = meta["library"];
-  const auto text = [&](const char* key) { return l.value(key, std::string()); };
-  return Library{text("name"),          text("version"), text("path"),
-                 text("source_sha256"), text("commit"),  l["files"].get<std::int64_t>()};
+  return library_of(meta["library"]);
 }
 
 std::string library_line(const Library& l) {
-  // Short forms, as git prints a commit: meta.json holds the whole of each.
-  return printable("library: " + l.name + " " + l.version + " at " + l.path + " (sha256 " +
-                   l.source_sha256.substr(0, 8) + "... of " + std::to_string(l.files) + " file" +
-                   (l.files == 1 ? "" : "s") + (l.commit.empty() ? "" : ", commit " + l.commit.substr(0, 7)) + ")");
+  std::string line = "library: " + library_text(l);
+  for (const Library& k : l.kernels) line += "; kernels: " + library_text(k);
+  return printable(line);
 }
 
 }  // namespace gdnv::probes

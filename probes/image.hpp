@@ -122,15 +122,17 @@ bool third_party_image(const std::string& dir);
 // The library a third-party image's meta.json says computed it ("library", written by the Python bridge in the
 // process that imported it: docs/DESIGN.md §14, docs/json_format.md): its import name, version, the package
 // directory imported, the sha256 of its GDN source files and their count, the commit of its own checkout
-// ("" when not one).
+// ("" when not one), and the kernel library it ran, where it names one (Megatron's layer runs FLA's kernels).
 struct Library {
   std::string name, version, path, source_sha256, commit;
   std::int64_t files = 0;
+  std::vector<Library> kernels;  // none or one
 };
 // DIR's library; nullopt when meta.json names none (this project's own images). A "library" that is not that
 // object is a FormatError naming meta.json and the key (every reader of meta.json checks it).
 std::optional<Library> image_library(const std::string& dir);
-// A report header's line: "library: fla 0.6.0 at /p/fla (sha256 1a2b3c4d... of 43 files, commit abc1234)".
+// A report header's line: "library: fla 0.6.0 at /p/fla (sha256 1a2b3c4d... of 43 files, commit abc1234)", and
+// "; kernels: fla 0.4.2 at ..." after a library that names its kernels.
 std::string library_line(const Library& library);
 
 }  // namespace gdnv::probes

@@ -682,6 +682,18 @@ TEST(ProbeCli, ReadersPrintTheLibraryAThirdPartyImageNames) {
   tamper_meta(lib, [](auto& m) { m["library"].erase("commit"); });
   EXPECT_TRUE(contains(run_cli("probe oracle --dir " + lib.string()).out,
                        "library: fla 0.6.0 at /site/fla (sha256 1a2b3c4d... of 43 files)\n"));
+  // Megatron's layer names the FLA whose kernels it ran
+  tamper_meta(lib, [](auto& m) {
+    m["library"]["name"] = "megatron.core";
+    m["library"]["kernels"] = {{"name", "fla"},
+                               {"version", "0.4.2"},
+                               {"path", "/k/fla"},
+                               {"files", 1},
+                               {"source_sha256", "ff" + std::string(62, '0')}};
+  });
+  EXPECT_TRUE(contains(run_cli("probe oracle --dir " + lib.string()).out,
+                       "library: megatron.core 0.6.0 at /site/fla (sha256 1a2b3c4d... of 43 files); kernels: fla "
+                       "0.4.2 at /k/fla (sha256 ff000000... of 1 file)\n"));
   for (const auto& reading :
        {run_cli("probe oracle --dir " + own.string()), run_cli("probe cross-mode --dir " + own.string()),
         run_cli("probe compare --ref " + own.string() + " --cand " + own.string())})
@@ -704,6 +716,12 @@ TEST(ProbeCli, AMalformedLibraryIsOneLineNamingTheKeyAndExitThree) {
       {[](auto& l) { l["files"] = "1"; }, "'library.files' is missing or not a non-negative integer"},
       {[](auto& l) { l["files"] = -1; }, "'library.files' is missing or not a non-negative integer"},
       {[](auto& l) { l["commit"] = nullptr; }, "'library.commit' is not a string"},
+      {[](auto& l) { l["kernels"] = "fla"; }, "'library.kernels' is not an object"},
+      {[&good](auto& l) {
+         l["kernels"] = good;
+         l["kernels"].erase("source_sha256");
+       },
+       "'library.kernels.source_sha256' is missing or not a string"},
   };
   for (const auto& [edit, message] : cases) {
     tamper_meta(dir, [&good, &change = edit](auto& m) {

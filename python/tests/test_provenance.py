@@ -133,6 +133,8 @@ def test_megatrons_version_names_no_commit_of_the_repository_holding_it(python_d
     library = meta["library"]
     assert library["version"] == meta["versions"]["megatron.core"] and Path(library["path"]) == megatron
     assert "commit" not in library and library["files"] >= 1  # installed in a venv: no checkout of its own
+    kernels = library["kernels"]  # the FLA whose Triton ops the layer ran
+    assert kernels["name"] == "fla" and Path(kernels["path"]) == installed("fla") and kernels["files"] >= 1, kernels
 
 
 def test_fla_sources_cover_the_layer_and_its_kernels():

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 
 import torch
 
+from gdn_verify import provenance
 from gdn_verify.adapters.base import Adapter, AdapterError, ImageRun, Request, Run, WorldPlan
+from gdn_verify.adapters.fla.adapter import GDN_SOURCES as FLA_SOURCES
 from gdn_verify.adapters.megatron import layer, rules, worlds
 from gdn_verify.adapters.megatron.capability import NO_LINEAR_CP_MODE, has_linear_cp_mode
 from gdn_verify.adapters.megatron.groups import MODES, check_world, cp_size_and_rank, initialize, tp_size_and_rank
@@ -36,6 +38,12 @@ class MegatronAdapter(Adapter):
     gdn_sources = ("megatron/core/ssm/gated_delta_net.py", "megatron/core/ssm/gated_delta_net/**/*.py",
                    "megatron/core/ssm/mamba_context_parallel.py", "megatron/core/context_parallel_layout.py",
                    "megatron/core/context_parallel_layout/**/*.py")
+
+    @classmethod
+    def library(cls) -> dict:
+        """meta.json's "library": Megatron as imported here, with the FLA whose kernels its layer runs (both core
+        forms call FLA's Triton ops) as "kernels"."""
+        return {**super().library(), "kernels": provenance.library("fla", FLA_SOURCES)}
 
     def build_module(self, geometry: Geometry, dtype: torch.dtype, device: str = "cpu", core: str | None = None, *,
                      cp_mode: str | None = None) -> torch.nn.Module:
