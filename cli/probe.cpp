@@ -186,8 +186,8 @@ int cross_mode_main(const std::vector<std::string>& args, std::ostream& out) {
   for (const auto& b : r.band_only) out << probes::band_only_line(b) << "\n";
   probes::write_deviation(r, out);
   out << (r.exit_code() == 0 ? "PASS" : "FAIL") << "\n";
-  probes::write_divergence(r.vs_cp1, out);
-  out << probes::counts_line(r.vs_cp1, options.seconds) << "\n";
+  if (const std::string first = probes::first_failure(r); !first.empty()) out << first << "\n";
+  out << probes::counts_line(r, options.seconds) << "\n";
   return r.exit_code();
 }
 

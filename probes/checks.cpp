@@ -505,6 +505,12 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
                             std::max(factor * std::max(b, 1e-6), class_gate)});
     }
   }
+  // Each mode's ratios in the order a divergence propagates, so the first failing one is where it starts.
+  std::vector<std::string> names;
+  for (const auto& [name, t] : oracle.tensors) names.push_back(name);
+  std::stable_sort(out.ratios.begin(), out.ratios.end(), [&](const DeviationRatio& a, const DeviationRatio& b) {
+    return a.mode != b.mode ? a.mode < b.mode : precedes(a.tensor, b.tensor, names);
+  });
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "probes/cross_mode_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -40,16 +41,22 @@ void write_deviation(const CrossMode& r, std::ostream& out) {
       << ", floor 1e-6): " << r.ratios.size() << " checked, " << outside << " outside\n";
 }
 
-namespace {
-
-nlohmann::json first_failure(const CrossMode& r, const nlohmann::json& report) {
-  if (!report["first_divergence"].is_null()) return report["first_divergence"]["line"];
+std::string first_failure(const CrossMode& r) {
+  if (r.exit_code() == 0) return "";
+  if (r.vs_cp1.divergence && r.vs_cp1.exit_code() != 0) return harness::divergence_line(*r.vs_cp1.divergence);
   for (const auto& d : r.ratios)
-    if (!d.pass()) return deviation_line(d);
-  return nullptr;
+    if (!d.pass()) return "first divergence: " + deviation_line(d);
+  return "";
 }
 
-}  // namespace
+std::string counts_line(const CrossMode& r, double seconds) {
+  std::string line = counts_line(r.vs_cp1, seconds);
+  const auto outside = std::count_if(r.ratios.begin(), r.ratios.end(), [](const auto& d) { return !d.pass(); });
+  if (outside)
+    line.insert(line.rfind(" in "),
+                ", " + std::to_string(outside) + " deviation ratio" + (outside == 1 ? "" : "s") + " outside its bound");
+  return line;
+}
 
 std::string to_json(const CrossMode& r) {
   nlohmann::json report = nlohmann::json::parse(to_json(r.vs_cp1));
@@ -69,11 +76,12 @@ std::string to_json(const CrossMode& r) {
                       {"bound", d.bound},
                       {"pass", d.pass()},
                       {"line", deviation_line(d)}});
-  report.update({{"pass", r.exit_code() == 0},
-                 {"band_only", band},
-                 {"deviation_ratios", ratios},
-                 {"deviation_skipped", r.skipped},
-                 {"first_failure", r.exit_code() == 0 ? nlohmann::json(nullptr) : first_failure(r, report)}});
+  report.update(
+      {{"pass", r.exit_code() == 0},
+       {"band_only", band},
+       {"deviation_ratios", ratios},
+       {"deviation_skipped", r.skipped},
+       {"first_failure", first_failure(r).empty() ? nlohmann::json(nullptr) : nlohmann::json(first_failure(r))}});
   return report.dump(2) + "\n";
 }
 

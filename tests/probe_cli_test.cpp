@@ -632,8 +632,27 @@ TEST(ProbeCli, CrossModeJsonCarriesTheVerdictAndTheFirstFailure) {
   EXPECT_FALSE(j["pass"].get<bool>());
   EXPECT_TRUE(j["first_divergence"].is_null()) << "the planted halo moves only band-only tensors here";
   const std::string first = j["first_failure"].get<std::string>();
-  EXPECT_TRUE(contains(first, "deviation chunkwise ") && contains(first, "  FAIL")) << first;
-  EXPECT_TRUE(contains(f.out, first + "\n")) << f.out;
+  EXPECT_TRUE(first.starts_with("first divergence: deviation chunkwise ") && contains(first, "  FAIL")) << first;
+  // The text names it after FAIL, and the counts line counts the ratios outside their bound.
+  EXPECT_TRUE(contains(f.out, "\nFAIL\n" + first + "\n")) << f.out;
+  EXPECT_TRUE(std::regex_search(f.out, std::regex("\n[0-9]+ passed, [0-9]+ deviation ratios? outside its bound in ")))
+      << f.out;
+  // The first failing ratio in the order a divergence propagates (out, the forward stages, grad_hidden, ...).
+  std::vector<std::string> failing;
+  for (const auto& d : j["deviation_ratios"])
+    if (!d["pass"].get<bool>()) failing.push_back(d["tensor"].get<std::string>());
+  ASSERT_FALSE(failing.empty());
+  EXPECT_TRUE(contains(first, "deviation chunkwise " + failing.front() + ": ")) << first;
+  const auto phase = [](const std::string& t) {  // docs/DESIGN.md §8: forward stages, out, backward, parameters
+    return t.starts_with("stage::")        ? 0
+           : t == "out"                    ? 1
+           : t.starts_with("stage_grad::") ? 2
+           : t == "grad_hidden"            ? 3
+                                           : 4;
+  };
+  EXPECT_TRUE(std::is_sorted(failing.begin(), failing.end(), [&](const auto& a, const auto& b) {
+    return phase(a) < phase(b);
+  })) << j["deviation_ratios"].dump();
   fs::remove_all(good);
   fs::remove_all(bad);
   fs::remove_all(report.parent_path());
