@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -98,6 +99,18 @@ class Gate:
             w.close()
 
     def dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
+        """Case `c`'s `mode` dump into `directory`. The gate's Megatron computes each cp1 (a case at a dtype,
+        core form and TP size) once, into scratch/cp1/; a fresh directory's cp1 is a copy of it, the files
+        the dump would write (cp1 is deterministic), so the steps and controls sharing a case share its cp1."""
+        if mode == "cp1" and path is None and not directory.exists():
+            cached = self.scratch / "cp1" / f"{c.case}-{c.dtype}-{c.core}-tp{c.tp}"
+            if not cached.exists():
+                self.megatron_dump(c, mode, cached)
+            shutil.copytree(cached, directory)
+        else:
+            self.megatron_dump(c, mode, directory, path)
+
+    def megatron_dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
         """The gate's one call into Megatron: case `c`'s `mode` dump into `directory`."""
         from gdn_verify.adapters import Request, runner
         from gdn_verify.cases import make_case

@@ -118,3 +118,44 @@ def dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     c = torch.empty(16, 16, dtype=torch.float32)
     _dot_kernel[(1,)](a, b, c, BN=16)
     return c
+
+
+@triton.jit
+def _scaled_row(x, s):
+    return x * s
+
+
+@triton.jit
+def _row_sums_kernel(x, y, BN: tl.constexpr):
+    o = tl.arange(0, BN)
+    acc = tl.zeros([BN], dtype=tl.float32)
+    for i in tl.static_range(4):  # nested @triton.jit calls: ours, and tl.sum's and tl.cumsum's in triton.language
+        row = _scaled_row(tl.load(x + i * BN + o), i + 1.0)
+        acc += tl.cumsum(row, 0) + tl.sum(row, 0)
+    tl.store(y + o, acc)
+
+
+def row_sums(x: torch.Tensor) -> torch.Tensor:
+    """sum_i cumsum((i + 1) x[i]) + sum((i + 1) x[i]) over the 4 rows of x [4, BN] fp32."""
+    y = torch.empty(x.shape[1], dtype=torch.float32)
+    _row_sums_kernel[(1,)](x, y, BN=x.shape[1])
+    return y
+
+
+def lang_patches(launch) -> int:
+    """How many times the interpreter patches a triton.language module while `launch()` runs (each patch ends
+    in `_patch_lang_core`)."""
+    from triton.runtime import interpreter
+
+    core, count = interpreter._patch_lang_core, [0]
+
+    def counted(lang, scope):
+        count[0] += 1
+        return core(lang, scope)
+
+    interpreter._patch_lang_core = counted
+    try:
+        launch()
+    finally:
+        interpreter._patch_lang_core = core
+    return count[0]

@@ -9,6 +9,7 @@ math: each changes what the interpreter does. FLA's shims are gdn_verify.fla_shi
 | `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
+| `patch-lang-once` | none, a cost: `triton.language` re-patched on every nested `@triton.jit` call of a launch (a quarter of FLA's layer time) | any kernel calling `tl.sum`, `tl.cumsum` or its own `@triton.jit` helpers |
 | `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic, comparisons and reductions run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
 
 """  # noqa: E501 (a Markdown table, one row a line)
@@ -237,9 +238,65 @@ def _bf16_patch() -> Callable[[], None]:
     return lambda: undo_all(undos)
 
 
+# (5) The interpreter patches triton.language (its builtins, the tensor class, the reduce and scan ops) when a
+# launch starts and again on every nested @triton.jit call inside it (tl.sum, tl.cumsum, FLA's helpers): about
+# 8,800 patches in one forward and backward of FLA's layer, a quarter of its time. No error, a cost. Within one
+# launch a second patch of a module already patched in that launch finds its builtins replaced and rebinds
+# equivalent closures: the shim skips it. The launch's first patch of each module, and the restore at its end,
+# stay the interpreter's own, so what each kernel computes with is unchanged.
+PATCH_COST = "triton.language re-patched on every nested @triton.jit call of a launch"
+MODULES_PER_LAUNCH = 2  # the probe kernel sees triton.language; tl.sum and tl.cumsum see triton.language.core
+
+
+def _patch_once_needed() -> bool:
+    import torch
+
+    from gdn_verify import triton_probes
+
+    return triton_probes.lang_patches(lambda: triton_probes.row_sums(torch.ones(4, 8))) > MODULES_PER_LAUNCH
+
+
+def _patch_once_patch() -> Callable[[], None]:
+    import inspect
+
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    patch_lang = interpreter._patch_lang
+    launches: list[set[int]] = []  # the modules patched in the open launch (at most one is open)
+
+    class Launch:
+        """The launch's own patch scope; its restore closes the launch."""
+
+        def __init__(self, scope) -> None:
+            self.scope = scope
+
+        def restore(self) -> None:
+            launches.pop()
+            self.scope.restore()
+
+    class Patched:
+        def restore(self) -> None:  # a nested call's scope: the interpreter never restores it
+            pass
+
+    def patch_once(fn):
+        langs = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+        if launches and langs <= launches[-1]:
+            return Patched()
+        scope = patch_lang(fn)
+        if launches:
+            launches[-1] |= langs
+            return scope
+        launches.append(langs)
+        return Launch(scope)
+
+    return set_attr(interpreter, "_patch_lang", patch_once)
+
+
 TRITON_SHIMS = (
     Shim("autotune-one-config", AUTOTUNE_ERROR, _autotune_needed, _autotune_patch),
     Shim("range-var-tensor", RANGE_ERROR, _range_needed, _range_patch),
     Shim("splat-keeps-dtype", SPLAT_ERROR, _splat_needed, _splat_patch),
     Shim("bf16-values", BF16_WRONG, _bf16_needed, _bf16_patch),
+    Shim("patch-lang-once", PATCH_COST, _patch_once_needed, _patch_once_patch),
 )

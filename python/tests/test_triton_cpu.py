@@ -46,25 +46,35 @@ TRITON_SHIMS = """
 
     x, rows = torch.arange(1.0, 9.0), torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
     square = torch.linspace(-3.0, 2.0, 256).reshape(16, 16)
+    four = torch.linspace(-2.0, 3.0, 32).reshape(4, 8)
     probes = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0)),
               "range-var-tensor": lambda: p.range_index(torch.zeros(4, dtype=torch.int64)),
               "splat-keeps-dtype": lambda: p.masked_copy(x, 1),
-              "bf16-values": p.bf16_ops}
+              "bf16-values": p.bf16_ops,
+              "patch-lang-once": lambda: p.row_sums(four)}
     unneeded = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0), one_config=True),
                 "range-var-tensor": lambda: p.weighted_rows(rows, 0.375),
                 "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375),
                 "bf16-values": lambda: torch.cat([p.weighted_rows(rows, 0.375),
-                                                  p.dot(square, square.t().contiguous()).flatten()])}
+                                                  p.dot(square, square.t().contiguous()).flatten()]),
+                "patch-lang-once": lambda: torch.cat([p.row_sums(four), p.weighted_rows(rows, 0.375),
+                                                      p.dot(square, square.t().contiguous()).flatten()])}
     out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
+           "patches_unshimmed": p.lang_patches(lambda: p.row_sums(four)),
            "needed": {s.name: s.needed() for s in triton_shims.TRITON_SHIMS}, "same_bits": {}}
     for shim in triton_shims.TRITON_SHIMS:
         before = unneeded[shim.name]()
         shim.patch()
         out["same_bits"][shim.name] = bool(torch.equal(before, unneeded[shim.name]()) and before.abs().sum() > 0)
+    scaled_rows = four * torch.arange(1.0, 5.0)[:, None]
+    expected_row_sums = (torch.cumsum(scaled_rows, 1) + scaled_rows.sum(1, keepdim=True)).sum(0)
     out["shimmed"] = {"autotune-one-config": p.scaled(torch.arange(6.0)).tolist(),
                       "range-var-tensor": p.range_index(torch.zeros(4, dtype=torch.int64)).tolist(),
                       "splat-keeps-dtype": [p.masked_copy(x, 1).tolist(), p.masked_copy(x, 2).tolist()],
-                      "bf16-values": p.bf16_ops()}
+                      "bf16-values": p.bf16_ops(),
+                      "patch-lang-once": [p.lang_patches(lambda: p.row_sums(four)),
+                                          bool(torch.allclose(p.row_sums(four), expected_row_sums,
+                                                                             rtol=1e-6, atol=0))]}
     print(json.dumps(out))
 """
 
@@ -80,7 +90,11 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
         "range-var-tensor": "InterpreterError: AttributeError(\"'int' object has no attribute 'to'\")",
         "splat-keeps-dtype": "InterpreterError: ValueError('mask has unsupported dtype')",
         "bf16-values": None,  # no error: wrong values, below
+        "patch-lang-once": None,  # no error: a cost, below
     }
+    # the launch patches triton.language once, then again on every nested call: _scaled_row (4), tl.cumsum and
+    # tl.sum (4 each) and the scan's and reduction's own helpers inside them: 23 patches of a module
+    assert triton_shims["patches_unshimmed"] == 23
     # bf16 computed on its uint16 bits: 0x3F80 * 0x4000 summed once for identity x 2.0, the product's
     # integers wrapped, -2.0 (0xC000) not below 1.0 (0x3F80), 1 + 3 2^-9 truncated to 1.0
     assert triton_shims["bf16_unshimmed"] == {"dot": 0x3F80 * 0x4000, "product": [0.0] * 16, "less": [0] * 16,
@@ -95,6 +109,9 @@ def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_
         "range-var-tensor": [0, 3, 6, 9],
         "splat-keeps-dtype": [x + [0.0] * 8, x + x],
         "bf16-values": {"dot": 2.0, "product": [2.0] + [0.0] * 15, "less": [1] * 16, "rounded": 1.0 + 2**-7},
+        # the launch's patch of triton.language, then the first nested call's of triton.language.core and
+        # triton.language (tl.cumsum's module sees both), each skipped after; the sums torch's to fp32 rounding
+        "patch-lang-once": [3, True],
     }
 
 
