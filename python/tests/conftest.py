@@ -71,3 +71,15 @@ def python_dump():
                               text=True, timeout=300, env=env)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def megatron_gate(gdnv_bin, tmp_path_factory):
+    """One megatron_gate.Gate on the installed Megatron for the session: its worlds (a rank's start is most of
+    a small case's time) and its cp1 images are shared by the Megatron layer and gate tests."""
+    pytest.importorskip("megatron.core.ssm.gated_delta_net")
+    from gdn_verify import megatron_gate as gate_module
+
+    gate = gate_module.Gate(str(gdnv_bin), None, tmp_path_factory.mktemp("megatron_gate"))
+    yield gate
+    gate.close()

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
-from gdn_verify import megatron_controls, megatron_gate  # noqa: E402
+from gdn_verify import megatron_controls  # noqa: E402
+from gdn_verify import megatron_gate as megatron_gate_module  # noqa: E402
 from gdn_verify.gatekit import Step  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "megatron-lm"
@@ -25,13 +26,9 @@ HEADWISE = ["head_perm_back", "thd_zigzag_off_by_one"]
 EVERY = HEADWISE + ["conv_halo_dropped", "state_dropped", "conversion_off_by_one"]
 
 
-def test_every_headwise_control_is_caught_on_the_installed_megatron(gdnv_bin, tmp_path):
-    gate = megatron_gate.Gate(str(gdnv_bin), None, tmp_path)
+def test_every_headwise_control_is_caught_on_the_installed_megatron(megatron_gate):
     step = Step("controls")
-    try:
-        megatron_gate.run_controls(gate, megatron_gate.checkout_of(None), step)
-    finally:
-        gate.close()
+    megatron_gate_module.run_controls(megatron_gate, megatron_gate_module.checkout_of(None), step)
     assert step.cases == 2 and not step.failures, step.failures
     controls = {c.name: c for c in megatron_controls.CONTROLS}
     for name, note in zip(HEADWISE, step.notes):
@@ -48,7 +45,7 @@ def test_every_bug_class_has_a_plant_for_each_megatron_shape(tree, classes):
 
 def test_the_installed_megatron_has_a_plant_of_each_headwise_class():
     planted = [c.name for c in megatron_controls.CONTROLS
-               if megatron_controls.applicable(c, megatron_gate.checkout_of(None))]
+               if megatron_controls.applicable(c, megatron_gate_module.checkout_of(None))]
     assert planted == HEADWISE
 
 
@@ -74,6 +71,6 @@ def test_a_plant_applies_only_where_its_text_stands_once(tmp_path):
      "error: --megatron /nonexistent holds neither megatron/core/ssm/gated_delta_net.py nor megatron/core/ssm/"),
 ])
 def test_bad_input_is_one_line_exit_3(gdnv_bin, capsys, args, message):
-    assert megatron_gate.main(["--gdn-verify", str(gdnv_bin), *args]) == 3
+    assert megatron_gate_module.main(["--gdn-verify", str(gdnv_bin), *args]) == 3
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1

@@ -15,36 +15,25 @@ pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from gdn_verify.adapters import AdapterError, Request, megatron, runner  # noqa: E402
 from gdn_verify.adapters.megatron.rows import packed_seq_params  # noqa: E402
 from gdn_verify.cases import CASES, CaseSpec, make_case, make_case_from_geometry  # noqa: E402
-from gdn_verify.world import World  # noqa: E402
+from gdn_verify.megatron_gate import Case  # noqa: E402
 
 MEGATRON = megatron.MegatronAdapter()
 
 @pytest.fixture(scope="module")
-def worlds():
-    """worlds(W): a started World of W ranks, one per size for the whole module."""
-    started: dict[int, World] = {}
-
-    def get(size: int) -> World:
-        if size not in started:
-            started[size] = World(size, env=megatron.MegatronAdapter.rank_env).__enter__()
-        return started[size]
-
-    yield get
-    for w in started.values():
-        w.close()
+def worlds(megatron_gate):
+    """worlds(W): a started World of W ranks, the session's gate's (conftest.megatron_gate)."""
+    return megatron_gate.world
 
 
 @pytest.fixture(scope="module")
-def cp1(worlds, tmp_path_factory):
-    """cp1(directory, case, dtype, core, tp): Megatron's cp1 image of the case copied into directory (each
-    dumped once per module)."""
-    made = {}
+def cp1(megatron_gate, tmp_path_factory):
+    """cp1(directory, case, dtype, core, tp): Megatron's cp1 image of the case copied into directory (the
+    session's gate computes each once)."""
 
     def copy(directory, case_name, dtype, core="fla-triton", tp=1):
-        key = (case_name, dtype, core, tp)
-        if key not in made:
-            made[key] = dump(worlds, tmp_path_factory.mktemp("cp1"), case_name, dtype, "cp1", tp, tp, core)
-        shutil.copytree(made[key], directory, dirs_exist_ok=True)
+        fresh = tmp_path_factory.mktemp("cp1") / "image"
+        megatron_gate.dump(Case(case_name, dtype, core, tp=tp), "cp1", fresh)
+        shutil.copytree(fresh, directory, dirs_exist_ok=True)
 
     return copy
 
