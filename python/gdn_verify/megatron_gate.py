@@ -105,7 +105,11 @@ class Gate:
         if mode == "cp1" and path is None and not directory.exists():
             cached = self.scratch / "cp1" / f"{c.case}-{c.dtype}-{c.core}-tp{c.tp}"
             if not cached.exists():
-                self.megatron_dump(c, mode, cached)
+                try:
+                    self.megatron_dump(c, mode, cached)
+                except BaseException:
+                    shutil.rmtree(cached, ignore_errors=True)  # a failed cp1 is never copied
+                    raise
             shutil.copytree(cached, directory)
         else:
             self.megatron_dump(c, mode, directory, path)
