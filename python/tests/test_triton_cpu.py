@@ -22,13 +22,24 @@ from conftest import REPO
 pytest.importorskip("triton")
 
 
+# Every script's error(f): None, or the first line of what f() raised, with its type.
+ERROR_HELPER = """
+def error(f):
+    try:
+        f()
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    return None
+"""
+
+
 def _run(code: str, interpret: bool = True, python: str = sys.executable) -> Any:
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    r = subprocess.run([python, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                       env=env)
+    r = subprocess.run([python, "-c", ERROR_HELPER + textwrap.dedent(code)], capture_output=True, text=True,
+                       timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -137,13 +148,6 @@ FLA_CP_SHIMS = """
     from fla.ops.cp import chunk_delta_h, context
     from gdn_verify import triton_cpu
 
-    def error(f):
-        try:
-            f()
-        except Exception as e:
-            return f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        return None
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -201,13 +205,6 @@ FLA_SHIMS = """
     triton_cpu.enable()
     from fla import utils
     from fla.modules import FusedRMSNormGated
-
-    def error(f):
-        try:
-            f()
-        except Exception as e:
-            return f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        return None
 
     x = torch.linspace(-2.0, 3.0, 24 * 32).reshape(24, 2, 16).sin()
     z, dy = x.flip(0).cos(), x.roll(5).tanh()
