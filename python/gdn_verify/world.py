@@ -3,9 +3,9 @@
     with World(2, env={"TRITON_INTERPRET": "1"}) as world:
         dumps = world.run(my_rank_function, case)  # my_rank_function(rank: Rank, case), on every rank
 
-A World starts its processes once (fresh interpreters with the caller's sys.path: nothing of the
-caller's state is forked and no main module is re-run) and keeps them for every `run`, so a suite pays
-the start-up (torch and the library imports) once per world size. The
+A World starts its processes once (forked from gdn_verify.zygote, which imported torch once, with the
+caller's sys.path: nothing of the caller's state is forked and no main module is re-run) and keeps them
+for every `run`, so a suite pays the start-up (the library imports) once per world size. The
 parent hosts the TCP store on a free localhost port it asks the kernel for (port 0: no race), every
 worker joins the gloo group through it, and the parent only sends work and gathers answers: it computes
 nothing and never joins the group. Every rank runs under the same fixed environment (`FIXED_ENV`, one
@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from gdn_verify import zygote
 from gdn_verify.exits import EXIT_BAD_INPUT
 
 # Every rank's environment: one thread per rank (W ranks share the cores) and loopback networking.
@@ -125,7 +126,7 @@ class World:
         self.env = {**FIXED_ENV, **(env or {})}
         self.path = list(path)
         self.timeout = timeout
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[Any] = []  # subprocess.Popen, or zygote.Forked
         self._conns: list[tuple[Connection, Connection]] = []  # (to the rank, from the rank)
         self._store: Any = None  # the parent's torch.distributed.TCPStore once started
         self._logs: Any = None  # a tempfile.TemporaryDirectory once started
@@ -159,16 +160,23 @@ class World:
         env = {**os.environ, **self.env}
         for r in range(self.size):
             to_rank, from_rank = os.pipe(), os.pipe()  # (read, write) each
-            code = (f"import sys; sys.path[:] = {[*self.path, *sys.path]!r}; from gdn_verify.world import _serve; "
-                    f"_serve({r}, {self.size}, {self._store.port}, {self.timeout!r}, {to_rank[0]}, {from_rank[1]})")
-            with open(self.log(r), "wb") as log:
-                self._procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL,
-                                                    stdout=log, stderr=subprocess.STDOUT,
-                                                    pass_fds=(to_rank[0], from_rank[1])))
+            self._procs.append(self._spawn(r, env, (to_rank[0], from_rank[1])))
             os.close(to_rank[0])
             os.close(from_rank[1])
             self._conns.append((Connection(to_rank[1], readable=False), Connection(from_rank[0], writable=False)))
         self._gather("starting the world", START_TIMEOUT)
+
+    def _spawn(self, r: int, env: dict[str, str], fds: tuple[int, int]) -> Any:
+        """Rank r's process, serving over the pipe ends `fds`: forked from the environment's zygote (the
+        imports paid once, gdn_verify.zygote), else a fresh interpreter."""
+        if zygote.available():
+            return zygote.Forked(zygote.zygote_for(env).start(r, self.size, self._store.port, self.timeout, self.path,
+                                                              str(self.log(r)), fds))
+        code = (f"import sys; sys.path[:] = {[*self.path, *sys.path]!r}; from gdn_verify.world import _serve; "
+                f"_serve({r}, {self.size}, {self._store.port}, {self.timeout!r}, {fds[0]}, {fds[1]})")
+        with open(self.log(r), "wb") as log:
+            return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, pass_fds=fds)
 
     def close(self) -> None:
         """Asks every rank to leave the group and exit; kills any that does not within STOP_GRACE seconds."""
