@@ -4,17 +4,25 @@
     PYTHONPATH=~/src/flash-linear-attention python -m gdn_verify.fla_gate     # a checkout of FLA
 
 Runs the FLA matrix against whatever `fla` this interpreter imports (a checkout first on PYTHONPATH
-included; the gate prints which): FLA's layer with its Triton kernels under Triton's interpreter at
-CP = 1 and FLA's context parallelism (KCP) at W = 2 and 4 over local gloo processes: fp32 on a case with
-a sequence spanning every rank, spans longer than a 64-token chunk, unequal sequences, GVA and a conv
-bias under weak gates (fla-spans), and again under the default gates (fla-strong); bf16 on a smaller
-packing (fla-quick). Each image is
-judged by `gdn-verify probe oracle` (every tensor and stage against the fp64 oracle) and each CP image
-also by `gdn-verify probe cross-mode` against the same FLA's cp1. One world of processes serves every CP
-size. Output, JUnit and exit codes are `gdn-verify gate`'s (gdn_verify.gatekit): a line per step as it
-ends, under it each failing case's first-divergence line and the command that reproduces it, then the
-step table (step, cases, result, time) and PASS or FAIL; exit 0 when every step passes, 1 on any
-failure, 3 on bad input.
+included; the gate prints which), its Triton kernels under Triton's interpreter, on local gloo processes:
+
+- `FLA layer cp1`: FLA's own GatedDeltaNet.forward (the path users run) on each case, `probe oracle`;
+- `FLA KCP layer`: that forward under FLA's context parallelism (KCP) at W = 2 and 4, the CP context handed
+  to its two kernel calls, `probe oracle` and `probe cross-mode` against the layer step's image;
+- `FLA KCP steps`: the layer's steps one by one at cp1, W = 2 and 4, every stage and the state each rank
+  receives recorded, so a failure names its stage and rank; the same two readers;
+- `FLA kernels` (fp32): chunk_gated_delta_rule with initial and final states and their gradients,
+  fused_recurrent and causal_conv1d with states, varlen over three chunks, `gdn-verify compare` against
+  the oracle's kernel reference.
+
+Cases (fp32): fla-spans (a sequence through every rank, spans longer than a chunk, unequal sequences, GVA,
+a conv bias, weak gates), fla-strong (the same under the default gates), fla-quick (dk != dv, three value
+heads per key head, a middle chunk, a sequence over three ranks) and fla-wide (dk = dv = 128); bf16:
+fla-quick and fla-wide. --quick: fla-quick at W = 4 (both forms at fp32, the layer's at bf16). One
+world of processes serves every CP size. Output, JUnit and exit codes are `gdn-verify gate`'s
+(gdn_verify.gatekit): a line per step as it ends, under it each failing case's first-divergence line and
+the command that reproduces it, then the step table (step, cases, result, time) and PASS or FAIL; exit 0
+when every step passes, 1 on any failure, 3 on bad input.
 """
 
 from __future__ import annotations
@@ -23,11 +31,13 @@ import argparse
 import functools
 import json
 import shutil
+import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from gdn_verify import cases, cli, gatekit
+from gdn_verify import cases, cli, gatekit, kernel
 from gdn_verify.adapters import Request, runner
 from gdn_verify.adapters.fla import FlaAdapter
 from gdn_verify.names import Geometry
@@ -46,101 +56,170 @@ _SMALL = Geometry(32, 1, 2, 16, 16, conv_bias=True)
 SPANS = cases.CaseSpec("fla-spans", "THD 40, 264, 16; hidden 32, Hk 1, Hv 2, dk = dv = 16, conv bias, weak gates",
                        _SMALL, "thd", (40, 264, 16), gates="weak")
 STRONG = cases.CaseSpec("fla-strong", "THD 40, 264, 16; as fla-spans, default gates", _SMALL, "thd", (40, 264, 16))
-# --quick and bf16: one 128-token packing; the 88-token sequence (two chunks) crosses every rank boundary
-# at W = 2 and 4.
-QUICK = cases.CaseSpec("fla-quick", "THD 40, 88; as fla-spans", _SMALL, "thd", (40, 88), gates="weak")
+# THD 24, 136, the packing of every dtype's matrix, --quick's included: at cp1 the 136-token sequence has a
+# middle chunk (64-token chunks on both sides of it), and at W = 4 (40-token spans) it runs through all
+# four ranks, three of them whole. fla-quick has dk != dv and three value heads per key head; fla-wide the
+# production head dims, dk = dv = 128, so the state kernels' second K and V blocks run.
+QUICK = cases.CaseSpec("fla-quick", "THD 24, 136; hidden 32, Hk 1, Hv 3, dk 16, dv 32, conv bias, weak gates",
+                       Geometry(32, 1, 3, 16, 32, conv_bias=True), "thd", (24, 136), gates="weak")
+WIDE = cases.CaseSpec("fla-wide", "THD 24, 136; hidden 32, Hk 1, Hv 2, dk = dv = 128, conv bias, weak gates",
+                      Geometry(32, 1, 2, 128, 128, conv_bias=True), "thd", (24, 136), gates="weak")
+# The two KCP forms (gdn_verify.adapters.fla.kcp): "layer", FLA's GatedDeltaNet.forward (what users run, no
+# stages), and "steps", its steps one by one with every stage (where a failure is localised).
+FORMS = ("layer", "steps")
 
 
-def geometry_options(spec: cases.CaseSpec) -> str:
-    """The dump options that rebuild `spec` (gdn_verify.cases' geometry case name)."""
-    return cases.geometry_case_name(spec)
+@dataclass(frozen=True)
+class DtypePlan:
+    """What the gate runs at one dtype: the cases of each KCP form, and whether FLA's kernels are judged."""
+
+    dtype: str
+    layer: tuple[cases.CaseSpec, ...]
+    steps: tuple[cases.CaseSpec, ...]
+    kernels: bool = False
+
+    def specs(self, form: str) -> tuple[cases.CaseSpec, ...]:
+        return self.layer if form == "layer" else self.steps
 
 
-def reproduce(spec: cases.CaseSpec, dtype: str, world: int, judge: str) -> str:
-    out = f"/tmp/fla-{dtype}-w{world}"
-    dumps = [f"--adapter fla --world {w} {geometry_options(spec)} --dtype {dtype}" for w in sorted({1, world})]
+# FLA's kernels are judged at fp32 only: in bf16 FLA rounds its chunk states and intermediates to bf16, and
+# past one chunk its kernel errors (rel_rms ~4e-3, docs/fla.md) exceed the contract's 2e-3 kernel gate,
+# which the bf16 layer images' class gates (docs/DESIGN.md §4) do not share.
+FULL = {"fp32": DtypePlan("fp32", (SPANS, STRONG, QUICK, WIDE), (SPANS, STRONG, QUICK), kernels=True),
+        "bf16": DtypePlan("bf16", (QUICK, WIDE), (QUICK,))}
+# --quick (<= 60 CPU-s): fla-quick at W = 4, in both forms at fp32 (the negative controls' run), the layer's
+# form at bf16.
+QUICK_PLAN = {"fp32": DtypePlan("fp32", (QUICK,), (QUICK,)), "bf16": DtypePlan("bf16", (QUICK,), ())}
+
+
+def reproduce(spec: cases.CaseSpec, dtype: str, form: str, world: int, judge: str) -> str:
+    out = f"/tmp/{spec.name}-{dtype}-{form}-w{world}"
+    dumps = [f"--adapter fla --world {w} --core {form} {cases.geometry_case_name(spec)} --dtype {dtype}"
+             for w in sorted({1, world})]
     return "reproduce: " + " && ".join([f"rm -rf {out}", *gatekit.reproduce(dumps, judge, out)])
 
 
-def dump(world: World, directory: Path, spec: cases.CaseSpec, dtype: str, cp: int) -> None:
-    """The gate's one call into FLA: `spec`'s image at `dtype` under FLA's KCP at CP = cp (cp1 at 1)."""
-    plan = FlaAdapter.plan(Request(world=cp))
+def dump(world: World, directory: Path, spec: cases.CaseSpec, dtype: str, form: str, cp: int) -> None:
+    """The gate's one call into FLA's layer: `spec`'s image at `dtype` in KCP form `form` at CP = cp (cp1 at 1)."""
+    plan = FlaAdapter.plan(Request(world=cp, core=form))
     assert plan is not None
     runner.dump_in(world, FlaAdapter(), cases.make_case_from_geometry(spec, 0, dtype), plan, directory, "fla")
 
 
 class Matrix:
-    """The gate's images: each case's cp1 once per dtype, each CP size in a directory holding a copy of it."""
+    """The gate's images: each case's cp1 once per dtype and form, each CP size in a directory holding a copy
+    of it."""
 
     def __init__(self, world: World, root: Path, binary: str) -> None:
         self.world, self.root, self.binary = world, root, binary
-        self.made: dict[tuple[str, str], Path] = {}  # (case, dtype): its cp1 image
+        self.made: dict[tuple[str, str, str], Path] = {}  # (case, dtype, form): its cp1 image
 
-    def cp1(self, spec: cases.CaseSpec, dtype: str) -> Path:
-        directory = self.root / f"{spec.name}-{dtype}-w1"
-        dump(self.world, directory, spec, dtype, 1)
-        self.made[spec.name, dtype] = directory
+    def cp1(self, spec: cases.CaseSpec, dtype: str, form: str) -> Path:
+        directory = self.root / f"{spec.name}-{dtype}-{form}-w1"
+        dump(self.world, directory, spec, dtype, form, 1)
+        self.made[spec.name, dtype, form] = directory
         return directory
 
-    def chunkwise(self, spec: cases.CaseSpec, dtype: str, world: int) -> Path:
-        directory = self.root / f"{spec.name}-{dtype}-w{world}"
-        shutil.copytree(self.made[spec.name, dtype], directory)
-        dump(self.world, directory, spec, dtype, world)
+    def chunkwise(self, spec: cases.CaseSpec, dtype: str, form: str, world: int) -> Path:
+        directory = self.root / f"{spec.name}-{dtype}-{form}-w{world}"
+        shutil.copytree(self.made[spec.name, dtype, form], directory)
+        dump(self.world, directory, spec, dtype, form, world)
         return directory
 
 
-def layer_step(matrix: Matrix, specs: list[cases.CaseSpec], dtype: str, step: gatekit.Step) -> None:
-    """FLA's layer at CP = 1 (its Triton kernels) against the oracle, per case; the first names the FLA."""
-    for spec in specs:
+def layer_step(matrix: Matrix, plan: DtypePlan, step: gatekit.Step) -> None:
+    """FLA's GatedDeltaNet.forward at CP = 1 (its Triton kernels) against the oracle, per case; the first
+    names the FLA."""
+    for spec in plan.layer:
         first = not matrix.made
-        directory = matrix.cp1(spec, dtype)
+        directory = matrix.cp1(spec, plan.dtype, "layer")
         if first:
             step.notes.append(f"fla: {_fla_of(directory)}")
         v = gatekit.judge(matrix.binary, "oracle", directory)
-        step.record(spec.name, None if v.passed else v.line, reproduce(spec, dtype, 1, "oracle"))
+        step.record(spec.name, None if v.passed else v.line, reproduce(spec, plan.dtype, "layer", 1, "oracle"))
 
 
-def kcp_step(matrix: Matrix, specs: list[cases.CaseSpec], dtype: str, worlds: list[int], step: gatekit.Step) -> None:
-    """FLA's KCP at each W: the oracle (stages, boundary_state per rank) and cross-mode against FLA's cp1."""
-    for spec in specs:
+def kcp_step(matrix: Matrix, plan: DtypePlan, form: str, worlds: list[int], step: gatekit.Step) -> None:
+    """FLA's KCP in `form` at each W: the oracle (with stages: every stage and boundary_state per rank) and
+    cross-mode against the same form's cp1 (for the layer form, the image of the layer step)."""
+    for spec in plan.specs(form):
+        if form == "steps":
+            directory = matrix.cp1(spec, plan.dtype, form)
+            v = gatekit.judge(matrix.binary, "oracle", directory)
+            step.record(f"{spec.name} cp1 oracle", None if v.passed else v.line,
+                        reproduce(spec, plan.dtype, form, 1, "oracle"))
         for w in worlds:
-            directory = matrix.chunkwise(spec, dtype, w)
+            directory = matrix.chunkwise(spec, plan.dtype, form, w)
             for what in ("oracle", "cross-mode"):
                 v = gatekit.judge(matrix.binary, what, directory)
-                step.record(f"{spec.name} W={w} {what}", None if v.passed else v.line, reproduce(spec, dtype, w, what))
+                step.record(f"{spec.name} W={w} {what}", None if v.passed else v.line,
+                            reproduce(spec, plan.dtype, form, w, what))
+
+
+KERNEL_OPS = ("chunk", "fused_recurrent", "conv1d")
+
+
+def kernels_step(world: World, root: Path, binary: str, dtype: str, step: gatekit.Step) -> None:
+    """FLA's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and causal_conv1d against the oracle's
+    kernel reference (`gdn-verify reference` + `compare`, the kernel policy of docs/DESIGN.md §4)."""
+    world.run(kernel.rank_dumps, str(root), dtype, KERNEL_OPS)
+    for op in KERNEL_OPS:
+        out = root / f"kernel-{op}"
+        again = (f"reproduce: python -m gdn_verify.kernel --op {op} --dtype {dtype} --no-slot0-grad "
+                 f"--out /tmp/fla-kernel-{op}")
+        step.record(op, kernel_verdict(binary, out), again)
+
+
+def kernel_verdict(binary: str, out: Path) -> str | None:
+    """None when FLA's kernel files in `out` pass `compare` against the oracle's reference, else why: each
+    tensor outside its gate with its rel_rms, or the reader's refusal."""
+    ref = kernel.reference(binary, out)
+    if ref.returncode != 0:
+        return (ref.stderr.strip().splitlines() or [f"gdn-verify reference: exit {ref.returncode}"])[-1]
+    report = out / "compare.json"
+    r = subprocess.run([binary, "compare", out / "reference.safetensors", out / "outputs.safetensors", "--policy",
+                        out / "policy.json", "--json", report], capture_output=True, text=True)
+    v = gatekit.read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stderr)
+    if v.passed:
+        return None
+    failing = [f"{t['name']} rel_rms {t['rel_rms']:.3e}" for t in json.loads(report.read_text())["tensors"]
+               if t["result"] != "pass"] if report.is_file() else []
+    return "; ".join([v.line, *failing])
 
 
 def parser() -> argparse.ArgumentParser:
     p = cli.Parser(prog="python -m gdn_verify.fla_gate", description=__doc__.split("\n\n")[0])
-    gatekit.add_options(p, quick="fla-quick at W = 2, each of --dtypes (the negative controls' run)")
+    gatekit.add_options(p, quick="fla-quick at W = 4, each of --dtypes (the negative controls' run)")
     p.add_argument("--dtypes", default="fp32,bf16", help="fp32 | bf16 | fp32,bf16 (default fp32,bf16)")
     return p
 
 
-DTYPE_CASES = {"fp32": [SPANS, STRONG], "bf16": [QUICK]}
-
-
-def plan(quick: bool, dtypes: str) -> tuple[list[tuple[list[cases.CaseSpec], str]], list[int]]:
-    """The (cases, dtype) pairs and the CP sizes the gate runs; BadInput naming the fix for --dtypes."""
+def plan(quick: bool, dtypes: str) -> tuple[list[DtypePlan], list[int]]:
+    """The plan of each dtype and the CP sizes the gate runs; BadInput naming the fix for --dtypes."""
     wanted = dtypes.split(",")
-    if not wanted or any(d not in DTYPE_CASES for d in wanted):
-        raise cli.BadInput(f"--dtypes {dtypes}: give a comma-separated list of {', '.join(DTYPE_CASES)}")
+    if not wanted or any(d not in FULL for d in wanted):
+        raise cli.BadInput(f"--dtypes {dtypes}: give a comma-separated list of {', '.join(FULL)}")
     if quick:
-        return [([QUICK], d) for d in wanted], [2]
-    return [(DTYPE_CASES[d], d) for d in wanted], [2, 4]
+        return [QUICK_PLAN[d] for d in wanted], [4]
+    return [FULL[d] for d in wanted], [2, 4]
 
 
 def run(args: argparse.Namespace, out=sys.stdout) -> int:
-    pairs, worlds = plan(args.quick, args.dtypes)
+    plans, worlds = plan(args.quick, args.dtypes)
     binary = gatekit.find_binary(args.binary)
     started = time.monotonic()
+    w = ",".join(map(str, worlds))
     with gatekit.scratch(args.keep, "gdnv-fla-gate-") as root, World(max(worlds), env=FlaAdapter.rank_env) as world:
         matrix = Matrix(world, root, binary)
         work: list[tuple[str, gatekit.Work]] = []
-        for specs, d in pairs:
-            work += [(f"FLA layer cp1 ({d})", functools.partial(layer_step, matrix, specs, d)),
-                     (f"FLA KCP W={','.join(map(str, worlds))} ({d})", functools.partial(kcp_step, matrix, specs, d,
-                                                                                         worlds))]
+        for p in plans:
+            d = p.dtype
+            work += [(f"FLA layer cp1 ({d})", functools.partial(layer_step, matrix, p)),
+                     (f"FLA KCP layer W={w} ({d})", functools.partial(kcp_step, matrix, p, "layer", worlds))]
+            if p.steps:
+                work.append((f"FLA KCP steps W={w} ({d})", functools.partial(kcp_step, matrix, p, "steps", worlds)))
+            if p.kernels:
+                work.append((f"FLA kernels ({d})", functools.partial(kernels_step, world, root, binary, d)))
         steps = gatekit.run_steps(work, out)
     return gatekit.finish(SUITE, args, steps, started, out)
 

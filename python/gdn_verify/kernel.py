@@ -24,10 +24,15 @@ from gdn_verify import cli, triton_cpu
 from gdn_verify.fla_kernels import KernelDumpError, fla_triton_kernel
 from gdn_verify.kernel_dump import dump_conv, dump_kernel, policy_for, write_policy
 
-# Small geometry (the interpreter costs ~1-3 CPU-s a kernel call): packed sequences shorter than the
-# conv window, within one 64-token chunk and across two; GVA; initial states; do/dy and dht.
-GDR_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 37, 100), "Hk": 2, "Hv": 4, "K": 32, "V": 32}
-CONV_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 2, 37, 100), "D": 16, "W": 4}
+# Packed sequences shorter than the conv window, within one 64-token chunk, and over three chunks (so a
+# middle chunk, with a chunk boundary on each side); four value heads per key head; initial states; do/dy
+# and dht. The chunk kernel at production head dims (dk = dv = 128: the state kernels' second K and V
+# blocks run; ~10 CPU-s under the interpreter); fused_recurrent, which loops over every token of every
+# head, at dk = dv = 32 (~5 CPU-s; at 128 it takes ~30).
+GDR_GEOMETRY: dict[str, dict[str, Any]] = {
+    "chunk": {"cu_seqlens": (0, 37, 170), "Hk": 1, "Hv": 4, "K": 128, "V": 128},
+    "fused_recurrent": {"cu_seqlens": (0, 37, 170), "Hk": 1, "Hv": 4, "K": 32, "V": 32}}
+CONV_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 2, 37, 170), "D": 16, "W": 4}
 OPS = ("chunk", "fused_recurrent", "conv1d")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -40,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp32", help=" | ".join(DTYPES))
     p.add_argument("--seed", default="0", help="seed of the inputs (a non-negative integer)")
     p.add_argument("--out", required=True, help="directory for inputs, outputs, reference and policy")
+    p.add_argument("--no-slot0-grad", action="store_true",
+                   help="conv1d: no gradient into the final state's slot 0, which FLA's backward drops (the gate's "
+                        "call; docs/DESIGN.md §14)")
     p.add_argument("--gdn-verify", default=os.environ.get("GDNV_BIN", "gdn-verify"),
                    help="the gdn-verify binary (default $GDNV_BIN, else gdn-verify on PATH)")
     return p
@@ -59,7 +67,7 @@ def _seeded_inputs(op: str, dtype: torch.dtype, seed: int) -> dict[str, torch.Te
         N, T, D, W = len(cu) - 1, int(cu[-1]), g["D"], g["W"]
         return {"x": randn(1, T, D), "weight": randn(D, W, scale=0.5), "bias": randn(D, scale=0.3),
                 "initial_state": randn(N, D, W), "cu_seqlens": cu, "dy": randn(1, T, D), "dht": randn(N, D, W)}
-    g = GDR_GEOMETRY
+    g = GDR_GEOMETRY[op]
     cu = torch.tensor(g["cu_seqlens"], dtype=torch.int64)
     N, T, Hk, Hv, K, V = len(cu) - 1, int(cu[-1]), g["Hk"], g["Hv"], g["K"], g["V"]
     call = {"q": randn(1, T, Hk, K), "k": randn(1, T, Hk, K), "v": randn(1, T, Hv, V),
@@ -71,7 +79,7 @@ def _seeded_inputs(op: str, dtype: torch.dtype, seed: int) -> dict[str, torch.Te
     return call
 
 
-def _differing_rows(directory: Path, policy: dict, cu_seqlens: torch.Tensor) -> list[str]:
+def differing_rows(directory: Path, policy: dict, cu_seqlens: torch.Tensor) -> list[str]:
     """For each conv tensor over its gate, the rows whose own rel_rms (against the tensor's reference RMS) is
     over it: tokens as (sequence, position) for [B, T, D] tensors, (sequence, slot) for [N, D, W] states,
     slots for the [D, W] weight."""
@@ -125,18 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         triton_cpu.enable_fla()
     except (cli.BadInput, KernelDumpError, triton_cpu.TritonCpuError) as e:
         return cli.error(str(e))
-    dtype = DTYPES[args.dtype]
-    call = _seeded_inputs(args.op, dtype, int(args.seed))
-    if args.op == "conv1d":
-        dump_conv(out, **call)
-    else:
-        q, k, v, g, beta = (call.pop(n) for n in ("q", "k", "v", "g", "beta"))
-        dump_kernel(out, q, k, v, g, beta, use_qk_l2norm_in_kernel=True, kernel=fla_triton_kernel(args.op), **call)
-    write_policy(out / "policy.json", dtype)
+    call = dump(args.op, DTYPES[args.dtype], int(args.seed), out, slot0_grad=not args.no_slot0_grad)
     print(f"gdn_verify.kernel: FLA's Triton {args.op} ({args.dtype}, seed {args.seed}, Triton interpreter shims: "
           f"{', '.join(triton_cpu.applied()) or 'none'}) -> {out}")
-    ref = subprocess.run([binary, "reference", "--in", out / "inputs.safetensors", "--out",
-                          out / "reference.safetensors"], capture_output=True, text=True)
+    ref = reference(binary, out)
     if ref.returncode != 0:
         print(ref.stdout + ref.stderr, end="", file=sys.stderr)
         return ref.returncode
@@ -144,9 +144,42 @@ def main(argv: list[str] | None = None) -> int:
                           "--policy", out / "policy.json"], capture_output=True, text=True)
     print(cmp.stdout + cmp.stderr, end="")
     if cmp.returncode == 1 and args.op == "conv1d":
-        for line in _differing_rows(out, policy_for(dtype), call["cu_seqlens"]):
+        for line in differing_rows(out, policy_for(DTYPES[args.dtype]), call["cu_seqlens"]):
             print(line)
     return cmp.returncode
+
+
+def dump(op: str, dtype: torch.dtype, seed: int, out: Path, slot0_grad: bool = True) -> dict[str, torch.Tensor]:
+    """FLA's Triton `op` on the seeded call, its kernel files and policy written into `out`; returns the call.
+    `slot0_grad=False` zeroes the conv's `dht` slot 0: the gradient of a slot no consumer of the state reads
+    (FLA's next call, Megatron), which FLA's backward drops (docs/DESIGN.md §14, "The final conv state's slot 0")."""
+    call = _seeded_inputs(op, dtype, seed)
+    if op == "conv1d":
+        if not slot0_grad:
+            call["dht"][..., 0] = 0
+        dump_conv(out, **call)
+    else:
+        q, k, v, g, beta = (call.pop(n) for n in ("q", "k", "v", "g", "beta"))
+        dump_kernel(out, q, k, v, g, beta, use_qk_l2norm_in_kernel=True, kernel=fla_triton_kernel(op), **call)
+    write_policy(out / "policy.json", dtype)
+    return call
+
+
+def rank_dumps(rank, root: str, dtype: str, ops: tuple[str, ...]) -> None:
+    """A World rank function (fla_gate's kernel step): on rank 0, `dump` of each op on seed 0 into
+    root/kernel-<op>, the conv without dht's slot 0."""
+    if rank.rank == 0:
+        triton_cpu.enable_fla()
+        for op in ops:
+            dump(op, DTYPES[dtype], 0, Path(root) / f"kernel-{op}", slot0_grad=False)
+
+
+def reference(binary: str, out: Path):
+    """`gdn-verify reference` of the kernel files in `out` (the fp64 oracle's answer beside FLA's)."""
+    import subprocess
+
+    return subprocess.run([binary, "reference", "--in", out / "inputs.safetensors", "--out",
+                           out / "reference.safetensors"], capture_output=True, text=True)
 
 
 if __name__ == "__main__":

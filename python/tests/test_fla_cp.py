@@ -1,10 +1,10 @@
 """FLA's KCP across gloo processes, judged by gdn-verify; the FLA gate; bugs planted in a copy of FLA.
 
-The gate's full matrix (fla-spans: a 264-token sequence through all four ranks, 80-token spans, GVA,
-conv bias; W = 1, 2, 4; fp32 and bf16) must pass on the installed FLA. Each negative control copies the
-installed `fla` package into a temporary directory, plants one bug in its source, and runs
-`python -m gdn_verify.fla_gate --quick` in a subprocess with the copy first on PYTHONPATH: the gate
-must fail with the first-divergence line naming the stage and the rank the bug reaches first.
+The gate's full matrix (gdn_verify.fla_gate: FLA's layer and its steps, W = 1, 2, 4, fp32 and bf16, and
+FLA's kernels) must pass on the installed FLA. Each negative control copies the installed `fla` package
+into a temporary directory, plants one bug in its source, and runs `python -m gdn_verify.fla_gate --quick`
+in a subprocess with the copy first on PYTHONPATH: the gate must fail with the first-divergence line
+naming the stage and the rank the bug reaches first, in the form that runs the bug.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gdn_verify import fla_gate
+from gdn_verify import fla_gate, gatekit
+from gdn_verify.adapters.fla import FlaAdapter
+from gdn_verify.world import World
 
 REPO = Path(__file__).resolve().parents[2]
 pytest.importorskip("fla")
@@ -38,16 +40,18 @@ def test_the_gate_passes_the_installed_fla_and_writes_junit(gdnv_bin, tmp_path):
     rc = fla_gate.run(args, out)
     text = out.getvalue()
     assert rc == 0, text
-    assert "fla_gate: 4 steps, 0 failed" in text and text.rstrip().endswith("PASS")
-    for step in ("FLA layer cp1 (fp32)", "FLA KCP W=2,4 (fp32)", "FLA layer cp1 (bf16)", "FLA KCP W=2,4 (bf16)"):
+    assert "fla_gate: 7 steps, 0 failed" in text and text.rstrip().endswith("PASS")
+    steps = [f"{what} ({d})" for d in ("fp32", "bf16") for what in ("FLA layer cp1", "FLA KCP layer W=2,4",
+                                                                    "FLA KCP steps W=2,4")] + ["FLA kernels (fp32)"]
+    for step in steps:
         assert f"{step} ... ok" in text, text
-    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == [
-        "fla-quick-bf16-w1", "fla-quick-bf16-w2", "fla-quick-bf16-w4",
-        "fla-spans-fp32-w1", "fla-spans-fp32-w2", "fla-spans-fp32-w4",
-        "fla-strong-fp32-w1", "fla-strong-fp32-w2", "fla-strong-fp32-w4"]
-    assert len(list((tmp_path / "images" / "fla-spans-fp32-w4").glob("chunkwise.rank*.safetensors"))) == 4
+    images = {p.name for p in (tmp_path / "images").iterdir()}
+    for case, dtype, form in (("fla-spans", "fp32", "steps"), ("fla-wide", "fp32", "layer"),
+                              ("fla-quick", "bf16", "layer"), ("fla-wide", "bf16", "layer")):
+        assert {f"{case}-{dtype}-{form}-w{w}" for w in (1, 2, 4)} <= images, images
+    assert {f"kernel-{op}" for op in fla_gate.KERNEL_OPS} <= images
     junit = (tmp_path / "fla.xml").read_text()
-    assert 'tests="4" failures="0" skipped="0"' in junit and 'name="FLA KCP W=2,4 (bf16)"' in junit
+    assert 'tests="7" failures="0" skipped="0"' in junit and 'name="FLA KCP steps W=2,4 (bf16)"' in junit
 
 
 def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
@@ -58,20 +62,22 @@ def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
 
 # (the sites the bug may be planted at, the first the installed FLA holds: FLA 0.6.0's, then 0.4.2's, each (file
 # under fla/, its source text, the planted text); the first-divergence lines the gate must print: the oracle's,
-# then cross-mode's against the same FLA's cp1, which does not judge the boundary state)
+# then cross-mode's against the same FLA's cp1, which does not judge the boundary state; the steps the bug
+# leaves passing)
+KCP_ONLY = ("FLA layer cp1 (fp32)",)
 PLANTS = {
     # KCP drops the state carried from rank 0: rank 1's first sequence starts from zero
     "kcp_state_dropped": (
         (("ops/cp/chunk_delta_h.py", "num_ranks=context.pre_num_ranks_dev if use_graph else context.pre_num_ranks,",
           "num_ranks=0,"),
          ("ops/cp/chunk_delta_h.py", "pre_or_post_num_ranks=context.pre_num_ranks,", "pre_or_post_num_ranks=0,")),
-        ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 2",
-         "cross-mode: first divergence: stage::core (forward, rank 1 of 2")),
+        ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 4",
+         "cross-mode: first divergence: stage::core (forward, rank 1 of 4"), KCP_ONLY),
     # the conv halo comes from the wrong rank: rank 1 reads its own tail instead of rank 0's
     "conv_halo_wrong_rank": (
         (("ops/cp/comm.py", "return gathered[rank - 1].clone()", "return gathered[rank].clone()"),),
-        ("oracle: first divergence: stage::conv (forward, rank 1 of 2",
-         "cross-mode: first divergence: stage::conv (forward, rank 1 of 2")),
+        ("oracle: first divergence: stage::conv (forward, rank 1 of 4",
+         "cross-mode: first divergence: stage::conv (forward, rank 1 of 4"), KCP_ONLY),
     # the CP chunk-state kernel decays each token's update by the wrong base: e^(g_last - g_t) for 2^(...) where
     # its g is in log2 units (0.6.0), 2^(...) for e^(...) where it is not (0.4.2's forward, which takes the merged
     # kernel: its first b_v decay); the first occurrence is the zero-initial-state part h_local of the summary
@@ -79,8 +85,8 @@ PLANTS = {
         (("ops/cp/chunk_fwd.py", "exp2(b_g_last - b_g)", "tl.exp(b_g_last - b_g)"),
          ("ops/cp/chunk_delta_h.py", "                    b_v = b_v * tl.where(m_t, exp(b_g_last - b_g), 0)",
           "                    b_v = b_v * tl.where(m_t, exp2(b_g_last - b_g), 0)")),
-        ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 2",
-         "cross-mode: first divergence: stage::gated_norm (forward, rank 1 of 2")),
+        ("oracle: first divergence: stage::boundary_state (forward, rank 1 of 4",
+         "cross-mode: first divergence: stage::gated_norm (forward, rank 1 of 4"), KCP_ONLY),
     # build_cp_context raises on rank 1 only (test_a_failing_rank_...)
     "rank1_refuses": (
         (("ops/cp/context.py",
@@ -92,7 +98,27 @@ PLANTS = {
          ("ops/cp/context.py", "    return get_cp_cu_seqlens(cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, group=group,",
           "    if dist.get_rank(group=group) == 1:\n        raise ValueError('planted: rank 1 refuses its span')\n"
           "    return get_cp_cu_seqlens(cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, group=group,")),
-        ()),
+        (), ()),
+    # the layer's default path (state_v_first) stores each chunk's state in [K, V] order where its readers
+    # take [V, K]: only GatedDeltaNet.forward's own call runs it, so the steps form passes
+    "state_v_first_store_transposed": (
+        (("ops/common/chunk_delta_h.py",
+          "            p_h1 = h + i_t_int64 * HV*K*V + o_v[:, None] * K + o_k1[None, :]",
+          "            p_h1 = h + i_t_int64 * HV*K*V + o_v[:, None] + o_k1[None, :] * V"),),
+        ("fla-quick: first divergence: out (forward, rank 0 of 1, rows 88..159)",
+         "fla-quick W=4 cross-mode: first divergence: deviation chunkwise out"),
+        ("FLA KCP steps W=4 (fp32)",)),
+    # KCP's backward composes the following ranks' summaries left to right instead of right to left: the
+    # same at W = 2 (one following rank), wrong where a sequence runs through three ranks or more
+    "kcp_backward_merge_order": (
+        (("ops/cp/chunk_merge.py", "                i_r = rank + NR - i_s\n",
+          "                i_r = rank + 1 + i_s\n"),),
+        ("fla-quick W=4 oracle: first divergence: stage_grad::boundary_state (backward, rank 0 of 4, rows 1..1)",
+         "fla-quick W=4 oracle: first divergence: grad_hidden (backward, rank 0 of 4, "), KCP_ONLY),
+    # the initial state's gradient written to the next value head's slot (the chunk kernel's dh0 offset)
+    "initial_state_grad_head": (
+        (("ops/common/chunk_delta_h.py", "        dh0 += i_nh * K*V\n",
+          "        dh0 += (i_n * HV + (i_h + 1) % HV) * K*V\n"),), (), ()),
 }
 
 
@@ -120,10 +146,24 @@ def test_a_bug_planted_in_a_copy_of_fla_fails_the_gate_at_its_stage_and_rank(gdn
                        capture_output=True, text=True, timeout=900, env=env_with(root))
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"from {root / 'fla'}" in r.stdout  # the planted copy ran, not the installed package
-    assert "FLA layer cp1 (fp32) ... ok" in r.stdout  # the plants are in KCP's code only
-    for line in PLANTS[plant][1]:
+    _, lines, passing = PLANTS[plant]
+    for step in passing:
+        assert f"{step} ... ok" in r.stdout, r.stdout
+    for line in lines:
         assert line in r.stdout, r.stdout
-    assert "reproduce: rm -rf /tmp/fla-fp32-w2 && python -m gdn_verify.dump --adapter fla --world 1" in r.stdout
+    assert "python -m gdn_verify.dump --adapter fla --world 1 --core " in r.stdout
+
+
+def test_a_wrong_head_in_the_initial_state_gradient_fails_the_gates_kernel_step(gdnv_bin, tmp_path):
+    """The layer at cp1 has no initial state; the kernel step gives the chunk kernel one, and dht."""
+    root = planted_copy(tmp_path, "initial_state_grad_head")
+    step = gatekit.Step("FLA kernels (fp32)")
+    with World(1, env=FlaAdapter.rank_env, path=[str(root)]) as world:
+        fla_gate.kernels_step(world, tmp_path, str(gdnv_bin), "fp32", step)
+    assert step.cases == 3 and len(step.failures) == 1, step.failures
+    why = step.failures[0].splitlines()[0]
+    assert why.startswith("chunk: outputs.safetensors: 8 tensors compared, 0 bitwise identical, 1 outside "
+                          "tolerance; dh0 rel_rms "), why
 
 
 @pytest.mark.parametrize("args,message", [

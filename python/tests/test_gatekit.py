@@ -170,12 +170,13 @@ def test_junit_of_the_fla_gate():
 
 
 def test_each_gates_reproduce_commands():
-    geometry = ("--format thd --lengths 40,88 --hidden 32 --num-key-heads 1 --num-value-heads 2 --key-head-dim 16 "
-                "--value-head-dim 16 --conv-width 4 --conv-bias --gates weak --dtype bf16 --out /tmp/fla-bf16-w2")
-    assert fla_gate.reproduce(fla_gate.QUICK, "bf16", 2, "cross-mode") == (
-        f"reproduce: rm -rf /tmp/fla-bf16-w2 && python -m gdn_verify.dump --adapter fla --world 1 {geometry} && "
-        f"python -m gdn_verify.dump --adapter fla --world 2 {geometry} && gdn-verify probe cross-mode --dir "
-        "/tmp/fla-bf16-w2")
+    geometry = ("--format thd --lengths 24,136 --hidden 32 --num-key-heads 1 --num-value-heads 3 --key-head-dim 16 "
+                "--value-head-dim 32 --conv-width 4 --conv-bias --gates weak --dtype bf16 --out "
+                "/tmp/fla-quick-bf16-layer-w2")
+    assert fla_gate.reproduce(fla_gate.QUICK, "bf16", "layer", 2, "cross-mode") == (
+        "reproduce: rm -rf /tmp/fla-quick-bf16-layer-w2 && python -m gdn_verify.dump --adapter fla --world 1 --core "
+        f"layer {geometry} && python -m gdn_verify.dump --adapter fla --world 2 --core layer {geometry} && gdn-verify "
+        "probe cross-mode --dir /tmp/fla-quick-bf16-layer-w2")
     dump = ("  PYTHONPATH=/m:$PYTHONPATH python -m gdn_verify.dump --adapter megatron --case sbhd --dtype fp32 --core "
             "torch-chunk --mode {} --world {} --tp 2 --out /tmp/sbhd-fp32-torch-chunk-W4-tp2")
     assert megatron_gate.reproduce(megatron_gate.CP[-1], ["cp1", "headwise"], "cross-mode", "/m") == "\n".join(

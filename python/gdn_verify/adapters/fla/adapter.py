@@ -150,4 +150,4 @@ class FlaAdapter(Adapter):
             raise AdapterError(f"{case.spec.name} at --world {plan.size}: {e}") from e
 
     def run_world(self, world: World, case: Case, plan: WorldPlan) -> ImageRun:
-        return kcp.run(world, case, plan, self.decay_classes[kcp.CORE])
+        return kcp.run(world, case, plan, self.decay_classes[kcp.DECAY_CORE])

@@ -10,7 +10,12 @@ and backward. The parent then puts the spans back in natural order and cuts each
 `out` and `grad_hidden` (docs/DESIGN.md §8; the route of a chunkwise mode, as a permutation), sums the
 parameter gradients over the ranks in rank order in fp32; the image is written once, by the caller.
 
-The layer runs `GatedDeltaNet.forward`'s steps on FLA's own modules (that forward takes no CP context):
+Two core forms (`--core`). `layer` is what users run: FLA's block norm and its own `GatedDeltaNet.forward`
+(in 0.6.0 `state_v_first`, the gate and beta's sigmoid inside the chunk kernel), with FLA's CP context
+handed to the two kernel calls that take one, since that forward takes none (`kcp_layer.cp_entry`); it
+records no stages, as FLA's triton core in one process does not. At `--world 1` it is that forward
+unchanged, the cp1 `probe cross-mode` compares its CP images with. `steps` (the default) runs
+`GatedDeltaNet.forward`'s steps on FLA's own modules, so that every stage is observable:
 `attn_norm`, the six projections, the three `ShortConvolution`s, FLA's Triton gate `fused_gdn_gate`
 (`g = -exp(A_log) softplus(alpha + dt_bias)`; in FLA 0.4.2 its layer's torch expression: `kcp_layer`),
 `beta = sigmoid(b)`, `chunk_gated_delta_rule` with the in-kernel L2 norm, `FusedRMSNormGated` and `o_proj`. g and beta
@@ -34,7 +39,7 @@ import torch
 
 from gdn_verify import images
 from gdn_verify.adapters.base import AdapterError, ImageRun, Request, WorldPlan
-from gdn_verify.adapters.fla.kcp_layer import boundary_taps, layer_forward
+from gdn_verify.adapters.fla.kcp_layer import boundary_taps, layer_call, layer_forward
 from gdn_verify.cases import Case
 from gdn_verify.layouts import contiguous_rows, zigzag_rows
 from gdn_verify.stages import StageRecorder
@@ -42,7 +47,12 @@ from gdn_verify.world import Rank, World
 
 ENV = {"TRITON_INTERPRET": "1"}  # set before the rank imports triton (triton_cpu.enable checks it)
 PATH = "fla-triton-interpreter"
-CORE = "triton"  # the one core form KCP runs: FLA's Triton kernels
+DECAY_CORE = "triton"  # both KCP forms run FLA's Triton kernels: FlaAdapter's triton decay class
+CORES = {"steps": "FLA's GatedDeltaNet modules step by step with fla.ops.cp's context (contiguous spans): Triton "
+                  "causal_conv1d, fused_gdn_gate (torch's gate where FLA has none), chunk_gated_delta_rule (in-kernel "
+                  "L2 norm), FusedRMSNormGated, under Triton's interpreter on the CPU",
+         "layer": "FLA's GatedDeltaNet.forward with fla.ops.cp's context handed to its causal_conv1d and "
+                  "chunk_gated_delta_rule calls (contiguous spans), under Triton's interpreter on the CPU"}
 
 
 @dataclass
@@ -93,9 +103,10 @@ def cu_seqlens(case: Case) -> torch.Tensor:
     return torch.tensor([0] + [e for _, e in case.sequences()], dtype=torch.int32)
 
 
-def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
-    """Rank r < cp's span through FLA's layer, forward and backward, under FLA's KCP over ranks 0..cp-1
-    (a World rank function; cp == 1: the whole case on rank 0, no CP); None on the ranks left out."""
+def rank_run(rank: Rank, case: Case, stages: bool, cp: int, core: str = "steps") -> SpanRun | None:
+    """Rank r < cp's span through FLA's layer in the `core` form, forward and backward, under FLA's KCP over
+    ranks 0..cp-1 (a World rank function; cp == 1: the whole case on rank 0, no CP); None on the ranks left
+    out. The layer form records no stages."""
     from gdn_verify import triton_cpu
 
     shims = triton_cpu.enable_fla_cp()
@@ -110,10 +121,13 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int) -> SpanRun | None:
     rows = list(contiguous_rows(tokens(case), cp, rank.rank))
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
     hidden = flat[rows].to(case.torch_dtype).requires_grad_()
-    recorder = StageRecorder() if stages else None
+    recorder = StageRecorder() if stages and core == "steps" else None
     g = case.geometry
     with boundary_taps(recorder, Rank(rank.rank, cp), range(g.Hv), g.dk, g.dv):
-        out = layer_forward(model, hidden, context, cu_seqlens(case), recorder, rows)
+        if core == "layer":
+            out = layer_call(model, hidden, context, cu_seqlens(case))
+        else:
+            out = layer_forward(model, hidden, context, cu_seqlens(case), recorder, rows)
         out.backward(case.grad_output.reshape(flat.shape)[rows].to(out.dtype))
     grads = adapter.to_megatron({n: p.grad for n, p in model.named_parameters()}, case.geometry, gradients=True)
     return SpanRun(rows, out.detach(), hidden.grad, {n: g.detach() for n, g in grads.items()},
@@ -172,24 +186,22 @@ def plan(request: Request) -> WorldPlan:
     if (request.mode or want) != want:
         raise AdapterError(f"--mode {request.mode} with --world {request.world}: FLA's KCP is the chunkwise mode at "
                            "--world > 1, cp1 at --world 1")
-    if request.core is not None or request.device != "cpu":
-        raise AdapterError("--world runs FLA's Triton kernels on the CPU under the interpreter: drop --core and "
-                           "--device")
-    return WorldPlan(want, request.world, 1, CORE, request.stages)
+    if request.device != "cpu":
+        raise AdapterError("--world runs FLA's Triton kernels on the CPU under the interpreter: drop --device")
+    core = request.core or "steps"
+    if core not in CORES:
+        raise AdapterError(f"--core {core} with --world: FLA's KCP runs --core steps (the default: every stage) or "
+                           "--core layer (GatedDeltaNet.forward itself, no stages)")
+    return WorldPlan(want, request.world, 1, core, request.stages and core == "steps")
 
 
 def run(world: World, case: Case, plan: WorldPlan, decay_class: str) -> ImageRun:
     """The case at CP size `plan.size` on the first that many ranks of `world` (a World under ENV): the
     cp1 (size 1) or chunkwise image, for the caller to write."""
     check_world(case, plan.size)
-    runs = [r for r in world.run(rank_run, case, plan.stages, plan.size) if r is not None]
+    runs = [r for r in world.run(rank_run, case, plan.stages, plan.size, plan.core) if r is not None]
     meta = {"adapter": "fla", "path": PATH, "device": "cpu", "shims": runs[0].shims, "versions": runs[0].versions,
-            "library": runs[0].library, "decay_class": decay_class, "notes": {"fla_path": NOTE}}
+            "library": runs[0].library, "decay_class": decay_class, "notes": {"fla_path": CORES[plan.core]}}
     processes = f"{plan.size} gloo process{'es' if plan.size > 1 else ''}"
-    return ImageRun(rank_dumps(case, runs), "gloo" if plan.size > 1 else "inproc", meta, f"fla ({PATH}, {processes})")
-
-
-NOTE = ("FLA's GatedDeltaNet modules step by step with fla.ops.cp's context (contiguous spans): Triton "
-        "causal_conv1d, fused_gdn_gate (torch's gate where FLA has none), chunk_gated_delta_rule (in-kernel L2 "
-        "norm), FusedRMSNormGated, under "
-        "Triton's interpreter on the CPU")
+    return ImageRun(rank_dumps(case, runs), "gloo" if plan.size > 1 else "inproc", meta,
+                    f"fla ({PATH}, {plan.core}, {processes})")

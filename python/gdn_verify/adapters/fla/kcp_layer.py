@@ -1,5 +1,6 @@
-"""FLA's layer on one rank's span under KCP, step by step, with its stages and the boundary-state taps
-(`kcp`'s docstring says why the steps are taken one by one).
+"""FLA's layer on one rank's span under KCP, in either of two forms (`kcp`'s docstring says why two):
+`layer_call`, FLA's own GatedDeltaNet.forward with the CP context handed to its two kernel calls, and
+`layer_forward`, its steps one by one with the stages and the boundary-state taps.
 
 Where FLA releases differ, the steps follow what the installed FLA has, found by capability (docs/fla.md,
 "FLA 0.4.2"): the gate is FLA's Triton `fused_gdn_gate` where FLA has one, else the torch expression of its
@@ -8,8 +9,10 @@ GatedDeltaNet.forward; the key heads go to the chunk kernel as it takes them (`f
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +22,38 @@ from gdn_verify.adapters.fla.mapping import CONV, PROJ, geometry_of
 from gdn_verify.fla_kernels import heads_for_chunk
 from gdn_verify.stages import StageRecorder, l2_normalised
 from gdn_verify.world import Rank
+
+
+def layer_call(model, hidden: torch.Tensor, context, cu: torch.Tensor) -> torch.Tensor:
+    """`out` [L, hidden] of FLA's block norm and GatedDeltaNet.forward on the rank's span: the path users run
+    (in 0.6.0 `state_v_first`, the gate and beta's sigmoid inside the chunk kernel), under KCP by `cp_entry`."""
+    local_cu = context.cu_seqlens if context is not None else cu
+    with cp_entry(model.attn, context):
+        out, _, _ = model.attn(model.attn_norm(hidden).unsqueeze(0), cu_seqlens=local_cu)
+    return out.squeeze(0)
+
+
+@contextlib.contextmanager
+def cp_entry(layer, context) -> Iterator[None]:
+    """While active, `layer`'s own forward runs under FLA's KCP: FLA's layer takes no CP context, so it is handed
+    to the two calls that take one, its ShortConvolutions' `causal_conv1d` (the halo) and the module's
+    `chunk_gated_delta_rule` (the carried state), as Megatron's chunkwise mode hands it; nothing else changes."""
+    if context is None:
+        yield
+        return
+    import fla.layers.gated_deltanet as module
+
+    chunk = module.chunk_gated_delta_rule
+    convs = [getattr(layer, CONV[s]) for s in names.CONV_SECTIONS]
+    module.chunk_gated_delta_rule = functools.partial(chunk, cp_context=context)
+    for conv in convs:
+        conv.forward = functools.partial(type(conv).forward, conv, cp_context=context)
+    try:
+        yield
+    finally:
+        module.chunk_gated_delta_rule = chunk
+        for conv in convs:
+            del conv.forward
 
 
 def layer_forward(model, hidden: torch.Tensor, context, cu: torch.Tensor, recorder: StageRecorder | None,
