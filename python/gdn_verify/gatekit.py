@@ -208,6 +208,9 @@ def read_verdict(returncode: int, report: str | None, errors: str) -> Verdict:
     r = json.loads(report)
     if returncode == EXIT_PASS and r["pass"]:
         return Verdict(True, r["summary"])
+    if r["pass"] or returncode == EXIT_PASS:  # the exit code and the report disagree: never a pass
+        return Verdict(False, f"exit {returncode} with a report that says {'pass' if r['pass'] else 'FAIL'}: "
+                              f"{r['summary']}")
     if r["structural_mismatch"]:
         return Verdict(False, _structural([f"{_label(t)}: {t['structure']}" for t in r["tensors"] if "structure" in t]))
     if r.get("first_failure"):  # cross-mode: the first divergence, else the first deviation ratio over its bound

@@ -18,6 +18,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import torch
 
 from gdn_verify import fla_gate, gatekit
 from gdn_verify.adapters.fla import FlaAdapter
@@ -193,3 +194,20 @@ def test_a_failing_rank_is_one_line_naming_it_and_nothing_is_written(tmp_path):
     assert r.returncode == 3, r.stderr
     assert r.stderr.startswith("error: rank 1 of 2: rank_run: ValueError: planted: rank 1 refuses its span"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_ranks_parameter_gradients_are_summed_in_fp32_not_in_the_layers_dtype():
+    """bf16 partials 1 and 2^-9 sum to 1 + 2^-9 in fp32; a bf16 sum would round it back to 1 (ties to even)."""
+    from gdn_verify import cases
+    from gdn_verify.adapters.fla import kcp
+
+    case = cases.make_case_from_geometry(cases.case_spec("thd-short"), 0, "bf16")
+    T, hidden = kcp.tokens(case), case.geometry.hidden_size
+    half = T // 2
+    runs = [kcp.SpanRun(list(range(r * half, (r + 1) * half)), torch.zeros(half, hidden, dtype=torch.bfloat16),
+                        torch.zeros(half, hidden, dtype=torch.bfloat16),
+                        {"A_log": torch.full((2,), part, dtype=torch.bfloat16)}, None, [], {}, {}, 0.0)
+            for r, part in enumerate((1.0, 2.0 ** -9))]
+    for dump in kcp.rank_dumps(case, runs):
+        assert dump.grads["A_log"].dtype == torch.float32
+        assert torch.equal(dump.grads["A_log"], torch.full((2,), 1 + 2.0 ** -9, dtype=torch.float32))

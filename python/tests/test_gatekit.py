@@ -74,6 +74,20 @@ def test_a_structural_mismatch_lists_every_mismatch_before_any_divergence(tmp_pa
     assert judged(v).failures == [f"fla-spans W=2 oracle: {v.line}\nreproduce: rm -rf /tmp/x"]
 
 
+@pytest.mark.parametrize("returncode", [1, 2, 3, 124, -9])
+def test_every_nonzero_exit_fails_even_under_a_passing_report(tmp_path, returncode):
+    """A reader killed or failing after it wrote a passing report: the exit code and the report disagree."""
+    v = gatekit.read_verdict(returncode, probe_json(tmp_path, "pass", True), "")
+    assert v == Verdict(False, f"exit {returncode} with a report that says pass: oracle img: 1 tensors compared, 0 "
+                               "bitwise identical, 0 outside tolerance")
+
+
+def test_exit_0_under_a_failing_report_fails(tmp_path):
+    v = gatekit.read_verdict(0, probe_json(tmp_path, "numeric", False, failed=1, divergence=DIVERGENCE), "")
+    assert v == Verdict(False, "exit 0 with a report that says FAIL: oracle img: 1 tensors compared, 0 bitwise "
+                               "identical, 1 outside tolerance")
+
+
 def test_bad_input_is_the_readers_error_line():
     error = "error: DIR 'x' holds no inputs.safetensors: pass a directory written by 'gdn-verify probe dump'"
     assert gatekit.read_verdict(3, None, error + "\n") == Verdict(False, error)

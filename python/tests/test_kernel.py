@@ -117,3 +117,19 @@ def test_a_bad_call_is_refused_by_name_and_writes_nothing(tmp_path, change, mess
     with pytest.raises(KernelDumpError, match=message):
         dump_kernel(tmp_path / "out", *args, kernel=fla_torch_kernel(), **c)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_kernel_policy_is_its_derivation():
+    """kernel_dump.policy_for's rel_rms gates against the derivation in its docstring (docs/DESIGN.md §4):
+    fp32, a 64-term blocked sum grows the unit roundoff 2^-24 by sqrt(64), times a chunk-solve condition of
+    ~10: 4.8e-6, under the 1e-5 gate with a factor of at most ~2 to spare; bf16, one rounding to bf16 is a
+    relative RMS delta = 2^-9 / sqrt(3) = 1.13e-3, and the contract's 2e-3 gate allows under two of them.
+    A gate ten times looser (or tighter) than its derivation falls outside these brackets."""
+    from gdn_verify.kernel_dump import policy_for
+
+    fp32 = 10 * 64 ** 0.5 * 2.0 ** -24
+    delta_bf16 = 2.0 ** -9 / 3 ** 0.5
+    assert fp32 < policy_for(torch.float32)["default"]["max_rel_rms"] <= 2.5 * fp32
+    assert delta_bf16 < policy_for(torch.bfloat16)["default"]["max_rel_rms"] <= 2 * delta_bf16
+    assert set(policy_for(torch.float32)) == {"default"} and set(policy_for(torch.float32)["default"]) == {
+        "max_rel_rms"}
