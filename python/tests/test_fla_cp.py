@@ -211,3 +211,20 @@ def test_the_ranks_parameter_gradients_are_summed_in_fp32_not_in_the_layers_dtyp
     for dump in kcp.rank_dumps(case, runs):
         assert dump.grads["A_log"].dtype == torch.float32
         assert torch.equal(dump.grads["A_log"], torch.full((2,), 1 + 2.0 ** -9, dtype=torch.float32))
+
+
+def test_the_layer_form_at_world_1_is_fla_s_own_forward_bit_for_bit(tmp_path):
+    """The KCP layer form runs GatedDeltaNet.forward itself: at --world 1 (no CP context to hand over) its image
+    holds the single-process `--adapter fla` dump's tensors bit for bit (one thread each, as the ranks run)."""
+    from safetensors.torch import load_file
+
+    env = dict(env_with(), OMP_NUM_THREADS="1")
+    common = ["--adapter", "fla", "--case", "thd-short", "--dtype", "fp32"]
+    for out, extra in (("here", []), ("world", ["--world", "1", "--core", "layer"])):
+        r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", *common, *extra, "--out", str(tmp_path / out)],
+                           capture_output=True, text=True, timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+    here, world = (load_file(tmp_path / d / "cp1.rank0.safetensors") for d in ("here", "world"))
+    assert sorted(here) == sorted(world) and len(here) == 9
+    for name, t in here.items():
+        assert torch.equal(t.reshape(-1).view(torch.int32), world[name].reshape(-1).view(torch.int32)), name
