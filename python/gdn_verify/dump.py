@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from gdn_verify import adapters, case_options, cases, cli, images
+from gdn_verify import adapters, case_options, cases, cli, images, noise
 from gdn_verify.adapters import runner
 from gdn_verify.world import RankFailed
 
@@ -53,6 +53,9 @@ def parser() -> cli.Parser:
     p.add_argument("--mode", default=None, help="cp1 | chunkwise (fla, with --world; default cp1 at N = 1, chunkwise "
                                                 "above) | headwise (megatron)")
     p.add_argument("--tp", default=None, type=int, help="tensor-parallel size (megatron; default 1)")
+    p.add_argument("--nudge", default=None, type=int, metavar="ULPS",
+                   help="move every input and parameter by ULPS units in the last place of --dtype (signs seeded "
+                        "by the seed): the twin an implementation's own spread is measured with (fp32, bf16)")
     case_options.add_geometry_options(p)
     return p
 
@@ -72,6 +75,9 @@ def checked(args: argparse.Namespace) -> tuple[cases.CaseSpec, int]:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise cli.BadInput(f"--out '{out}' is a file: give a directory")
+    if args.nudge is not None and (args.nudge < 1 or args.dtype == "fp64"):
+        raise cli.BadInput(f"--nudge {args.nudge} with --dtype {args.dtype}: give a positive number of ulps of an fp32 "
+                           "or bf16 case")
     try:
         torch.device(args.device)
     except RuntimeError as e:
@@ -109,6 +115,8 @@ def dump(args: argparse.Namespace) -> str:
     request = adapters.Request(core=args.core, mode=args.mode, world=args.world, tp=args.tp, device=args.device,
                                stages=not args.no_stages)
     case = cases.make_case_from_geometry(spec, seed, args.dtype)
+    if args.nudge is not None:
+        case = noise.perturbed(case, seed, args.nudge)
     return runner.dump(adapters.ADAPTERS, args.adapter, request, case, Path(args.out), args.image)
 
 

@@ -192,11 +192,17 @@ def _executable(path: Path) -> bool:
 # `probe cross-mode` writes no --json (cli/probe.cpp): its verdict is read from its exit code and text.
 def judge(binary: str, reader: str, directory: Path) -> Verdict:
     """`gdn-verify probe <reader> --dir D --json FILE`, read from FILE (docs/json_format.md)."""
+    return judge_report(binary, reader, directory)[0]
+
+
+def judge_report(binary: str, reader: str, directory: Path) -> tuple[Verdict, dict | None]:
+    """`judge`'s verdict and the report it was read from (None when the reader wrote none)."""
     with tempfile.TemporaryDirectory(prefix="gdnv-verdict-") as tmp:
         report = Path(tmp) / "report.json"
         r = subprocess.run([binary, "probe", reader, "--dir", str(directory), "--json", str(report)],
                            capture_output=True, text=True, timeout=READER_TIMEOUT)
-        return read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stderr)
+        text = report.read_text() if report.is_file() else None
+        return read_verdict(r.returncode, text, r.stderr), (json.loads(text) if text else None)
 
 
 def read_verdict(returncode: int, report: str | None, errors: str) -> Verdict:

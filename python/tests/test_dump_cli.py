@@ -39,6 +39,8 @@ BAD = [
     (["--device", "tpu9"], "--device 'tpu9' is not a torch device"),
     (["--core", "fused"], "unknown --core 'fused' for hf-qwen3-next: use chunk or recurrent"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--nudge", "0"], "--nudge 0 with --dtype fp32: give a positive number of ulps of an fp32 or bf16 case"),
+    (["--nudge", "2", "--dtype", "fp64"], "--nudge 2 with --dtype fp64: give a positive number of ulps"),
 ]
 
 

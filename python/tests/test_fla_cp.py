@@ -116,6 +116,12 @@ PLANTS = {
           "                i_r = rank + 1 + i_s\n"),),
         ("fla-quick W=4 oracle: first divergence: stage_grad::boundary_state (backward, rank 0 of 4, rows 1..1)",
          "fla-quick W=4 oracle: first divergence: grad_hidden (backward, rank 0 of 4, "), KCP_ONLY),
+    # dg rounded to fp16 before its reverse cumsum: grad::A_log and grad::dt_bias move by ~1.6e-4, half their
+    # class gate under weak gates, ~150 x FLA's own spread
+    "dg_fp16": (
+        (("ops/gated_delta_rule/chunk.py",
+          "    dg = chunk_local_cumsum(dg, chunk_size=chunk_size, reverse=True,",
+          "    dg = chunk_local_cumsum(dg.half().float(), chunk_size=chunk_size, reverse=True,"),), (), ()),
     # the initial state's gradient written to the next value head's slot (the chunk kernel's dh0 offset)
     "initial_state_grad_head": (
         (("ops/common/chunk_delta_h.py", "        dh0 += i_nh * K*V\n",
@@ -165,6 +171,17 @@ def test_a_wrong_head_in_the_initial_state_gradient_fails_the_gates_kernel_step(
     why = step.failures[0].splitlines()[0]
     assert why.startswith("chunk: outputs.safetensors: 8 tensors compared, 0 bitwise identical, 1 outside "
                           "tolerance; dh0 rel_rms "), why
+
+
+def test_dg_rounded_to_fp16_passes_the_class_gate_and_fails_flas_own_spread(gdnv_bin, tmp_path):
+    root = planted_copy(tmp_path, "dg_fp16")
+    step = gatekit.Step("FLA layer cp1 (fp32)")
+    with World(1, env=FlaAdapter.rank_env, path=[str(root)]) as world:
+        matrix = fla_gate.Matrix(world, tmp_path, str(gdnv_bin))
+        fla_gate.layer_step(matrix, fla_gate.DtypePlan("fp32", (fla_gate.QUICK,), (), own_spread=True), step)
+    assert step.cases == 2 and len(step.failures) == 1, step.failures
+    assert step.failures[0].startswith("fla-quick own spread: grad::A_log: rel_rms 1.5"), step.failures
+    assert "> 20 x its own spread " in step.failures[0] and "(2 ulps; class gate 3." in step.failures[0]
 
 
 @pytest.mark.parametrize("args,message", [
