@@ -190,11 +190,11 @@ def _executable(path: Path) -> bool:
 
 
 # `probe cross-mode` writes no --json (cli/probe.cpp): its verdict is read from its exit code and text.
-def judge(binary: str, reader: str, directory: Path, *options: str) -> Verdict:
-    """`gdn-verify probe <reader> --dir D [options] --json FILE`, read from FILE (docs/json_format.md)."""
+def judge(binary: str, reader: str, directory: Path) -> Verdict:
+    """`gdn-verify probe <reader> --dir D --json FILE`, read from FILE (docs/json_format.md)."""
     with tempfile.TemporaryDirectory(prefix="gdnv-verdict-") as tmp:
         report = Path(tmp) / "report.json"
-        r = subprocess.run([binary, "probe", reader, "--dir", str(directory), *options, "--json", str(report)],
+        r = subprocess.run([binary, "probe", reader, "--dir", str(directory), "--json", str(report)],
                            capture_output=True, text=True, timeout=READER_TIMEOUT)
         return read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stderr)
 

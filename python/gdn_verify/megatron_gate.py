@@ -11,10 +11,13 @@ ranks started once per world size, as `gdn-verify gate` does for the C++ modes. 
   cp1 at the same TP, `gdn-verify probe cross-mode`;
 - `chunkwise`: `linear_cp_mode` = chunkwise (FLA's Triton path, THD and SBHD, W = 2 and 4, TP 2 x CP 2, fp32
   and bf16) where the Megatron has it, else skipped naming which Megatron has it;
-- `controls`: each bug class of gdn_verify.megatron_controls the Megatron runs (headwise's two; with
+- `controls`: each bug class of gdn_verify.megatron_controls the Megatron runs (headwise's three; with
   linear_cp_mode also chunkwise's dropped halo, dropped state and off-by-one conversion), planted alone in
   a copy of the Megatron under test, must fail cross-mode with a first divergence naming its stage and
   the rank that computed it; the step passes when every control is caught.
+
+Besides the probe cases, every step and --quick run the gate's own mgt-prod (PROD): production's head dims,
+a conv bias and, at chunkwise W = 4, a sequence through three ranks' contiguous spans.
 
 Any of Megatron's GDN shapes runs (0.19.2's package, commit 5139086e's single module, the dev branch's
 package): the adapter finds what it needs by capability (gdn_verify.adapters.megatron).
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import shutil
 import sys
 import time
@@ -95,13 +97,6 @@ QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
 QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4),
             Case("mgt-prod", "fp32", "fla-triton", world=2)]
 QUICK_CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2)]
-# A bf16 CP image is held to cp1 as this project's own bf16 modes are (docs/DESIGN.md §4, "CP > 1 vs CP = 1"):
-# cosine only, on every tensor (a CP run rounds its partial sums elsewhere, and one element of a near-cancelling
-# weight gradient leaves atol + rtol |x| while the tensor is right). Under a named policy `probe cross-mode`
-# holds out, grad_hidden and every gradient to the deviation band of cp1's own alone, never to the class's
-# oracle gate (the bf16 floor 2e-2, ~3x cp1's deviation), which the contract's rule falls back on in bf16.
-BF16_POLICY = {"default": {"min_cos": 0.9999}}
-BF16_POLICY_FILE = "bf16-cp-vs-cp1.json"
 NO_LINEAR_CP_MODE = "this Megatron has no linear_cp_mode (Megatron-LM's development branch and commit 5139086e have it)"
 
 
@@ -156,30 +151,16 @@ class Gate:
         case = cases.make_case_from_geometry(case_spec(c.case), 0, c.dtype)
         runner.dump_in(self.world(world, path), adapter, case, plan, directory, "megatron")
 
-    def judge(self, reader: str, directory: Path, dtype: str = "fp32") -> gatekit.Verdict:
-        """`reader`'s verdict on the image; a bf16 CP image's under BF16_POLICY."""
-        policy = self.scratch / BF16_POLICY_FILE
-        if uses_bf16_policy(reader, dtype) and not policy.exists():
-            policy.write_text(json.dumps(BF16_POLICY))
-        return gatekit.judge(self.binary, reader, directory,
-                             *(["--policy", str(policy)] if uses_bf16_policy(reader, dtype) else []))
-
-
-def uses_bf16_policy(reader: str, dtype: str) -> bool:
-    return reader == "cross-mode" and dtype == "bf16"
+    def judge(self, reader: str, directory: Path) -> gatekit.Verdict:
+        return gatekit.judge(self.binary, reader, directory)
 
 
 def reproduce(c: Case, modes: list[str], reader: str, megatron_path: str | None) -> str:
-    """The commands that rerun one case from a shell (a bf16 CP case's write BF16_POLICY beside the image)."""
+    """The commands that rerun one case from a shell."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
     dumps = [f"--adapter megatron {case_options(c.case)} --dtype {c.dtype} --core {c.core} --mode {mode} "
              f"--world {c.tp if mode == 'cp1' else c.world} --tp {c.tp}" for mode in modes]
-    out = f"/tmp/{c.label}"
-    lines = gatekit.reproduce(dumps, reader, out, env)
-    if uses_bf16_policy(reader, c.dtype):
-        policy = f"{out}.{BF16_POLICY_FILE}"
-        lines = [f"echo '{json.dumps(BF16_POLICY)}' > {policy}", *lines[:-1], f"{lines[-1]} --policy {policy}"]
-    return "\n".join("  " + line for line in lines)
+    return "\n".join("  " + line for line in gatekit.reproduce(dumps, reader, f"/tmp/{c.label}", env))
 
 
 def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatekit.Step) -> None:
@@ -190,7 +171,7 @@ def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatek
         try:
             for m in modes:
                 gate.dump(c, m, directory)
-            v = gate.judge(reader, directory, c.dtype)
+            v = gate.judge(reader, directory)
             why = None if v.passed else v.line
         except Exception as e:  # noqa: BLE001 - a case that cannot run is a failing case, named
             why = f"{type(e).__name__}: {' '.join(str(e).split())}"
