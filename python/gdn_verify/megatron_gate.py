@@ -17,7 +17,7 @@ ranks started once per world size, as `gdn-verify gate` does for the C++ modes. 
   the rank that computed it; the step passes when every control is caught.
 
 Besides the probe cases, every step and --quick run the gate's own mgt-prod (PROD): production's head dims,
-a conv bias and, at chunkwise W = 4, a sequence through three ranks' contiguous spans.
+a conv bias and, at chunkwise W = 4, a sequence through every rank's contiguous span.
 
 Any of Megatron's GDN shapes runs (0.19.2's package, commit 5139086e's single module, the dev branch's
 package): the adapter finds what it needs by capability (gdn_verify.adapters.megatron).
@@ -62,11 +62,11 @@ class Case:
 
 
 # The production-like case: production GDN's head dims (dk = dv = 128), GVA 2 and a conv bias (whose CP split
-# no probe case runs), under weak gates so the state crosses every rank boundary; at W = 4 the 40-token
-# sequence runs through the contiguous spans of ranks 0, 1 and 2 (16 tokens each). Few tokens keep it cheap;
-# every length is divisible by 2W = 8 (the zigzag shards).
-PROD = cases.CaseSpec("mgt-prod", "THD 8, 40, 16; hidden 64, Hk 2, Hv 4, dk = dv = 128, conv bias, weak gates",
-                      Geometry(64, 2, 4, 128, 128, conv_bias=True), "thd", (8, 40, 16), gates="weak")
+# no probe case runs), under weak gates so the state crosses every rank boundary; at chunkwise W = 4 its one
+# sequence runs through all four contiguous spans. One sequence is one chunk: under half the time of three
+# under Triton's interpreter. 64 is divisible by 2W = 8 (the zigzag shards).
+PROD = cases.CaseSpec("mgt-prod", "THD, one 64-token sequence; hidden 64, Hk 2, Hv 4, dk = dv = 128, conv bias, "
+                      "weak gates", Geometry(64, 2, 4, 128, 128, conv_bias=True), "thd", (64,), gates="weak")
 GATE_CASES = {PROD.name: PROD}
 
 
@@ -88,10 +88,10 @@ CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "f
       Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "bf16", "fla-triton", world=4),
       Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
 # chunkwise hands FLA's cp_context to its kernels: FLA's Triton path only (Megatron's torch chunk form refuses it)
-CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
-             Case("mgt-prod", "fp32", "fla-triton", world=4), Case("mgt-prod", "bf16", "fla-triton", world=4),
-             Case("sbhd", "fp32", "fla-triton", world=2), Case("sbhd", "bf16", "fla-triton", world=4),
-             Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
+# mgt-prod at W = 4 carries one sequence's state across three boundaries (thd-gva's W = 4 across two)
+CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("mgt-prod", "fp32", "fla-triton", world=4),
+             Case("mgt-prod", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
+             Case("sbhd", "bf16", "fla-triton", world=4), Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
 QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
 # mgt-prod's headwise: the conv bias's CP split, whose cp1 the conv_bias_split control shares
 QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4),

@@ -54,19 +54,19 @@ def test_a_gradient_left_empty_on_a_rank_is_one_line_naming_the_parameter_and_th
     assert failed.value.exit_code == 2 and not (tmp_path / "image").exists()
 
 
-def test_the_matrix_runs_production_head_dims_a_conv_bias_and_a_sequence_through_three_spans():
+def test_the_matrix_runs_production_head_dims_a_conv_bias_and_a_sequence_through_three_or_more_spans():
     """mgt-prod in every step and in --quick: dk = dv = 128, a conv bias (conv_bias_split's case), and at
-    chunkwise W = 4 a sequence computed on three ranks' contiguous spans."""
+    chunkwise W = 4 a sequence computed on at least three ranks' contiguous spans."""
     spec = megatron_gate_module.case_spec("mgt-prod")
     g = spec.geometry
     assert (g.dk, g.dv, g.conv_bias) == (128, 128, True)
     span = sum(spec.lengths) // 4
     starts = [sum(spec.lengths[:i]) for i in range(len(spec.lengths))]
-    assert max(len({t // span for t in range(b, b + n)}) for b, n in zip(starts, spec.lengths)) == 3
+    assert max(len({t // span for t in range(b, b + n)}) for b, n in zip(starts, spec.lengths)) >= 3
     for cases in (megatron_gate_module.ORACLE, megatron_gate_module.CP, megatron_gate_module.QUICK_CP):
         assert any(c.case == "mgt-prod" for c in cases)
     assert {(c.dtype, c.world) for c in megatron_gate_module.CHUNKWISE if c.case == "mgt-prod"} == {("fp32", 4),
-                                                                                                   ("bf16", 4)}
+                                                                                                   ("bf16", 2)}
     bias = next(c for c in megatron_controls.CONTROLS if c.name == "conv_bias_split")
     assert megatron_gate_module.case_spec(bias.case[0]).geometry.conv_bias
 
