@@ -58,6 +58,18 @@ _ZIGZAG_SLOTS = ("        segments.append((seq_start + first_chunk * chunk_len, 
 _THD_LB = "    # In the per-sequence load-balanced layout each rank owns load-balanced\n"
 _THD_OFF = "    lb_chunk = (lb_chunk + 1) % (2 * cp_size)\n" + _THD_LB
 
+_BIAS = ("        conv1d_bias = (\n            {getter}(\n                self.conv1d.bias,\n                dim=0,\n"
+         "                cp_group={group},\n{sections}            )\n            if self.conv_bias\n"
+         "            else None\n        )\n        if self.config.deterministic_mode:\n")
+_SECTIONS = "                split_sections=qkv_channels_split_sections,\n"
+
+
+def _bias_split(file: str, getter: str, group: str) -> Plant:
+    """The conv bias's headwise CP slice taken without its q, k, v sections (the weight's keeps them)."""
+    return Plant(file, _BIAS.format(getter=getter, group=group, sections=_SECTIONS),
+                 _BIAS.format(getter=getter, group=group, sections=""))
+
+
 CONTROLS = (
     # head blocks land in the wrong columns of out_proj's input (identity at CP = 1)
     Control("head_perm_back", "headwise", ("sbhd", "fp32", "torch-chunk", 1, 2),
@@ -74,6 +86,13 @@ CONTROLS = (
             "first divergence: stage::conv (forward, rank 0 of 2", (
                 Plant(SSM + "gated_delta_net/common.py", _THD_LB, _THD_OFF),
                 Plant(SSM + "gated_delta_net.py", _THD_LB, _THD_OFF))),
+    # the conv bias cut into CP slices across its q, k, v sections (identity at CP = 1): each rank's heads
+    # get other channels' biases; only a case with a conv bias runs it
+    Control("conv_bias_split", "headwise", ("mgt-prod", "fp32", "fla-triton", 1, 2),
+            "first divergence: stage::conv (forward, rank 0 of 2", (
+                _bias_split(SSM + "gated_delta_net/gdn.py", "get_parameter_local_cp", "self.pg_collection.cp"),
+                _bias_split(SSM + "gated_delta_net.py", "get_parameter_local_cp_headwise", "cp_group_headwise"),
+                _bias_split(SSM + "gated_delta_net/gdn.py", "get_parameter_local_cp", "cp_group_headwise"))),
     # the conv's halo (the tail of the previous rank's span) dropped: rank 1's first tokens start cold
     Control("conv_halo_dropped", "chunkwise", ("thd-short", "fp32", "fla-triton", 1, 2),
             "first divergence: stage::conv (forward, rank 1 of 2", tuple(

@@ -11,10 +11,13 @@ ranks started once per world size, as `gdn-verify gate` does for the C++ modes. 
   cp1 at the same TP, `gdn-verify probe cross-mode`;
 - `chunkwise`: `linear_cp_mode` = chunkwise (FLA's Triton path, THD and SBHD, W = 2 and 4, TP 2 x CP 2, fp32
   and bf16) where the Megatron has it, else skipped naming which Megatron has it;
-- `controls`: each bug class of gdn_verify.megatron_controls the Megatron runs (headwise's two; with
+- `controls`: each bug class of gdn_verify.megatron_controls the Megatron runs (headwise's three; with
   linear_cp_mode also chunkwise's dropped halo, dropped state and off-by-one conversion), planted alone in
   a copy of the Megatron under test, must fail cross-mode with a first divergence naming its stage and
   the rank that computed it; the step passes when every control is caught.
+
+Besides the probe cases, every step and --quick run the gate's own mgt-prod (PROD): production's head dims,
+a conv bias and, at chunkwise W = 4, a sequence through every rank's contiguous span.
 
 Any of Megatron's GDN shapes runs (0.19.2's package, commit 5139086e's single module, the dev branch's
 package): the adapter finds what it needs by capability (gdn_verify.adapters.megatron).
@@ -36,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_verify import cli, gatekit, megatron_controls
+from gdn_verify import cases, cli, gatekit, megatron_controls
+from gdn_verify.names import Geometry
 
 SUITE = gatekit.Suite("megatron_gate", "megatron gate")
 
@@ -57,17 +61,41 @@ class Case:
         return f"{self.case}-{self.dtype}-{self.core}-{where}"
 
 
+# The production-like case: production GDN's head dims (dk = dv = 128), GVA 2 and a conv bias (whose CP split
+# no probe case runs), under weak gates so the state crosses every rank boundary; at chunkwise W = 4 its one
+# sequence runs through all four contiguous spans. One sequence is one chunk: under half the time of three
+# under Triton's interpreter. 64 is divisible by 2W = 8 (the zigzag shards).
+PROD = cases.CaseSpec("mgt-prod", "THD, one 64-token sequence; hidden 64, Hk 2, Hv 4, dk = dv = 128, conv bias, "
+                      "weak gates", Geometry(64, 2, 4, 128, 128, conv_bias=True), "thd", (64,), gates="weak")
+GATE_CASES = {PROD.name: PROD}
+
+
+def case_spec(name: str) -> cases.CaseSpec:
+    """A gate case (GATE_CASES) or a probe case (gdn_verify.cases)."""
+    return GATE_CASES.get(name) or cases.case_spec(name)
+
+
+def case_options(name: str) -> str:
+    """The dump options that rebuild the case: `--case` for a probe case, the geometry options for a gate case."""
+    return cases.geometry_case_name(GATE_CASES[name]) if name in GATE_CASES else f"--case {name}"
+
+
 ORACLE = [Case("thd-gva", "fp32", "fla-triton"), Case("sbhd", "fp32", "torch-chunk"),
-          Case("sbhd", "bf16", "fla-triton"), Case("sbhd", "fp32", "torch-chunk", tp=2)]
+          Case("sbhd", "bf16", "fla-triton"), Case("sbhd", "fp32", "torch-chunk", tp=2),
+          Case("mgt-prod", "fp32", "fla-triton")]
 CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
-      Case("thd-gva", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "torch-chunk", world=2),
-      Case("sbhd", "bf16", "fla-triton", world=4), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
+      Case("mgt-prod", "fp32", "fla-triton", world=2), Case("mgt-prod", "bf16", "fla-triton", world=2),
+      Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "bf16", "fla-triton", world=4),
+      Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
 # chunkwise hands FLA's cp_context to its kernels: FLA's Triton path only (Megatron's torch chunk form refuses it)
-CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
-             Case("thd-gva", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
+# mgt-prod at W = 4 carries one sequence's state across three boundaries (thd-gva's W = 4 across two)
+CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("mgt-prod", "fp32", "fla-triton", world=4),
+             Case("mgt-prod", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
              Case("sbhd", "bf16", "fla-triton", world=4), Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
 QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
-QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4)]
+# mgt-prod's headwise: the conv bias's CP split, whose cp1 the conv_bias_split control shares
+QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4),
+            Case("mgt-prod", "fp32", "fla-triton", world=2)]
 QUICK_CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2)]
 NO_LINEAR_CP_MODE = "this Megatron has no linear_cp_mode (Megatron-LM's development branch and commit 5139086e have it)"
 
@@ -117,11 +145,11 @@ class Gate:
     def megatron_dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
         """The gate's one call into Megatron: case `c`'s `mode` dump into `directory`."""
         from gdn_verify.adapters import Request, runner
-        from gdn_verify.cases import make_case
 
         world, adapter = c.tp if mode == "cp1" else c.world, self.adapter.MegatronAdapter()
         plan = adapter.plan(Request(core=c.core, mode=mode, world=world, tp=c.tp, source=path or self.megatron_path))
-        runner.dump_in(self.world(world, path), adapter, make_case(c.case, 0, c.dtype), plan, directory, "megatron")
+        case = cases.make_case_from_geometry(case_spec(c.case), 0, c.dtype)
+        runner.dump_in(self.world(world, path), adapter, case, plan, directory, "megatron")
 
     def judge(self, reader: str, directory: Path) -> gatekit.Verdict:
         return gatekit.judge(self.binary, reader, directory)
@@ -130,7 +158,7 @@ class Gate:
 def reproduce(c: Case, modes: list[str], reader: str, megatron_path: str | None) -> str:
     """The commands that rerun one case from a shell."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
-    dumps = [f"--adapter megatron --case {c.case} --dtype {c.dtype} --core {c.core} --mode {mode} "
+    dumps = [f"--adapter megatron {case_options(c.case)} --dtype {c.dtype} --core {c.core} --mode {mode} "
              f"--world {c.tp if mode == 'cp1' else c.world} --tp {c.tp}" for mode in modes]
     return "\n".join("  " + line for line in gatekit.reproduce(dumps, reader, f"/tmp/{c.label}", env))
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gdn_verify import zygote
-from gdn_verify.exits import EXIT_BAD_INPUT
+from gdn_verify.exits import EXIT_BAD_INPUT, Mismatch
 
 # Every rank's environment: one thread per rank (W ranks share the cores) and loopback networking.
 FIXED_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONHASHSEED": "0"}
@@ -69,11 +69,11 @@ class Rank:
 
 
 def exit_code_of(e: BaseException) -> int:
-    """The code the command exits with on a rank's exception: SystemExit's own, else 3, as every
-    `gdn-verify` command ends on an exception (one `error:` line, exit 3)."""
+    """The code the command exits with on a rank's exception: SystemExit's own, a Mismatch's 2, else 3, as
+    every `gdn-verify` command ends on an exception (one `error:` line, exit 3)."""
     if isinstance(e, SystemExit):
         return e.code if isinstance(e.code, int) else EXIT_UNCAUGHT
-    return EXIT_BAD_INPUT
+    return e.exit_code if isinstance(e, Mismatch) else EXIT_BAD_INPUT
 
 
 def _one_line(text: object) -> str:

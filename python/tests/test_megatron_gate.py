@@ -19,20 +19,56 @@ pytest.importorskip("megatron.core.ssm.gated_delta_net")
 from gdn_verify import megatron_controls  # noqa: E402
 from gdn_verify import megatron_gate as megatron_gate_module  # noqa: E402
 from gdn_verify.gatekit import Step  # noqa: E402
+from gdn_verify.megatron_gate import Case  # noqa: E402
+from gdn_verify.world import RankFailed  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "megatron-lm"
 # The bug classes each Megatron shape runs: 0.19.2 has the all-to-all (headwise) CP only.
-HEADWISE = ["head_perm_back", "thd_zigzag_off_by_one"]
+HEADWISE = ["head_perm_back", "thd_zigzag_off_by_one", "conv_bias_split"]
 EVERY = HEADWISE + ["conv_halo_dropped", "state_dropped", "conversion_off_by_one"]
 
 
 def test_every_headwise_control_is_caught_on_the_installed_megatron(megatron_gate):
     step = Step("controls")
     megatron_gate_module.run_controls(megatron_gate, megatron_gate_module.checkout_of(None), step)
-    assert step.cases == 2 and not step.failures, step.failures
+    assert step.cases == 3 and not step.failures, step.failures
     controls = {c.name: c for c in megatron_controls.CONTROLS}
     for name, note in zip(HEADWISE, step.notes):
         assert note.startswith(f"{name} (") and f"caught: {controls[name].first}" in note, note
+
+
+def test_a_gradient_left_empty_on_a_rank_is_one_line_naming_the_parameter_and_the_rank(megatron_gate, tmp_path):
+    """conv1d.bias's CP-local slice cut from autograd on CP rank 1, in a copy of the installed Megatron: the dump
+    ends in one line naming the parameter and the rank, exit 2 (a gradient on the oracle's side only), nothing
+    written."""
+    right = "                self.conv1d.bias,\n"
+    wrong = "                self.conv1d.bias if self.pg_collection.cp.rank() == 0 else self.conv1d.bias.detach(),\n"
+    plant = megatron_controls.Plant("megatron/core/ssm/gated_delta_net/gdn.py", right, wrong)
+    checkout = megatron_gate_module.checkout_of(None)
+    assert (checkout / plant.file).read_text().count(right) == 1
+    root = megatron_controls.planted_copy(tmp_path / "planted", checkout, plant)
+    with pytest.raises(RankFailed) as failed:
+        megatron_gate.dump(Case("mgt-prod", "fp32", "fla-triton", world=2), "headwise", tmp_path / "image", str(root))
+    assert str(failed.value) == ("rank 1 of 2: rank_dump: GradientNotReached: grad of conv1d.bias is None on CP rank 1 "
+                                 "of 2 (not reached by autograd on this rank)")
+    assert failed.value.exit_code == 2 and not (tmp_path / "image").exists()
+
+
+def test_the_matrix_runs_production_head_dims_a_conv_bias_and_a_sequence_through_three_or_more_spans():
+    """mgt-prod in every step and in --quick: dk = dv = 128, a conv bias (conv_bias_split's case), and at
+    chunkwise W = 4 a sequence computed on at least three ranks' contiguous spans."""
+    spec = megatron_gate_module.case_spec("mgt-prod")
+    g = spec.geometry
+    assert (g.dk, g.dv, g.conv_bias) == (128, 128, True)
+    span = sum(spec.lengths) // 4
+    starts = [sum(spec.lengths[:i]) for i in range(len(spec.lengths))]
+    assert max(len({t // span for t in range(b, b + n)}) for b, n in zip(starts, spec.lengths)) >= 3
+    for cases in (megatron_gate_module.ORACLE, megatron_gate_module.CP, megatron_gate_module.QUICK_CP):
+        assert any(c.case == "mgt-prod" for c in cases)
+    assert {(c.dtype, c.world) for c in megatron_gate_module.CHUNKWISE if c.case == "mgt-prod"} == {("fp32", 4),
+                                                                                                   ("bf16", 2)}
+    bias = next(c for c in megatron_controls.CONTROLS if c.name == "conv_bias_split")
+    assert megatron_gate_module.case_spec(bias.case[0]).geometry.conv_bias
 
 
 @pytest.mark.parametrize("tree,classes", [("5139086e", EVERY), ("dev-d48bd6be", EVERY)])

@@ -9,8 +9,9 @@ import torch
 
 from gdn_verify import names
 from gdn_verify.adapters.base import AdapterError
-from gdn_verify.adapters.megatron.groups import tp_size_and_rank
+from gdn_verify.adapters.megatron.groups import cp_size_and_rank, tp_size_and_rank
 from gdn_verify.adapters.megatron.layer import module_geometry
+from gdn_verify.exits import Mismatch
 from gdn_verify.names import Geometry
 
 # Replicated parameters whose gradient is a partial over TP ranks: out_norm acts on each rank's own heads
@@ -98,12 +99,27 @@ def shard_tp(full: Mapping[str, torch.Tensor], geometry: Geometry, tp: int) -> l
     return shards
 
 
+class GradientNotReached(Mismatch):
+    """A parameter whose gradient the library left empty on this rank: a tensor on the oracle's side only."""
+
+
+def check_reached(module: torch.nn.Module) -> None:
+    """GradientNotReached naming the first parameter whose `grad` is None here (a CP-local slice cut from
+    autograd leaves it so on the ranks that use the slice) and this rank, before any sum over ranks."""
+    missing = [n for n, p in module.named_parameters() if p.grad is None]
+    if missing:
+        (cp, cp_rank), (tp, tp_rank) = cp_size_and_rank(), tp_size_and_rank()
+        where = f"CP rank {cp_rank} of {cp}" + (f", TP rank {tp_rank} of {tp}" if tp > 1 else "")
+        raise GradientNotReached(f"grad of {missing[0]} is None on {where} (not reached by autograd on this rank)")
+
+
 def full_grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The layer's parameter gradients, full: summed over CP (each rank holds a partial), TP-partial ones
     summed over TP, then the TP shards gathered (`gather_tp`)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
+    check_reached(module)
     # In the state dtype before any sum (Megatron reduces fp32 main grads), so a bf16 layer's CP partials
     # are not rounded to bf16 again on the way.
     grads = {n: p.grad.detach().to(torch.float64 if p.dtype == torch.float64 else torch.float32)
