@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdn_verify import fla_gate, gatekit
+from gdn_verify import cases, fla_gate, gatekit
 from gdn_verify.adapters.fla import FlaAdapter
 from gdn_verify.world import World
 
@@ -48,11 +48,27 @@ def test_the_gate_passes_the_installed_fla_and_writes_junit(gdnv_bin, tmp_path):
         assert f"{step} ... ok" in text, text
     images = {p.name for p in (tmp_path / "images").iterdir()}
     for case, dtype, form in (("fla-spans", "fp32", "steps"), ("fla-wide", "fp32", "layer"),
-                              ("fla-quick", "bf16", "layer"), ("fla-wide", "bf16", "layer")):
+                              ("fla-quick", "bf16", "layer"), ("fla-quick", "bf16", "steps")):
         assert {f"{case}-{dtype}-{form}-w{w}" for w in (1, 2, 4)} <= images, images
     assert {f"kernel-{op}" for op in fla_gate.KERNEL_OPS} <= images
     junit = (tmp_path / "fla.xml").read_text()
     assert 'tests="7" failures="0" skipped="0"' in junit and 'name="FLA KCP steps W=2,4 (bf16)"' in junit
+    layer_form_is_flas_own_forward(tmp_path / "images" / "fla-quick-fp32-layer-w1", tmp_path / "here")
+
+
+def layer_form_is_flas_own_forward(image: Path, here: Path) -> None:
+    """The KCP layer form runs GatedDeltaNet.forward itself: at W = 1 (no CP context to hand over) the gate's
+    image holds the single-process `--adapter fla` dump's tensors bit for bit (one thread, as the ranks run)."""
+    from safetensors.torch import load_file
+
+    r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", "--adapter", "fla",
+                        *cases.geometry_case_name(fla_gate.QUICK).split(), "--dtype", "fp32", "--out", str(here)],
+                       capture_output=True, text=True, timeout=600, env=dict(env_with(), OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    single, gate = (load_file(d / "cp1.rank0.safetensors") for d in (here, image))
+    assert sorted(single) == sorted(gate) and len(single) == 9
+    for name, t in single.items():
+        assert torch.equal(t.reshape(-1).view(torch.int32), gate[name].reshape(-1).view(torch.int32)), name
 
 
 def test_the_gate_refuses_an_unknown_dtype_in_one_line(capsys):
@@ -229,19 +245,3 @@ def test_the_ranks_parameter_gradients_are_summed_in_fp32_not_in_the_layers_dtyp
         assert dump.grads["A_log"].dtype == torch.float32
         assert torch.equal(dump.grads["A_log"], torch.full((2,), 1 + 2.0 ** -9, dtype=torch.float32))
 
-
-def test_the_layer_form_at_world_1_is_fla_s_own_forward_bit_for_bit(tmp_path):
-    """The KCP layer form runs GatedDeltaNet.forward itself: at --world 1 (no CP context to hand over) its image
-    holds the single-process `--adapter fla` dump's tensors bit for bit (one thread each, as the ranks run)."""
-    from safetensors.torch import load_file
-
-    env = dict(env_with(), OMP_NUM_THREADS="1")
-    common = ["--adapter", "fla", "--case", "thd-short", "--dtype", "fp32"]
-    for out, extra in (("here", []), ("world", ["--world", "1", "--core", "layer"])):
-        r = subprocess.run([sys.executable, "-m", "gdn_verify.dump", *common, *extra, "--out", str(tmp_path / out)],
-                           capture_output=True, text=True, timeout=600, env=env)
-        assert r.returncode == 0, r.stderr[-3000:]
-    here, world = (load_file(tmp_path / d / "cp1.rank0.safetensors") for d in ("here", "world"))
-    assert sorted(here) == sorted(world) and len(here) == 9
-    for name, t in here.items():
-        assert torch.equal(t.reshape(-1).view(torch.int32), world[name].reshape(-1).view(torch.int32)), name
