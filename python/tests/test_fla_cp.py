@@ -66,7 +66,7 @@ def layer_form_is_flas_own_forward(image: Path, here: Path) -> None:
                        capture_output=True, text=True, timeout=600, env=dict(env_with(), OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stderr[-3000:]
     single, gate = (load_file(d / "cp1.rank0.safetensors") for d in (here, image))
-    assert sorted(single) == sorted(gate) and len(single) == 9
+    assert sorted(single) == sorted(gate) and len(single) == 10  # out, grad_hidden, 8 gradients (conv bias)
     for name, t in single.items():
         assert torch.equal(t.reshape(-1).view(torch.int32), gate[name].reshape(-1).view(torch.int32)), name
 
