@@ -66,13 +66,13 @@ QUICK = cases.CaseSpec("fla-quick", "THD 24, 136; hidden 32, Hk 1, Hv 3, dk 16, 
                        Geometry(32, 1, 3, 16, 32, conv_bias=True), "thd", (24, 136), gates="weak")
 WIDE = cases.CaseSpec("fla-wide", "THD 24, 136; hidden 32, Hk 1, Hv 2, dk = dv = 128, conv bias, weak gates",
                       Geometry(32, 1, 2, 128, 128, conv_bias=True), "thd", (24, 136), gates="weak")
-# The two KCP forms (gdn_verify.adapters.fla.kcp): "layer", FLA's GatedDeltaNet.forward (what users run, no
-# stages), and "steps", its steps one by one with every stage (where a failure is localised).
 
 
 @dataclass(frozen=True)
 class DtypePlan:
-    """What the gate runs at one dtype: the cases of each KCP form, and whether FLA's kernels are judged."""
+    """What the gate runs at one dtype: the cases of each KCP form (gdn_verify.adapters.fla.kcp: `layer`, FLA's
+    GatedDeltaNet.forward, what users run, no stages; `steps`, its steps one by one with every stage, where a
+    failure is localised), and whether FLA's kernels and its own spread are judged."""
 
     dtype: str
     layer: tuple[cases.CaseSpec, ...]
@@ -115,11 +115,11 @@ def reproduce_spread(spec: cases.CaseSpec, dtype: str) -> str:
             f"{out}-twin/cp1.rank0.safetensors")
 
 
-def dump(world: World, directory: Path, spec: cases.CaseSpec, dtype: str, form: str, cp: int) -> None:
-    """The gate's one call into FLA's layer: `spec`'s image at `dtype` in KCP form `form` at CP = cp (cp1 at 1)."""
+def dump(world: World, directory: Path, case: cases.Case, form: str, cp: int) -> None:
+    """The gate's one call into FLA's layer: `case`'s image in KCP form `form` at CP = cp (cp1 at 1)."""
     plan = FlaAdapter.plan(Request(world=cp, core=form))
     assert plan is not None
-    runner.dump_in(world, FlaAdapter(), cases.make_case_from_geometry(spec, 0, dtype), plan, directory, "fla")
+    runner.dump_in(world, FlaAdapter(), case, plan, directory, "fla")
 
 
 class Matrix:
@@ -132,14 +132,14 @@ class Matrix:
 
     def cp1(self, spec: cases.CaseSpec, dtype: str, form: str) -> Path:
         directory = self.root / f"{spec.name}-{dtype}-{form}-w1"
-        dump(self.world, directory, spec, dtype, form, 1)
+        dump(self.world, directory, cases.make_case_from_geometry(spec, 0, dtype), form, 1)
         self.made[spec.name, dtype, form] = directory
         return directory
 
     def chunkwise(self, spec: cases.CaseSpec, dtype: str, form: str, world: int) -> Path:
         directory = self.root / f"{spec.name}-{dtype}-{form}-w{world}"
         shutil.copytree(self.made[spec.name, dtype, form], directory)
-        dump(self.world, directory, spec, dtype, form, world)
+        dump(self.world, directory, cases.make_case_from_geometry(spec, 0, dtype), form, world)
         return directory
 
 
@@ -162,10 +162,7 @@ def own_spread(matrix: Matrix, spec: cases.CaseSpec, dtype: str, directory: Path
     """The layer rerun on the case's inputs nudged by noise.ULPS ulps (its twin image beside `directory`):
     None when every tensor's error is within min(class gate, M x FLA's own spread), else the first that is not."""
     twin = directory.with_name(directory.name + "-twin")
-    case = cases.make_case_from_geometry(spec, 0, dtype)
-    plan = FlaAdapter.plan(Request(world=1, core="layer"))
-    assert plan is not None
-    runner.dump_in(matrix.world, FlaAdapter(), noise.perturbed(case, 0), plan, twin, "fla")
+    dump(matrix.world, twin, noise.perturbed(cases.make_case_from_geometry(spec, 0, dtype), 0), "layer", 1)
     return noise.first_outside(report, noise.spreads(noise.load_dump(directory), noise.load_dump(twin)))
 
 
@@ -209,11 +206,12 @@ def kernel_verdict(binary: str, out: Path) -> str | None:
     report = out / "compare.json"
     r = subprocess.run([binary, "compare", out / "reference.safetensors", out / "outputs.safetensors", "--policy",
                         out / "policy.json", "--json", report], capture_output=True, text=True)
-    v = gatekit.read_verdict(r.returncode, report.read_text() if report.is_file() else None, r.stderr)
+    text = report.read_text() if report.is_file() else None
+    v = gatekit.read_verdict(r.returncode, text, r.stderr)
     if v.passed:
         return None
-    failing = [f"{t['name']} rel_rms {t['rel_rms']:.3e}" for t in json.loads(report.read_text())["tensors"]
-               if t["result"] != "pass"] if report.is_file() else []
+    failing = [f"{t['name']} rel_rms {t['rel_rms']:.3e}" for t in json.loads(text)["tensors"]
+               if t["result"] != "pass"] if text else []
     return "; ".join([v.line, *failing])
 
 

@@ -106,7 +106,7 @@ def cu_seqlens(case: Case) -> torch.Tensor:
 def rank_run(rank: Rank, case: Case, stages: bool, cp: int, core: str = "steps") -> SpanRun | None:
     """Rank r < cp's span through FLA's layer in the `core` form, forward and backward, under FLA's KCP over
     ranks 0..cp-1 (a World rank function; cp == 1: the whole case on rank 0, no CP); None on the ranks left
-    out. The layer form records no stages."""
+    out. `stages` only with the steps form (`plan` clears it for the layer form)."""
     from gdn_verify import triton_cpu
 
     shims = triton_cpu.enable_fla_cp()
@@ -121,7 +121,7 @@ def rank_run(rank: Rank, case: Case, stages: bool, cp: int, core: str = "steps")
     rows = list(contiguous_rows(tokens(case), cp, rank.rank))
     flat = case.hidden_states.reshape(-1, case.geometry.hidden_size)
     hidden = flat[rows].to(case.torch_dtype).requires_grad_()
-    recorder = StageRecorder() if stages and core == "steps" else None
+    recorder = StageRecorder() if stages else None
     g = case.geometry
     with boundary_taps(recorder, Rank(rank.rank, cp), range(g.Hv), g.dk, g.dv):
         if core == "layer":
