@@ -259,6 +259,21 @@ void rmsnorm_grads(cp::Backend& be, StateJudge& judge, const std::string& label)
   // rstd = 1 / sqrt(mean(x^2) + eps): D squares summed (D u), the mean, eps, sqrt (4u, halved) and the
   // reciprocal: (D + 5)u. dw = sum_rows dy x rstd: two products, rstd, kRows terms: (kRows + D + 6)u.
   judge.check("rmsnorm rstd", got.rstd, want.rstd, static_cast<double>(D + 5) * kU);
+  // rstd with every rounding counted, on rows of RMS near 1, where a table-interpolated 1/sqrt (planted
+  // fault rmsnorm_fast_rsqrt) errs most, 18-25u between its knots 1/256 apart. Row r: x = +-1 but
+  // x_0 = +-(9 + r mod 7)/8, x_1 = +-9/8 (exact in bf16): the D = 16 squares (multiples of 1/64) and their
+  // mean (D a power of two) are exact, mean(x^2) = 1 + s/1024 with s in {34, 53, 74, 97, 122, 149, 178}, off
+  // the knots (multiples of 4/1024). Adding eps rounds once (u, halved by the square root), sqrt within
+  // 2 ulp (4u), the reciprocal once (u): 5.5u, so 6u.
+  Tensor unit(DType::F64, {kRows, D});
+  const Tensor signs = uniform(label, "rmsnorm unit signs", {kRows, D}, 0, 1);
+  for (std::int64_t r = 0; r < kRows; ++r)
+    for (std::int64_t i = 0; i < D; ++i) {
+      const double k = i == 0 ? 9 + r % 7 : i == 1 ? 9 : 8;
+      unit.set(r * D + i, (signs.get(r * D + i) < 0.5 ? -k : k) / 8);
+    }
+  judge.check("rmsnorm rstd at unit RMS", be.rmsnorm(be.upload(unit, act), wb, 1e-6).rstd,
+              ref::rmsnorm_forward(unit, w, 1e-6).rstd, 6 * kU);
   judge.check("rmsnorm dw", be.rmsnorm_backward(be.upload(dy, act), xb, wb, got.rstd).dw,
               ref::rmsnorm_backward(x, w, want.rstd, dy).dw, static_cast<double>(kRows + D + 6) * kU);
 }

@@ -4,6 +4,7 @@
 
 #include "core/rng.hpp"
 #include "layouts/partition.hpp"
+#include "reference/case_params.hpp"
 
 namespace gdnv::harness {
 namespace {
@@ -22,7 +23,7 @@ Tensor a_log_between(std::uint64_t seed, std::int64_t heads, double lo, double h
 
 Case make_case(const RunSpec& spec, std::size_t micro_batch) {
   const ref::LayerConfig config(spec.layer);
-  Case k{config, ref::init_params(config, spec.seed), {}, {}, std::nullopt};
+  Case k{config, ref::case_params(config, spec.seed), {}, {}, std::nullopt};
   if (spec.gates == GateRegime::Weak) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 1e-3, 1e-2);
   if (spec.gates == GateRegime::Strong) k.params[ref::kALog] = a_log_between(spec.seed, config.Hv(), 8.0, 32.0);
   if (spec.gates == GateRegime::Extreme) shape_extreme_params(config, k.params);
@@ -53,7 +54,8 @@ std::vector<Case> make_cases(const RunSpec& spec) {
 void shape_extreme_params(const ref::LayerConfig& config, ref::LayerParams& params) {
   const std::int64_t Hv = config.Hv(), dk = config.dk(), qk = config.qk_dim(), hidden = config.hidden();
   const std::int64_t beta_row = config.conv_dim() + config.v_dim(), alpha_row = beta_row + Hv;
-  const double root = std::sqrt(static_cast<double>(hidden));  // x_0 of a spike row
+  // x_0 of a spike row: rmsnorm maps 1e4 e_0 to sqrt(hidden) e_0, times ln_w[0].
+  const double root = std::sqrt(static_cast<double>(hidden)) * params.at(ref::kInProjNorm).get(0);
   Tensor& A_log = params[ref::kALog];
   Tensor& dt_bias = params[ref::kDtBias];
   Tensor& W = params[ref::kInProj];  // [in_proj_dim, hidden]

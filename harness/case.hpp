@@ -28,14 +28,14 @@ Case make_case(const RunSpec& spec, std::size_t micro_batch = 0);
 std::vector<Case> make_cases(const RunSpec& spec);
 
 // The extreme regime reaches each range through a parameter or a hidden row the generator shapes
-// (ln_w stays 1, so RMSNorm maps a row 1e4 e_0 to sqrt(hidden) e_0 and every other row to RMS 1 with
-// x_0 = 0: in_proj's column 0 acts on the spike rows only):
-//   a + dt_bias = +-1e3   even heads: dt_bias = -10, alpha row column 0 = (1e3 + 10) / sqrt(hidden),
-//                         so +1e3 on spike rows (g = -1e6: e^g underflows) and -10 + O(0.1) elsewhere;
-//                         odd heads: dt_bias = 1 (init), column 0 = -(1e3 + 1) / sqrt(hidden): -1e3 on
+// (RMSNorm maps a row 1e4 e_0 to x = sqrt(hidden) ln_w[0] e_0 and every other row to x_0 = 0, so
+// in_proj's column 0 acts on the spike rows only; it is divided by x_0 = r below):
+//   a + dt_bias = +-1e3   even heads: dt_bias = -10, alpha row column 0 = (1e3 + 10) / r, so +1e3 on
+//                         spike rows (g = -1e6: e^g underflows) and -10 + O(0.1) elsewhere; odd heads:
+//                         dt_bias as drawn (case_params), column 0 = (-1e3 - dt_bias) / r: -1e3 on
 //                         spike rows (softplus underflows: g = 0)
-//   A = exp(A_log) = 1e3  even heads (g ~ -1e3 softplus(-10) = -0.045 off the spikes); odd heads init
-//   beta logits +-50      beta row column 0 = +-50 / sqrt(hidden): +50 (even) / -50 (odd heads) on spikes
+//   A = exp(A_log) = 1e3  even heads (g ~ -1e3 softplus(-10) = -0.045 off the spikes); odd heads drawn
+//   beta logits +-50      beta row column 0 = +-50 / r: +50 (even) / -50 (odd heads) on spikes
 //   q/k rows ~ 0          q rows of key head 0 zero (q = 0 on every token); k rows of key head Hk-1
 //                         times 1e-29 (|k| ~ 1e-30: |k|^2 underflows below the L2 norm's eps); every
 //                         zero hidden row at a sequence start makes that token's q, k, v rows zero

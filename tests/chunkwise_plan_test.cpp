@@ -10,6 +10,7 @@
 #include "cp/layer.hpp"
 #include "cpu/backend.hpp"
 #include "layouts/upstream_vectors.hpp"
+#include "reference/case_params.hpp"
 #include "reference/layer_params.hpp"
 
 namespace gdnv::cp {
@@ -33,7 +34,7 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
   const json cases = vector_cases("fla_cp_context.json");
   std::map<std::pair<Ints, int>, std::map<int, json>> by_batch;  // (cu_seqlens, W) -> rank -> case
   for (const json& c : cases) by_batch[{c["cu_seqlens"].get<Ints>(), c["cp_size"].get<int>()}][c["cp_rank"]] = c;
-  const ref::LayerParams params = ref::init_params(kLayer, 3);
+  const ref::LayerParams params = ref::case_params(kLayer, 3);
   int planned = 0, rejected = 0;
   for (const auto& batch : by_batch) {
     // Named, not bound: clang before 16 cannot capture a structured binding.
@@ -70,7 +71,7 @@ TEST(ChunkwisePlan, ContextsOfPreparedMicroBatchesAreFlas) {
 
 // One route per micro-batch: prepare() builds it; two layers' forward and backward reuse it.
 TEST(ChunkwisePlan, RouteIsBuiltOncePerMicroBatchAndReusedByEveryLayer) {
-  const ref::LayerParams first = ref::init_params(kLayer, 1), second = ref::init_params(kLayer, 2);
+  const ref::LayerParams first = ref::case_params(kLayer, 1), second = ref::case_params(kLayer, 2);
   comm::run_world(2, [&](comm::Communicator& group) {
     auto be = cpu::make_backend(DType::F32);
     const GdnCpLayer a(kLayer, chunkwise(2), first, *be, group), b(kLayer, chunkwise(2), second, *be, group);

@@ -277,7 +277,7 @@ constexpr FaultCatch kFaultCatches[] = {
     {"softplus_overflows", "CP mode matrix (cpu)"},
     {"dynamic_cp_reuses_plan", "CP mode matrix (cpu)"},
     {"gpu_conv_bleeds_across_sequences", "CP mode matrix (emu)"},
-    {"rmsnorm_fast_rsqrt", "precision regression"},
+    {"rmsnorm_fast_rsqrt", "precision rules"},
     {"backward_span_map_untransposed", "adjoint dot-products"},
     {"halo_grad_previous_rank_only", "adjoint dot-products"},
     {"route_return_uninverted", "adjoint dot-products"},

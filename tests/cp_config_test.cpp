@@ -10,6 +10,7 @@
 #include "cp/illegal.hpp"
 #include "cp/layer.hpp"
 #include "cpu/backend.hpp"
+#include "reference/case_params.hpp"
 #include "reference/layer_params.hpp"
 
 namespace gdnv::cp {
@@ -74,7 +75,7 @@ TEST(IllegalRulesTable, ConfigurationRulesPerformNoCollective) {
     CpConfig cp = rule.config;
     cp.mode = parse_mode(rule.mode);
     const ref::LayerConfig l = layer(rule.Hk, rule.Hv);
-    const ref::LayerParams params = ref::init_params(l, 1);
+    const ref::LayerParams params = ref::case_params(l, 1);
     comm::run_world(std::max(cp.cp, 1), [&](comm::Communicator& world) {
       auto be = cpu::make_backend(DType::F32);
       const comm::ScopedCounter counter(world.accounting());
@@ -187,7 +188,7 @@ TEST(CpConfig, DynamicGroupAndLocalSizeGoTogetherAndAgree) {
 // The layer validates before any collective: construction with an illegal configuration, and a
 // micro-batch with illegal lengths, leave the accounting untouched.
 TEST(CpConfig, IllegalCombinationsPerformNoCollective) {
-  const ref::LayerParams params = ref::init_params(layer(), 1);
+  const ref::LayerParams params = ref::case_params(layer(), 1);
   comm::run_world(2, [&](comm::Communicator& world) {
     auto be = cpu::make_backend(DType::F32);
     CpConfig bad = config(CpMode::Chunkwise, 2);
@@ -212,7 +213,7 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
   for (const auto& entry : bad) {
     const CpMode mode = entry.first;  // named, not bound: clang before 16 cannot capture a binding
     const ref::LayerConfig& l = entry.second;
-    const ref::LayerParams params = ref::init_params(l, 1);
+    const ref::LayerParams params = ref::case_params(l, 1);
     comm::run_world(4, [&](comm::Communicator& world) {
       const comm::TpCpGrid grid = comm::make_tp_cp_grid(world, 2);
       auto be = cpu::make_backend(DType::F32);
@@ -233,7 +234,7 @@ TEST(CpConfig, IllegalHeadCountsOnTheTpCpGridFailBeforeAnyCollective) {
 // forward/backward are const and keep per-call state in the caller's Context: the layer's fingerprint
 // is unchanged by micro-batches of every declared CP size, and it does see a parameter change.
 TEST(GdnCpLayer, ForwardAndBackwardNeverWriteLayerState) {
-  const ref::LayerParams params = ref::init_params(layer(), 1);
+  const ref::LayerParams params = ref::case_params(layer(), 1);
   ref::LayerParams other = params;
   other.at(ref::kDtBias).set(0, 2.0);
   for (CpMode mode : {CpMode::Headwise, CpMode::Chunkwise, CpMode::AllGather})

@@ -7,6 +7,7 @@
 #include "cli_testing.hpp"
 #include "core/safetensors.hpp"
 #include "layer_testing.hpp"
+#include "reference/case_params.hpp"
 #include "reference/layer_io.hpp"
 
 namespace gdnv {
@@ -29,7 +30,7 @@ class LayerCli : public ::testing::Test {
                                    .linear_value_head_dim = 3,
                                    .conv_bias = true});
     return ref::write_layer_case(
-        {config, ref::init_params(config, 1), ref::seeded_normal(1, "hidden_states", {10, 1, 8}),
+        {config, ref::case_params(config, 1), ref::seeded_normal(1, "hidden_states", {10, 1, 8}),
          std::vector<std::int64_t>{0, 4, 10}, ref::seeded_normal(1, "grad_output", {10, 1, 8})});
   }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "layer_testing.hpp"
+#include "reference/case_params.hpp"
 #include "reference/layer_io.hpp"
 
 namespace gdnv::ref {
@@ -20,7 +21,7 @@ LayerCase small_case(bool with_grad) {
                             .linear_key_head_dim = 4,
                             .linear_value_head_dim = 3,
                             .conv_bias = true});
-  LayerCase c{config, init_params(config, 1), seeded_normal(1, "hidden_states", {10, 1, 8}),
+  LayerCase c{config, case_params(config, 1), seeded_normal(1, "hidden_states", {10, 1, 8}),
               std::vector<std::int64_t>{0, 4, 10}, std::nullopt};
   if (with_grad) c.grad_output = seeded_normal(1, "grad_output", {10, 1, 8});
   return c;

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "layer_testing.hpp"
+#include "reference/case_params.hpp"
 #include "reference/gates.hpp"
 #include "reference/layer_config.hpp"
 #include "reference/layer_params.hpp"
@@ -189,6 +190,52 @@ TEST(LayerParams, InitFollowsMegatron) {
     ASSERT_LE(std::abs(p.at(kConvWeight).get(i)), 1.0 / std::sqrt(static_cast<double>(c.W())));
 }
 
+// docs/DESIGN.md §1.3 "Test-case parameters": each parameter Megatron sets to a constant, and the conv
+// bias and A_log, in its drawn range (outside the band around 1, away from 0), the conv bias of both
+// signs; the projections and conv1d.weight Megatron's bits.
+TEST(LayerParams, CaseParamsDrawEveryParameterAwayFromZeroAndOne) {
+  const LayerConfig c({.hidden_size = 64,
+                       .linear_num_key_heads = 2,
+                       .linear_num_value_heads = 8,
+                       .linear_key_head_dim = 16,
+                       .linear_value_head_dim = 16,
+                       .conv_bias = true});
+  const LayerParams p = case_params(c, 11), init = init_params(c, 11);
+  validate_params(c, p);
+  const auto in_bands = [](double m) { return (m >= 0.5 && m < 0.8) || (m >= 1.2 && m < 1.5); };
+  for (const char* name : {kInProjNorm, kOutNorm, kDtBias}) {
+    const Tensor& t = p.at(name);
+    int below = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      EXPECT_TRUE(in_bands(t.get(i))) << name << "[" << i << "] = " << t.get(i);
+      below += t.get(i) < 1.0;
+    }
+    EXPECT_TRUE(below > 0 && below < t.numel()) << name << ": " << below << " of " << t.numel() << " below 1";
+    expect_nontrivial(t, name);
+  }
+  const double bound = 1.0 / std::sqrt(static_cast<double>(c.W()));
+  const Tensor& bias = p.at(kConvBias);
+  int negative = 0;
+  for (std::int64_t i = 0; i < bias.numel(); ++i) {
+    const double m = std::abs(bias.get(i));
+    EXPECT_TRUE(m >= 0.25 * bound && m < bound) << "conv1d.bias[" << i << "] = " << bias.get(i);
+    negative += bias.get(i) < 0;
+  }
+  EXPECT_TRUE(negative > 0 && negative < bias.numel()) << negative << " negative conv biases";
+  for (std::int64_t h = 0; h < c.Hv(); ++h) {
+    const double A = std::exp(p.at(kALog).get(h));
+    EXPECT_TRUE(A >= 2.0 - 1e-12 && A < 16.0) << "A = exp(A_log) = " << A;
+  }
+  expect_nontrivial(p.at(kALog), "A_log");
+  for (const char* name : {kInProj, kConvWeight, kOutProj})
+    EXPECT_TRUE(p.at(name).bitwise_equal(init.at(name))) << name;
+  const LayerParams again = case_params(c, 11), other = case_params(c, 12);
+  for (const auto& [name, t] : p) {
+    EXPECT_TRUE(t.bitwise_equal(again.at(name))) << name;
+    EXPECT_FALSE(t.bitwise_equal(other.at(name))) << name;
+  }
+}
+
 TEST(LayerParams, SeededNormalIsAFunctionOfSeedNameAndIndex) {
   const Tensor big = seeded_normal(5, "hidden_states", {6, 1, 4}), small = seeded_normal(5, "hidden_states", {2, 1, 4});
   for (std::int64_t i = 0; i < small.numel(); ++i) ASSERT_EQ(small.get(i), big.get(i)) << i;
@@ -337,7 +384,7 @@ TEST(ParallelFor, RethrowsATaskException) {
 
 TEST(TpSharding, ShardThenUnshardIsIdentity) {
   const LayerConfig c(small_values());
-  const LayerParams p = init_params(c, 5);
+  const LayerParams p = case_params(c, 5);
   for (std::int64_t t : {1, 2, 4}) {
     std::vector<LayerParams> shards;
     for (std::int64_t r = 0; r < t; ++r) shards.push_back(tp_shard(c, p, t, r));
@@ -348,11 +395,12 @@ TEST(TpSharding, ShardThenUnshardIsIdentity) {
 
 TEST(TpSharding, ShardHoldsItsOwnHeads) {
   const LayerConfig c(small_values());
-  const LayerParams p = init_params(c, 5);
+  const LayerParams p = case_params(c, 5);
   const std::int64_t t = 4, r = 2, hv_local = c.Hv() / t, hk_local = c.Hk() / t, H = c.hidden();
   const LayerParams s = tp_shard(c, p, t, r);
   for (std::int64_t j = 0; j < hv_local; ++j) {
     EXPECT_EQ(s.at(kALog).get(j), p.at(kALog).get(r * hv_local + j));
+    EXPECT_EQ(s.at(kDtBias).get(j), p.at(kDtBias).get(r * hv_local + j));
     // z row of local value head j, element d: full row conv_dim + global head * dv + d.
     for (std::int64_t d = 0; d < c.dv(); ++d) {
       const std::int64_t local_row = 2 * hk_local * c.dk() + hv_local * c.dv() + j * c.dv() + d;
@@ -373,7 +421,7 @@ TEST(TpSharding, ShardHoldsItsOwnHeads) {
 
 TEST(TpSharding, RejectsSizesThatSplitAHeadAndRanksOutOfRange) {
   const LayerConfig c(small_values());
-  const LayerParams p = init_params(c, 5);
+  const LayerParams p = case_params(c, 5);
   EXPECT_EQ(error_of([&] { tp_shard(c, p, 3, 0); }),
             "tensor parallel size 3 does not divide linear_num_key_heads = 4 and linear_num_value_heads = 8; "
             "TP shards whole heads, so choose a TP size dividing both");
@@ -383,7 +431,7 @@ TEST(TpSharding, RejectsSizesThatSplitAHeadAndRanksOutOfRange) {
 
 TEST(TpSharding, UnshardRejectsDivergentReplicas) {
   const LayerConfig c(small_values());
-  const LayerParams p = init_params(c, 5);
+  const LayerParams p = case_params(c, 5);
   std::vector<LayerParams> shards = {tp_shard(c, p, 2, 0), tp_shard(c, p, 2, 1)};
   shards[1][kOutNorm].set(0, 2.0);
   EXPECT_EQ(error_of([&] { tp_unshard(c, shards); }),
@@ -394,7 +442,7 @@ TEST(TpSharding, UnshardRejectsDivergentReplicas) {
 TEST(TpSharding, ReduceGradsSumsReplicatedAndAssemblesSharded) {
   const LayerConfig c(small_values());
   std::vector<LayerParams> grads;
-  for (std::int64_t r = 0; r < 2; ++r) grads.push_back(tp_shard(c, init_params(c, 20 + r), 2, r));
+  for (std::int64_t r = 0; r < 2; ++r) grads.push_back(tp_shard(c, case_params(c, 20 + r), 2, r));
   for (std::int64_t r = 0; r < 2; ++r)  // make the replicated gradients differ per rank
     grads[r][kInProjNorm] = seeded_normal(30 + r, kInProjNorm, {c.hidden()});
   const LayerParams full = tp_reduce_grads(c, grads);

@@ -53,6 +53,8 @@ INSTANTIATE_TEST_SUITE_P(
     PlantedFaults, StepUnderFault,
     ::testing::Values(
         Planted{Fault::GateBf16BeforeExp, &precision_rules, "cpu bf16 gates"},
+        Planted{Fault::RmsnormFastRsqrt, &precision_rules, "cpu fp32 parameter gradients"},
+        Planted{Fault::RmsnormFastRsqrt, &precision_rules, "emu bf16 parameter gradients"},
         Planted{Fault::GateBf16BeforeExp, &precision_rules, "emu bf16 gates"},
         Planted{Fault::DecayCumsumFp32, &precision_rules, "cpu fp32 decay chain"},
         Planted{Fault::DecayCumsumFp32, &precision_rules, "emu bf16 decay chain"},

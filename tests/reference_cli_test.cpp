@@ -7,6 +7,7 @@
 #include "cli_testing.hpp"
 #include "core/safetensors.hpp"
 #include "core/vectors.hpp"
+#include "reference/case_params.hpp"
 #include "reference/kernel_io.hpp"
 #include "reference/layer_io.hpp"
 #include "reference/layer_params.hpp"
@@ -51,7 +52,7 @@ class ReferenceCli : public ::testing::Test {
                                    .linear_value_head_dim = 3});
     std::optional<Tensor> grad_output;
     if (!forward_only) grad_output = ref::seeded_normal(2, "grad_output", {6, 2, 8});
-    return ref::write_layer_case({config, ref::init_params(config, 2),
+    return ref::write_layer_case({config, ref::case_params(config, 2),
                                   ref::seeded_normal(2, "hidden_states", {6, 2, 8}), std::nullopt, grad_output});
   }
 

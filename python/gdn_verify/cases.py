@@ -1,6 +1,6 @@
 """The probe cases of `gdn-verify probe dump`, rebuilt bit for bit (docs/DESIGN.md §4 "Inputs", §8).
 
-A port of the C++ generator: Megatron's initialisation seeded by parameter name (`ref::init_params`)
+A port of the C++ generator: the test-case parameters seeded by parameter name (`ref::case_params`)
 from the counter-based PRNG (gdn_verify.rng), the gate regimes' A_log, and the rounding to the storage
 dtype. The command-line geometry options that give a CaseSpec are gdn_verify.case_options.
 """
@@ -34,6 +34,38 @@ def init_params(geometry: Geometry, seed: int) -> dict[str, torch.Tensor]:
             params[name] = seeded_uniform(seed, name, shape, lambda u: conv_bound * (2.0 * u - 1.0))
         else:  # A_log: log U(1, 16)
             params[name] = seeded_uniform(seed, name, shape, lambda u: det_log(1.0 + 15.0 * u))
+    return params
+
+
+def _sign(u: float) -> float:
+    return -1.0 if u < 0.5 else 1.0
+
+
+def _folded(u: float) -> float:
+    """A fresh uniform in [0, 1) from u's other half: 2u and 2u - 1 are exact (`ref::case_params`)."""
+    return 2.0 * u if u < 0.5 else 2.0 * u - 1.0
+
+
+def _outside_one(m: float) -> float:
+    """[0, 1) -> [0.5, 0.8) u [1.2, 1.5), uniform on both."""
+    t = 0.6 * m
+    return 0.5 + t if t < 0.3 else 0.9 + t
+
+
+def case_params(geometry: Geometry, seed: int) -> dict[str, torch.Tensor]:
+    """The parameters of every case, as `ref::case_params` (docs/DESIGN.md §1.3 "Test-case parameters"):
+    `init_params` with the norm weights, dt_bias, the conv bias and A_log drawn away from 0 and 1."""
+    conv_bound = 1.0 / math.sqrt(float(geometry.linear_conv_kernel_dim))
+    params = init_params(geometry, seed)
+    for name in names.param_names(geometry):
+        shape = names.param_shape(geometry, name)
+        if name in (names.IN_PROJ_NORM, names.OUT_NORM, names.DT_BIAS):
+            params[name] = seeded_uniform(seed, name, shape, _outside_one)
+        elif name == names.CONV_BIAS:
+            params[name] = seeded_uniform(seed, name, shape,
+                                          lambda u: _sign(u) * conv_bound * (0.25 + 0.75 * _folded(u)))
+        elif name == names.A_LOG:
+            params[name] = seeded_uniform(seed, name, shape, lambda u: det_log(2.0 + 14.0 * u))
     return params
 
 
@@ -133,7 +165,7 @@ def make_case_from_geometry(spec: CaseSpec, seed: int = 0, dtype: str = "fp32") 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}': use {', '.join(DTYPES)}")
     g = spec.geometry
-    params = init_params(g, seed)
+    params = case_params(g, seed)
     if spec.gates == "weak":
         params[names.A_LOG] = a_log_between(seed, g.Hv, 1e-3, 1e-2)
     elif spec.gates == "strong":
@@ -158,9 +190,10 @@ def make_case_from_geometry(spec: CaseSpec, seed: int = 0, dtype: str = "fp32") 
 
 def shape_extreme_params(g: Geometry, params: dict[str, torch.Tensor]) -> None:
     """The extreme regime's parameters, element for element as `cp::shape_extreme_params`: even value heads
-    A = 1e3 and dt_bias = -10, in_proj's column 0 driving a + dt_bias to +-1e3 and the beta logits to +-50 on
-    the spike rows, key head 0's q rows zero and key head Hk-1's k rows times 1e-29."""
-    hidden, root = g.hidden_size, math.sqrt(float(g.hidden_size))
+    A = 1e3 and dt_bias = -10, in_proj's column 0 (over x_0 = sqrt(hidden) ln_w[0] of a spike row) driving
+    a + dt_bias to +-1e3 and the beta logits to +-50 on the spike rows, key head 0's q rows zero and key head
+    Hk-1's k rows times 1e-29."""
+    hidden, root = g.hidden_size, math.sqrt(float(g.hidden_size)) * float(params[names.IN_PROJ_NORM][0])
     beta_row = g.conv_dim + g.v_dim
     alpha_row = beta_row + g.Hv
     A_log, dt_bias, W = params[names.A_LOG], params[names.DT_BIAS], params[names.IN_PROJ].view(-1)

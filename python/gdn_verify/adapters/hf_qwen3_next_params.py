@@ -13,7 +13,7 @@ Mapping (Megatron <-> Hugging Face), r = Hv / Hk value heads per key head:
     out_proj.weight            <-> linear_attn.out_proj.weight
 
 The +1 is exact for weights in [0.5, 2] (Sterbenz), so both directions are lossless there, which holds
-the cases' weights (all 1); gradients are not shifted.
+the cases' weights (in [0.5, 1.5), docs/DESIGN.md §1.3); gradients are not shifted.
 """
 
 from __future__ import annotations
