@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <utility>
 
+#include "core/gemm.hpp"
 #include "gate/steps.hpp"
 
 namespace gdnv::gate {
@@ -25,10 +28,43 @@ TEST(TrainingKnownAnswers, AdamWTheLossTheMaskAndTheVerdictLimitsAreTheFormulas)
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
+TEST(SafetensorsRoundTrip, BytesSurviveSmallIoPiecesAndOutputsNeverReplaceInputs) {
+  const StepResult r = safetensors_round_trip.run({});
+  EXPECT_EQ(r.cases, 13);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
 TEST(OracleSelfChecks, GroupedRunGivesTheWholeLayersBitsOverTwoRowBlocks) {
   const StepResult r = only(oracle_self_checks, "grouped run 2 groups, 2 row blocks");
   EXPECT_EQ(r.cases, 1);
   EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+TEST(OracleSelfChecks, GroupedRunGivesTheWholeLayersBitsOverFourSmallRowBlocks) {
+  const StepResult r = only(oracle_self_checks, "grouped run 2 groups, 4 row blocks of 64");
+  EXPECT_EQ(r.cases, 1);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+TEST(OracleSelfChecks, KernelConvFinalStateAndItsGradientAreTheRecurrenceOnEverySlot) {
+  for (const char* part :
+       {": y and final state", ": dht slot 0", ": dht slot 1", ": dht slot 2", ": dht slot 3", ": gradients"}) {
+    const StepResult r = only(oracle_self_checks, std::string("kernel conv every state slot") + part);
+    EXPECT_EQ(r.cases, 1) << part;
+    EXPECT_EQ(r.failed, 0) << r.detail;
+  }
+}
+
+TEST(OracleSelfChecks, GemmKeepsTheFmaChainsBitsThroughSubnormalsInEveryLaneOfEveryKernel) {
+  int kernels = 0;
+  for (const auto& [kernel, name] :
+       {std::pair{GemmKernel::Avx512, "avx512"}, {GemmKernel::Avx2, "avx2"}, {GemmKernel::Portable, "portable"}}) {
+    const StepResult r = only(oracle_self_checks, std::string("gemm subnormal lanes ") + name);
+    EXPECT_EQ(r.cases, gemm_kernel_available(kernel) ? 1 : 0) << name;
+    EXPECT_EQ(r.failed, 0) << r.detail;
+    kernels += r.cases;
+  }
+  EXPECT_GE(kernels, 1);  // the portable kernel runs everywhere
 }
 
 TEST(OracleSelfChecks, KernelConvFromAStateIsItsRecurrenceAndSplitsAtTheState) {
