@@ -158,6 +158,12 @@ TEST(FileSpans, ReadEverySpanFromItsOffset) {
   std::vector<std::uint8_t> past(16);
   EXPECT_FALSE(read_spans(fd, {{past.data(), past.size(), file.size() - 8}}, kPiece));
   EXPECT_EQ(errno, EIO);
+  try {
+    read_spans(fd, {{small.data(), small.size(), 0}}, 0);
+    ADD_FAILURE() << "a piece of 0 bytes was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "read_spans: the piece size must be positive");
+  }
   ::close(fd);
   TensorFile st;
   Tensor x(DType::F32, {3000});  // 12000 bytes: three whole pieces and part of a fourth
