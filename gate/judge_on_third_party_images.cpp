@@ -97,9 +97,10 @@ class Images {
   Images& operator=(const Images&) = delete;
 
   fs::path clean(const Flavour& f) const { return root_ / (std::string("clean-") + f.label); }
-  // A fresh copy of the clean image of `f`, for case `n` to break.
-  fs::path copy(const Flavour& f, int n) const {
-    const fs::path dir = root_ / ("case" + std::to_string(n));
+  // A fresh copy of the clean image of `f` for the case running to break (cases run one at a time), named
+  // the same for every case so that a failure's detail does not depend on which cases ran before it.
+  fs::path copy(const Flavour& f) const {
+    const fs::path dir = root_ / "case";
     fs::remove_all(dir);
     fs::copy(clean(f), dir);
     return dir;
@@ -198,7 +199,7 @@ std::string rank_name(const std::string& mode, int r) { return mode + ".rank" + 
 
 // ---- image integrity (docs/DESIGN.md §8, whole images) ---------------------------------------------------
 
-void integrity_cases(StepResult& r, const Images& images, int& n) {
+void integrity_cases(StepResult& r, const Images& images) {
   for (const Flavour& f : kFlavours) {
     const std::string tag = std::string(" (") + f.label + ")";
     const fs::path clean = images.clean(f);
@@ -215,7 +216,7 @@ void integrity_cases(StepResult& r, const Images& images, int& n) {
          {std::pair{"stray chunkwise.rank4 in a world of 4", rank_name("chunkwise", 4)},
           std::pair{"stray chunkwise.rank01", std::string("chunkwise.rank01.safetensors")}})
       r.check_case(label + tag, [&, stray = stray] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         fs::copy_file(dir / rank_name("chunkwise", kWorld - 1), dir / stray);
         return first_of({structural_verdicts(clean, dir, stray),
                          expect_cli("cross-mode --dir " + dir.string(), 2, images.root()),
@@ -224,14 +225,14 @@ void integrity_cases(StepResult& r, const Images& images, int& n) {
       });
     for (const int missing : {0, kWorld - 1})
       r.check_case("chunkwise.rank" + std::to_string(missing) + " missing" + tag, [&] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         fs::remove(dir / rank_name("chunkwise", missing));
         return structural_verdicts(clean, dir, rank_name("chunkwise", missing));
       });
     // A rank file of another dump of the same mode, bit-identical but for its run id (docs/DESIGN.md §8, one run).
     for (const int foreign : {0, kWorld - 1})
       r.check_case("chunkwise.rank" + std::to_string(foreign) + " of another run" + tag, [&] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         edit_rank_file(dir, "chunkwise", foreign, [](TensorFile& t) { t.metadata["run"] = probes::new_run_id(); });
         return structural_verdicts(clean, dir, rank_name("chunkwise", foreign));
       });
@@ -240,7 +241,7 @@ void integrity_cases(StepResult& r, const Images& images, int& n) {
     // differs from it), and by compare (bitwise) as that rank's file against REF's.
     for (int off = 0; off < kWorld; ++off)
       r.check_case("one replica off on rank " + std::to_string(off) + tag, [&] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         edit_rank_file(dir, "chunkwise", off, [](TensorFile& t) {
           Tensor& g = t.tensors.at("grad::A_log");
           g.set(1, std::nextafter(g.get(1), std::numeric_limits<double>::infinity()));
@@ -267,7 +268,7 @@ void integrity_cases(StepResult& r, const Images& images, int& n) {
 
 // ---- NaN and Inf among finite values (docs/DESIGN.md §4: a non-finite value on one side only fails) ------
 
-void non_finite_cases(StepResult& r, const Images& images, int& n) {
+void non_finite_cases(StepResult& r, const Images& images) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   for (const Flavour& f : kFlavours) {
     const std::string tag = std::string(" (") + f.label + ")";
@@ -277,7 +278,7 @@ void non_finite_cases(StepResult& r, const Images& images, int& n) {
       // The candidate side: one element of chunkwise rank 1's out. Every reader fails it (exit 1): the oracle
       // and cross-mode on `out`, compare on that rank's file.
       r.check_case(what + " in the out of a candidate" + tag, [&] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         edit_rank_file(dir, "chunkwise", 1, [&](TensorFile& t) { t.tensors.at("out").set(5, bad); });
         const probes::CrossMode cross = probes::cross_mode(dir.string(), probes::load_policy("cp-vs-cp1"));
         const probes::Comparison oracle = probes::judge_with_oracle(dir.string());
@@ -296,7 +297,7 @@ void non_finite_cases(StepResult& r, const Images& images, int& n) {
       });
       // The reference side: cp1's out (cross-mode's reference) and REF's file (compare's).
       r.check_case(what + " in the out of a reference" + tag, [&] {
-        const fs::path dir = images.copy(f, ++n);
+        const fs::path dir = images.copy(f);
         edit_rank_file(dir, "cp1", 0, [&](TensorFile& t) { t.tensors.at("out").set(7, bad); });
         const probes::CrossMode cross = probes::cross_mode(dir.string(), probes::load_policy("cp-vs-cp1"));
         const probes::Comparison cmp =
@@ -349,7 +350,7 @@ bool outside_cp_vs_cp1(const Tensor& a, const Tensor& b) {
   return false;
 }
 
-void band_only_cases(StepResult& r, const Images& images, int& n) {
+void band_only_cases(StepResult& r, const Images& images) {
   const Flavour& ours = kFlavours[0];
   const Flavour& third = kFlavours[1];
   const Tensor o = oracle_gradient(images.clean(third));
@@ -358,7 +359,7 @@ void band_only_cases(StepResult& r, const Images& images, int& n) {
   for (const auto& [label, rho, band] : {std::tuple{"cp1 just past the kernel gate", 1.01e-10, true},
                                          std::tuple{"cp1 just inside the kernel gate", 0.99e-10, false}})
     r.check_case(std::string("band-only: ") + label + " (third-party)", [&, rho = rho, band = band] {
-      const fs::path dir = images.copy(third, ++n);
+      const fs::path dir = images.copy(third);
       set_gradient(dir, "cp1", 1, times(o, 1 + rho));
       const probes::CrossMode cross = probes::cross_mode(dir.string(), probes::load_policy("cp-vs-cp1"));
       const std::string want = band ? "{" + kBandTensor + "}" : "{}";
@@ -372,7 +373,7 @@ void band_only_cases(StepResult& r, const Images& images, int& n) {
   const double rho = 0.1;
   const double band = std::sqrt((13.0 + kWorld) / 14.0) * (1.0 + 3.0 / std::sqrt(static_cast<double>(o.numel()))) * rho;
   const auto image = [&](const Flavour& f, double s) {
-    const fs::path dir = images.copy(f, ++n);
+    const fs::path dir = images.copy(f);
     set_gradient(dir, "cp1", 1, times(o, 1 + rho));
     set_gradient(dir, "chunkwise", kWorld, times(o, 1 - s * band));
     if (!outside_cp_vs_cp1(times(o, 1 + rho), times(o, 1 - s * band)))
@@ -412,14 +413,14 @@ void band_only_cases(StepResult& r, const Images& images, int& n) {
 
 // ---- a cross-mode failure that is numeric only (docs/DESIGN.md §5: exit 1, never 0) ----------------------
 
-void numeric_only_cases(StepResult& r, const Images& images, int& n) {
+void numeric_only_cases(StepResult& r, const Images& images) {
   for (const Flavour& f : kFlavours) {
     const std::string tag = std::string(" (") + f.label + ")";
     // Against cp1 alone: cp1's out doubled (outside atol 2e-3 + rtol 1e-2 |x| wherever |x| > 2e-3), the CP run where it
     // was, on the oracle, so every deviation ratio (against cp1's, now 1) holds. Ours under the contract's rule; the
     // third party's under cp1-vs-old (under the contract's rule cp1's out, 1 from the oracle, would be band-only).
     r.check_case("numeric only: cp1 out doubled, the CP run on the oracle" + tag, [&] {
-      const fs::path dir = images.copy(f, ++n);
+      const fs::path dir = images.copy(f);
       edit_rank_file(dir, "cp1", 0, [](TensorFile& t) { t.tensors.at("out") = times(t.tensors.at("out"), 2.0); });
       const std::string policy = f.third_party ? "cp1-vs-old" : "cp-vs-cp1";
       const probes::CrossMode cross = probes::cross_mode(dir.string(), probes::load_policy(policy));
@@ -434,7 +435,7 @@ void numeric_only_cases(StepResult& r, const Images& images, int& n) {
     // 1, but 1e-5 from the oracle against a bound of about 1.1 x the 1e-6 floor (cp1's fp64 deviation is far
     // below it).
     r.check_case("numeric only: the deviation ratio of chunkwise alone" + tag, [&] {
-      const fs::path dir = images.copy(f, ++n);
+      const fs::path dir = images.copy(f);
       for (int rank = 0; rank < kWorld; ++rank)
         edit_rank_file(dir, "chunkwise", rank,
                        [](TensorFile& t) { t.tensors.at("out") = times(t.tensors.at("out"), 1 + 1e-5); });
@@ -731,15 +732,24 @@ void decay_class_cases(StepResult& r, harness::GateRegime regime) {
     });
 }
 
+// `text` with the scratch directory `root` (named after the process) written as <scratch>: a failure's detail
+// reads the same when its reproduce command runs it again.
+std::string without_root(std::string text, const std::string& root) {
+  for (std::size_t at; (at = text.find(root)) != std::string::npos;) text.replace(at, root.size(), "<scratch>");
+  return text;
+}
+
 StepResult run(const StepOptions& options) {
   StepResult r(options);
   try {
     const Images images;
-    int n = 0;
-    integrity_cases(r, images, n);
-    non_finite_cases(r, images, n);
-    band_only_cases(r, images, n);
-    numeric_only_cases(r, images, n);
+    integrity_cases(r, images);
+    non_finite_cases(r, images);
+    band_only_cases(r, images);
+    numeric_only_cases(r, images);
+    const std::string root = images.root().string();
+    r.detail = without_root(r.detail, root);
+    for (auto& f : r.failures) f.why = without_root(f.why, root);
   } catch (const Error& e) {
     r.check(false, "images", e.what());
   }
