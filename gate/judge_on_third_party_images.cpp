@@ -14,7 +14,11 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
