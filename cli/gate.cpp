@@ -13,7 +13,10 @@
 #include "core/error.hpp"
 #include "core/file.hpp"
 #include "core/progress.hpp"
+#include "core/vectors.hpp"
 #include "faults/registry.hpp"
+#include "fixtures/fixtures.hpp"
+#include "gate/precision_regression.hpp"
 #include "gate/report.hpp"
 #include "gate/reproduce.hpp"
 #include "gate/steps.hpp"
@@ -77,7 +80,9 @@ int gate_main(const std::vector<std::string>& args, std::ostream& out) {
   if (const std::string backend = (*vm)["backend"].as<std::string>(); backend == "cuda")
     (void)parse_backend_option(backend);  // no device: the one line naming the fix, exit 3
   else if (backend != "cpu") throw ConfigError("gate --backend '" + backend + "' is not supported: use cpu or cuda");
-  check_outputs(output_options(*vm, {"junit"}));
+  // The gate's inputs: the committed fixtures, precision baseline and reference vectors.
+  check_outputs(output_options(*vm, {"junit"}),
+                {fixtures::committed_fixtures_dir(), gate::committed_precision_baseline(), vector_path("")});
   if ((*vm)["list-faults"].as<bool>()) {
     list_faults(out);
     return kPass;

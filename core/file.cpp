@@ -185,12 +185,12 @@ bool read_all(int fd, std::uint8_t* data, std::uint64_t size, std::uint64_t offs
 
 }  // namespace
 
-bool read_spans(int fd, const std::vector<FileSpan>& spans) {
-  constexpr std::uint64_t kPiece = 64 << 20;
+bool read_spans(int fd, const std::vector<FileSpan>& spans, std::uint64_t piece) {
+  if (piece == 0) throw Error("read_spans: the piece size must be positive");
   std::vector<FileSpan> pieces;
   for (const FileSpan& s : spans)
-    for (std::uint64_t at = 0; at < s.size; at += kPiece)
-      pieces.push_back({s.data + at, std::min(kPiece, s.size - at), s.offset + at});
+    for (std::uint64_t at = 0; at < s.size; at += piece)
+      pieces.push_back({s.data + at, std::min(piece, s.size - at), s.offset + at});
   std::atomic<bool> ok{true};
   std::atomic<int> error{0};
   parallel_for(static_cast<std::int64_t>(pieces.size()), 0, [&](std::int64_t i) {
@@ -281,13 +281,14 @@ void check_outputs(const std::vector<OutputPath>& outputs, const std::vector<std
       throw ConfigError(named + ": a symlink to a missing file (" + ec.message() + "): give a regular file's path");
     if (fs::exists(status) && !fs::is_regular_file(status))
       throw ConfigError(named + ": is " + file_kind(status) + ": give a regular file's path");
-    // An existing file that is an input, or a file of an input directory (a probe image's rank file).
+    // An existing file that is an input, or a file of an input directory (a probe image's rank file),
+    // by any spelling and through any link: the file the write would replace, links resolved.
     for (const auto& input : inputs) {
       if (!fs::exists(status)) break;
       if (fs::equivalent(path, input, ec))
         throw ConfigError(named + ": is the input " + input + ": write the output to another file");
-      const fs::path parent = fs::absolute(path, ec).parent_path();
-      if (fs::is_directory(input, ec) && fs::equivalent(parent, input, ec))
+      const fs::path parent = fs::canonical(path, ec).parent_path();
+      if (!ec && fs::is_directory(input, ec) && fs::equivalent(parent, input, ec))
         throw ConfigError(named + ": is a file of the input directory " + input + ": write the output elsewhere");
     }
     const fs::path absolute = fs::weakly_canonical(path, ec);

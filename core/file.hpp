@@ -25,24 +25,27 @@ void write_file_atomic(const std::string& path, const std::string& text);
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_text);
 
 // Bytes of memory at an offset of a file. read_spans reads every span with pread in pieces of at most
-// 64 MiB, shared out over every core (0.85 s instead of 1.04 s for the real-size layer's 0.8 GB; writes
-// to one file are serialised by its inode lock, so they stay one stream). False on a short or failed
-// read (errno says why: EIO for a short one).
+// `piece` bytes (64 MiB; tests pass a few KiB to cut a small tensor into several), shared out over every
+// core (0.85 s instead of 1.04 s for the real-size layer's 0.8 GB; writes to one file are serialised by
+// its inode lock, so they stay one stream). False on a short or failed read (errno says why: EIO for a
+// short one).
 struct FileSpan {
   std::uint8_t* data;
   std::uint64_t size, offset;
 };
-bool read_spans(int fd, const std::vector<FileSpan>& spans);
+constexpr std::uint64_t kReadPiece = 64ull << 20;
+bool read_spans(int fd, const std::vector<FileSpan>& spans, std::uint64_t piece = kReadPiece);
 
 // A file a command will write, given by `option` ("--json").
 struct OutputPath {
   std::string option, path;
 };
 // Every command's outputs, checked before its work starts so that a bad one fails with nothing done
-//: ConfigError naming the option and the path when an output is one of `inputs`
-// (the same file through any link), a directory, a device, FIFO or socket, a dangling symlink or a
-// symlink loop, given twice, or cannot be created (missing or unwritable directory, read-only file
-// system, name too long: probed by creating and removing the temp file write_file_atomic uses).
+//: ConfigError naming the option and the path when an output is one of `inputs` or an existing file of
+// an input directory (by any spelling, `./x`, `d/../x`, and through any link), a directory, a device,
+// FIFO or socket, a dangling symlink or a symlink loop, given twice, or cannot be created (missing or
+// unwritable directory, read-only file system, name too long: probed by creating and removing the temp
+// file write_file_atomic uses).
 // Absent options (empty paths) are skipped.
 void check_outputs(const std::vector<OutputPath>& outputs, const std::vector<std::string>& inputs = {});
 

@@ -192,7 +192,7 @@ TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const s
 
 // Reads the header, then every tensor straight into its own buffer (on every core): peak memory is the
 // tensors alone.
-TensorFile read_safetensors(const std::string& path) {
+TensorFile read_safetensors(const std::string& path, std::uint64_t piece) {
   require_regular_input(path);
   std::error_code ec;
   std::ifstream in(path, std::ios::binary);
@@ -212,7 +212,7 @@ TensorFile read_safetensors(const std::string& path) {
     spans.push_back({t.bytes(), t.nbytes(), 8 + len + e.begin});
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool read = fd >= 0 && read_spans(fd, spans);
+  const bool read = fd >= 0 && read_spans(fd, spans, piece);
   const std::string why = std::strerror(errno);
   if (fd >= 0) ::close(fd);
   if (!read) throw IoError(path + ": read failed (" + why + ")");

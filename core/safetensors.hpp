@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file.hpp"
 #include "core/tensor.hpp"
 
 namespace gdnv {
@@ -27,7 +28,8 @@ constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;
 // Parses a whole file image. Every malformation is a FormatError whose message starts with `source`
 // and names the tensor involved.
 TensorFile parse_safetensors(const std::uint8_t* data, std::size_t size, const std::string& source);
-TensorFile read_safetensors(const std::string& path);
+// Reads the tensors with read_spans in pieces of `piece` bytes (core/file.hpp).
+TensorFile read_safetensors(const std::string& path, std::uint64_t piece = kReadPiece);
 
 std::vector<std::uint8_t> serialize_safetensors(const TensorFile& file);
 // Atomic: writes a temporary file beside `path` and renames it, so a failure leaves no partial file.

@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 
+#include "core/eigen.hpp"
+#include "core/gemm.hpp"
+#include "core/rng.hpp"
 #include "gate/steps.hpp"
 #include "reference/case_params.hpp"
 #include "reference/conv1d.hpp"
@@ -162,19 +166,23 @@ void layer_finite_differences(StepResult& r) {
 }
 
 // The grouped real-scale run (reference/layer.hpp layer_run_grouped) and the freeing backward
-// (layer_backward_freeing) against the whole layer, the same bits: 2 GVA groups and 1030 x 2 = 2060 rows, two of its
-// 2048-row blocks (each block's rstd, dW_in and out_norm chains continue from the block before). Chunked core, conv
-// bias.
-void grouped_run(StepResult& r) {
-  const std::string label = "grouped run 2 groups, 2 row blocks";
-  if (!r.only.empty() && !r.only.starts_with(label)) return;
+// (layer_backward_freeing) against the whole layer, the same bits: 2 GVA groups, each over every block of
+// rows (each block's rstd, dW_in and out_norm chains continue from the block before). At the real block
+// of kGroupedRowBlock rows, SBHD (kGroupedRowBlock / 2 + 6) x 2 rows: two blocks, the second of 12 rows;
+// at 64-row blocks, 103 x 2 = 206 rows: four, the last of 14. Chunked core, conv bias.
+void grouped_run(StepResult& r, std::int64_t row_block) {
+  const std::int64_t S = row_block == ref::kGroupedRowBlock ? ref::kGroupedRowBlock / 2 + 6 : 103, B = 2;
+  const std::int64_t blocks = (S * B + row_block - 1) / row_block;
+  const std::string label = "grouped run 2 groups, " + std::to_string(blocks) + " row blocks" +
+                            (row_block == ref::kGroupedRowBlock ? "" : " of " + std::to_string(row_block));
+  if (!r.selected(label)) return;
   const ref::LayerConfig config({8, 2, 4, 4, 4, 4, 1e-6, true});
   const ref::LayerParams params = ref::case_params(config, 21);
-  const Tensor h = ref::seeded_normal(21, "hidden", {1030, 2, 8}), dy = ref::seeded_normal(21, "dy", {1030, 2, 8});
+  const Tensor h = ref::seeded_normal(21, "hidden", {S, B, 8}), dy = ref::seeded_normal(21, "dy", {S, B, 8});
   const ref::LayerOptions options{ref::CoreForm::Chunked, 64};
   const ref::LayerForward fwd = ref::layer_forward(config, params, h, std::nullopt, options);
   const ref::LayerGrads whole = ref::layer_backward(config, params, fwd, dy);
-  const ref::GroupedRun grouped = ref::layer_run_grouped(config, params, h, dy, std::nullopt, options, 2);
+  const ref::GroupedRun grouped = ref::layer_run_grouped(config, params, h, dy, std::nullopt, options, 2, row_block);
   // The freeing backward (what the real-scale runs take) on copies: the same bits too.
   ref::LayerForward fwd_copy = fwd;
   Tensor dy_copy = dy;
@@ -283,6 +291,210 @@ void conv_states(StepResult& r) {
   check_rel_rms(r, label + ": dbias across the state", *g.dbias, db, 1e-12);
 }
 
+// The kernel conv's final state and its gradient on every slot, against the recurrence of docs/DESIGN.md
+// §1.2 written out here: sequence n's extended tokens E[tau], tau in [-W, len), are initial_state slot
+// tau + W before its start and x after; y[t] = silu(b + sum_i w[:, i] E[t - (W-1) + i]), final state
+// slot s = E[len - W + s], and each one's gradient flows back to the E it read. Lengths 0, 1, 3, 4, 9 at
+// W = 4 put every slot of the final state on the initial state (slot 0 of an empty sequence: its own
+// slot 0) and on a token.
+struct ConvRecurrence {
+  Tensor y, final_state, dx, dweight, dbias, dh0;
+};
+
+ConvRecurrence conv_recurrence(const ref::Conv1dInputs& in, const Tensor& dy, const Tensor& dht) {
+  const std::int64_t D = in.x.dim(2), W = in.weight.dim(1);
+  const std::vector<std::int64_t>& cu = *in.cu_seqlens;
+  ConvRecurrence r{Tensor(DType::F64, in.x.shape()), Tensor(DType::F64, dht.shape()),
+                   Tensor(DType::F64, in.x.shape()), Tensor(DType::F64, in.weight.shape()),
+                   Tensor(DType::F64, {D}),          Tensor(DType::F64, dht.shape())};
+  for (std::size_t n = 0; n + 1 < cu.size(); ++n) {
+    const auto seq = static_cast<std::int64_t>(n);
+    const std::int64_t begin = cu[n], len = cu[n + 1] - cu[n];
+    // Flat offsets of E[tau] (and of its gradient) channel c, in x or in the initial state.
+    const auto at = [&](std::int64_t tau, std::int64_t c) {
+      return tau >= 0 ? (begin + tau) * D + c : (seq * D + c) * W + tau + W;
+    };
+    const auto E = [&](std::int64_t tau, std::int64_t c) {
+      return tau >= 0 ? in.x.get(at(tau, c)) : in.initial_state->get(at(tau, c));
+    };
+    const auto add_grad = [&](std::int64_t tau, std::int64_t c, double g) {
+      Tensor& into = tau >= 0 ? r.dx : r.dh0;
+      into.set(at(tau, c), into.get(at(tau, c)) + g);
+    };
+    for (std::int64_t c = 0; c < D; ++c) {
+      for (std::int64_t s = 0; s < W; ++s) {
+        r.final_state.set((seq * D + c) * W + s, E(len - W + s, c));
+        add_grad(len - W + s, c, dht.get((seq * D + c) * W + s));
+      }
+      for (std::int64_t t = 0; t < len; ++t) {
+        double pre = in.bias->get(c);
+        for (std::int64_t i = 0; i < W; ++i) pre += in.weight.get(c * W + i) * E(t - (W - 1) + i, c);
+        const double sig = 1 / (1 + std::exp(-pre)), g = dy.get(at(t, c)) * sig * (1 + pre * (1 - sig));
+        r.y.set(at(t, c), pre * sig);
+        r.dbias.set(c, r.dbias.get(c) + g);
+        for (std::int64_t i = 0; i < W; ++i) {
+          const std::int64_t tau = t - (W - 1) + i;
+          r.dweight.set(c * W + i, r.dweight.get(c * W + i) + g * E(tau, c));
+          add_grad(tau, c, g * in.weight.get(c * W + i));
+        }
+      }
+    }
+  }
+  return r;
+}
+
+void conv_state_slots(StepResult& r) {
+  const std::int64_t D = 2, W = 4;
+  const std::vector<std::int64_t> cu{0, 0, 1, 4, 8, 17};
+  const auto N = static_cast<std::int64_t>(cu.size()) - 1;
+  const ref::Conv1dInputs in{ref::seeded_normal(23, "x", {1, cu.back(), D}),
+                             ref::seeded_normal(23, "w", {D, W}),
+                             ref::seeded_normal(23, "b", {D}),
+                             ref::seeded_normal(23, "h0", {N, D, W}),
+                             cu,
+                             ref::Activation::Silu};
+  const Tensor dy = ref::seeded_normal(23, "dy", in.x.shape()), dht = ref::seeded_normal(23, "dht", {N, D, W});
+  const std::string label = "kernel conv every state slot";
+  r.check_case(label + ": y and final state", [&]() -> std::string {
+    const ConvRecurrence want = conv_recurrence(in, Tensor(DType::F64, dy.shape()), dht);
+    // The final state is copies of inputs: exact. y: W + 1 terms of O(1), fp64 roundoff ~1e-16.
+    if (!ref::conv1d_final_state(in).bitwise_equal(want.final_state)) return "the final state is not E[len - W + s]";
+    StepResult y;
+    check_rel_rms(y, "y", want.y, ref::conv1d_forward(in), 1e-12);
+    return y.detail;
+  });
+  // dht on slot s alone, dy = 0: the gradient is dht's slot s placed on the token (or initial-state
+  // slot) it holds, nothing added: exact.
+  for (std::int64_t slot = 0; slot < W; ++slot)
+    r.check_case(label + ": dht slot " + std::to_string(slot), [&]() -> std::string {
+      Tensor one(DType::F64, dht.shape());
+      for (std::int64_t i = slot; i < one.numel(); i += W) one.set(i, dht.get(i));
+      const Tensor zero(DType::F64, dy.shape());
+      const ConvRecurrence want = conv_recurrence(in, zero, one);
+      const ref::Conv1dGrads got = ref::conv1d_backward(in, zero, one);
+      if (!got.dx.bitwise_equal(want.dx)) return "dx is not dht's slot on the token it holds";
+      if (!got.dh0->bitwise_equal(want.dh0)) return "dh0 is not dht's slot on the initial-state slot it holds";
+      return "";
+    });
+  r.check_case(label + ": gradients", [&]() -> std::string {
+    const ConvRecurrence want = conv_recurrence(in, dy, dht);
+    const ref::Conv1dGrads got = ref::conv1d_backward(in, dy, dht);
+    // Sums of <= W + 1 terms of O(1) in another order: fp64 roundoff ~1e-16; 1e-12 relative RMS.
+    StepResult g;
+    check_rel_rms(g, "dx", want.dx, got.dx, 1e-12);
+    check_rel_rms(g, "dweight", want.dweight, got.dweight, 1e-12);
+    check_rel_rms(g, "dbias", want.dbias, *got.dbias, 1e-12);
+    check_rel_rms(g, "dh0", want.dh0, *got.dh0, 1e-12);
+    return g.detail;
+  });
+}
+
+// The oracle's GEMM (core/gemm.hpp) through subnormals, on every kernel this CPU has (the AVX-512 one
+// runs such tiles on its exact path, core/gemm_subnormal.hpp, 8 lanes at a time): each C(i, j) must be
+// the bits of its fma chain, written out here. For each lane L of a 16-column tile (two 8-lane vectors;
+// two tiles of the 8-column kernels), subnormals sit only in B's columns j = L (mod 16), in C's entries
+// of those columns and in A's entries with i + k = L (mod 16) (every lane of A's packed panels); every
+// product and C is near the subnormal range: an even step k multiplies A's tiny values (2^-1060 ..
+// 2^-1018) by B's O(1) ones, an odd step A's O(1) values by B's tiny ones, so each chain's bits hang on
+// its subnormal terms, and some results in the lane's columns are subnormal. 28 x 20 x 32: two tiles each
+// way on every kernel.
+double signed_binade(const Rng& rng, std::uint64_t u, int binade) {
+  return std::ldexp((rng.uniform(u) < 0.5 ? -1 : 1) * (1 + rng.uniform(u + 1)), binade);
+}
+
+// Tiny: subnormal where `subnormal`, else normal in [2^-1022, 2^-1018); else O(1) (2^-12 .. 2^0): products
+// and sums of a few signed ones straddle the subnormal boundary 2^-1022.
+int lane_binade(const Rng& rng, std::uint64_t u, bool tiny, bool subnormal) {
+  if (!tiny) return static_cast<int>(std::floor(rng.uniform(u, -12, 0)));
+  return static_cast<int>(std::floor(subnormal ? rng.uniform(u, -1060, -1023) : rng.uniform(u, -1022, -1018)));
+}
+
+struct LaneOperands {
+  RowMatrix A, B, C;
+};
+
+LaneOperands subnormal_lane_operands(int lane, std::int64_t M, std::int64_t K, std::int64_t N) {
+  const Rng rng(24, "gemm lane " + std::to_string(lane));
+  LaneOperands o{RowMatrix(M, K), RowMatrix(K, N), RowMatrix(M, N)};
+  std::uint64_t u = 0;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t k = 0; k < K; ++k, u += 3)
+      o.A(i, k) = signed_binade(rng, u, lane_binade(rng, u + 2, k % 2 == 0, (i + k) % 16 == lane));
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t j = 0; j < N; ++j, u += 3)
+      o.B(k, j) = signed_binade(rng, u, lane_binade(rng, u + 2, k % 2 == 1, j % 16 == lane));
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j, u += 3)
+      o.C(i, j) = signed_binade(rng, u, lane_binade(rng, u + 2, true, j % 16 == lane));
+  return o;
+}
+
+RowMatrix fma_chain(const RowMatrix& A, const RowMatrix& B, const RowMatrix* C0) {
+  RowMatrix C(A.rows(), B.cols());
+  for (Eigen::Index i = 0; i < A.rows(); ++i)
+    for (Eigen::Index j = 0; j < B.cols(); ++j) {
+      double acc = C0 ? (*C0)(i, j) : 0.0;
+      for (Eigen::Index k = 0; k < A.cols(); ++k) acc = std::fma(A(i, k), B(k, j), acc);
+      C(i, j) = acc;
+    }
+  return C;
+}
+
+// "" when C has the chain's bits, else the first differing element.
+std::string first_other_bits(const RowMatrix& got, const RowMatrix& want) {
+  for (Eigen::Index i = 0; i < got.rows(); ++i)
+    for (Eigen::Index j = 0; j < got.cols(); ++j)
+      if (std::memcmp(&got(i, j), &want(i, j), sizeof(double)) != 0) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "C(%ld, %ld) = %a, its fma chain gives %a", static_cast<long>(i),
+                      static_cast<long>(j), got(i, j), want(i, j));
+        return buf;
+      }
+  return "";
+}
+
+// "" when every lane holds on `kernel`, else the first lane and element that does not.
+std::string subnormal_lanes_on(GemmKernel kernel) {
+  const std::int64_t M = 28, K = 20, N = 32;
+  const auto flushed = [](RowMatrix m) {
+    for (Eigen::Index i = 0; i < m.size(); ++i)
+      if (std::fpclassify(m.data()[i]) == FP_SUBNORMAL) m.data()[i] = 0;
+    return m;
+  };
+  for (int lane = 0; lane < 16; ++lane) {
+    const LaneOperands o = subnormal_lane_operands(lane, M, K, N);
+    const RowMatrix want = fma_chain(o.A, o.B, &o.C), fC = flushed(o.C);
+    const std::string at = "lane " + std::to_string(lane) + ": ";
+    // The case keeps its point: some results of the lane are subnormal, each operand's subnormals move bits.
+    bool subnormal_result = false;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = lane; j < N; j += 16) subnormal_result |= std::fpclassify(want(i, j)) == FP_SUBNORMAL;
+    if (!subnormal_result || first_other_bits(fma_chain(flushed(o.A), o.B, &o.C), want).empty() ||
+        first_other_bits(fma_chain(o.A, flushed(o.B), &o.C), want).empty() ||
+        first_other_bits(fma_chain(o.A, o.B, &fC), want).empty())
+      return at +
+             "the case lost its point: no subnormal result in the lane, or some operand's subnormals move no chain";
+    RowMatrix C = o.C, P(M, N);
+    gemm(view(o.A), view(o.B), mutable_view(C), {.accumulate = true, .kernel = kernel});
+    gemm(view(o.A), view(o.B), mutable_view(P), {.kernel = kernel});
+    if (const std::string why = first_other_bits(C, want); !why.empty()) return at + "C += A B: " + why;
+    if (const std::string why = first_other_bits(P, fma_chain(o.A, o.B, nullptr)); !why.empty())
+      return at + "A B: " + why;
+  }
+  return "";
+}
+
+// One case over every kernel the CPU has, so that the step's count is the same on every CPU.
+void gemm_subnormal_lanes(StepResult& r) {
+  r.check_case("gemm subnormal lanes", [] {
+    for (const auto& [kernel, name] :
+         {std::pair{GemmKernel::Avx512, "avx512"}, {GemmKernel::Avx2, "avx2"}, {GemmKernel::Portable, "portable"}})
+      if (gemm_kernel_available(kernel))
+        if (const std::string why = subnormal_lanes_on(kernel); !why.empty()) return std::string(name) + ": " + why;
+    return std::string();
+  });
+}
+
 StepResult run(const StepOptions& options) {
   StepResult r(options);
   const bool quick = options.quick_matrix();
@@ -293,8 +505,11 @@ StepResult run(const StepOptions& options) {
       forms_agree(r, shapes[i], chunk, 10 + 100 * i + chunk);  // the seed depends on the case only
   kernel_finite_differences(r);
   layer_finite_differences(r);
-  grouped_run(r);
+  grouped_run(r, ref::kGroupedRowBlock);
+  grouped_run(r, 64);
   conv_states(r);
+  conv_state_slots(r);
+  gemm_subnormal_lanes(r);
   return r;
 }
 

@@ -9,6 +9,7 @@ namespace gdnv::gate {
 extern const Step safetensors_round_trip;
 extern const Step reference_vectors;
 extern const Step verdict_known_answers;
+extern const Step judge_on_third_party_images;
 extern const Step oracle_self_checks;
 extern const Step layout_properties;
 extern const Step adjoint_dot_products;

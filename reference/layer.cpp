@@ -309,15 +309,14 @@ void put_group_cols(const LayerConfig& config, std::int64_t groups, std::int64_t
   }
 }
 
-// x W^T for x = rmsnorm(h) * ln_w, with x recomputed a block of rows at a time rather than kept whole: each
+// x W^T for x = rmsnorm(h) * ln_w, with x recomputed `rows` rows at a time rather than kept whole: each
 // row's norm and each product element's chain are the whole x's.
-constexpr std::int64_t kRows = 2048;
-
-Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads) {
+Tensor project_normed(const Tensor& h, const Tensor& ln_w, double eps, const Tensor& W, int threads,
+                      std::int64_t rows) {
   const std::int64_t N = h.dim(0), hidden = h.dim(1), out_dim = W.dim(0);
   Tensor p = Tensor::uninitialized(DType::F64, {N, out_dim});
-  for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
-    const std::int64_t n = std::min(kRows, N - r0);
+  for (std::int64_t r0 = 0; r0 < N; r0 += rows) {
+    const std::int64_t n = std::min(rows, N - r0);
     const RmsNorm x = rmsnorm_forward_rows(h, r0, n, ln_w, eps, threads);
     product_into(as_matrix(x.y, n, hidden), as_matrix(W, out_dim, hidden).transpose(),
                  as_matrix(p, N, out_dim).middleRows(r0, n), {.threads = threads});
@@ -362,7 +361,9 @@ class GroupSpill {
 
 GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& params, Tensor hidden_states,
                              Tensor grad_output, const CuSeqlens& cu_seqlens, const LayerOptions& options,
-                             std::int64_t groups) {
+                             std::int64_t groups, std::int64_t row_block) {
+  if (row_block < 1)
+    throw ConfigError("layer_run_grouped: row_block must be at least 1, got " + std::to_string(row_block));
   validate_params(config, params);
   validate_layer_input(config, hidden_states, cu_seqlens);
   if (grad_output.shape() != hidden_states.shape() || grad_output.dtype() != DType::F64)
@@ -388,9 +389,9 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
   GroupSpill spill(N, lp, lv, groups);
   for (std::int64_t group = 0; group < groups; ++group) {
     const LayerParams shard = tp_shard(config, params, groups, group);
-    Mixer m = mixer_forward(local, shard,
-                            project_normed(h, ln_w, config.eps(), shard.at(kInProj), threads).reshaped({B, S, lp}),
-                            cu_seqlens, options);
+    Mixer m = mixer_forward(
+        local, shard, project_normed(h, ln_w, config.eps(), shard.at(kInProj), threads, row_block).reshaped({B, S, lp}),
+        cu_seqlens, options);
     // The group's value heads are W_out's columns [group * lv, (group + 1) * lv): out's chains continue.
     const auto Y = as_matrix(m.y.y, N, lv);
     product_into(Y, W_out.middleCols(group * lv, lv).transpose(), as_matrix(out, N, hidden),
@@ -416,8 +417,8 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
   grads[kInProj] = N > 0 ? Tensor::uninitialized(DType::F64, {P, hidden}) : Tensor(DType::F64, {P, hidden});
   grads[kOutNorm] = Tensor(DType::F64, {config.dv()});
   Tensor dx = Tensor::uninitialized(DType::F64, {N, hidden}), rstd = Tensor::uninitialized(DType::F64, {N});
-  for (std::int64_t r0 = 0; r0 < N; r0 += kRows) {
-    const std::int64_t n = std::min(kRows, N - r0);
+  for (std::int64_t r0 = 0; r0 < N; r0 += row_block) {
+    const std::int64_t n = std::min(row_block, N - r0);
     // Every group's columns, read back whole.
     Tensor dp = Tensor::uninitialized(DType::F64, {n, P}), terms = Tensor::uninitialized(DType::F64, {n, lv * groups});
     Tensor dp_g = Tensor::uninitialized(DType::F64, {n, lp}), terms_g = Tensor::uninitialized(DType::F64, {n, lv});

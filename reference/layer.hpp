@@ -149,9 +149,12 @@ struct GroupedRun {
   Tensor out;  // [S, B, hidden]
   LayerGrads grads;
 };
+// x's projections and the end's dP W_in, dW_in and out_norm sums run `row_block` rows at a time (2048 at
+// real scale; tests pass a few dozen to cross several blocks on a small input), every group over every block.
+constexpr std::int64_t kGroupedRowBlock = 2048;
 GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& params, Tensor hidden_states,
                              Tensor grad_output, const CuSeqlens& cu_seqlens, const LayerOptions& options,
-                             std::int64_t groups);
+                             std::int64_t groups, std::int64_t row_block = kGroupedRowBlock);
 
 // Throws ConfigError for a hidden_states shape or cu_seqlens that do not fit `config` (THD needs
 // B == 1 and cu_seqlens from 0, non-decreasing, ending at T).

@@ -138,6 +138,82 @@ TEST_F(CliErrors, AnOutputThatIsAnInputIsRefused) {
   EXPECT_EQ(read_file_bytes(at("a.safetensors")), read_file_bytes(vector_path("conv1d_silu_bias.safetensors")));
 }
 
+// Every command that writes an output from an input refuses an output that is the input by another
+// spelling (`./x` from the input's directory, `sub/../x`, an absolute path) or through a link (absolute or
+// relative), and an output that lands on a file of an input directory (a probe image's rank file), even
+// through a link from elsewhere: one line, exit 3, nothing written.
+TEST_F(CliErrors, AnOutputThatIsAnInputByAnotherSpellingOrThroughALinkIsRefusedByEveryCommand) {
+  fs::create_directory(at("sub"));
+  fs::create_directory(at("img"));
+  fs::create_directory(at("img2"));
+  fs::copy_file(at("a.safetensors"), at("img/cp1.rank0.safetensors"));
+  std::ofstream(at("lengths.txt")) << "64 2\n";
+  fs::create_symlink(at("a.safetensors"), at("a.link"));
+  fs::create_symlink("a.safetensors", at("a.rel"));
+  fs::create_symlink(at("img/cp1.rank0.safetensors"), at("rank.link"));
+  fs::create_symlink("lengths.txt", at("lengths.link"));
+  const std::vector<std::string> plan{"plan",
+                                      "--hidden",
+                                      "64",
+                                      "--num-key-heads",
+                                      "2",
+                                      "--num-value-heads",
+                                      "4",
+                                      "--key-head-dim",
+                                      "16",
+                                      "--value-head-dim",
+                                      "16",
+                                      "--tp",
+                                      "1",
+                                      "--cp",
+                                      "2",
+                                      "--length-dist",
+                                      at("lengths.txt")};
+  const auto with = [](std::vector<std::string> args, const std::string& option, const std::string& path) {
+    args.insert(args.end(), {option, path});
+    return args;
+  };
+  const std::vector<std::string> a_spellings{"./a.safetensors",          "a.safetensors", "sub/../a.safetensors",
+                                             at("sub/../a.safetensors"), at("a.link"),    "a.rel"};
+  const std::vector<std::string> rank_spellings{"img/./cp1.rank0.safetensors", "sub/../img/cp1.rank0.safetensors",
+                                                at("rank.link"), "rank.link"};
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir_);  // the relative spellings are relative to the test directory
+  for (const std::string& a : a_spellings) {
+    expect_error({"reference", "--in", at("a.safetensors"), "--out", a}, "--out " + a + ": is the input");
+    for (const char* option : {"--json", "--markdown"})
+      expect_error({"compare", at("a.safetensors"), at("b.safetensors"), option, a},
+                   std::string(option) + " " + a + ": is the input");
+  }
+  for (const std::string& l : {std::string("./lengths.txt"), std::string("sub/../lengths.txt"), at("lengths.link")})
+    for (const char* option : {"--csv", "--svg"})
+      expect_error(with(plan, option, l), std::string(option) + " " + l + ": is the input");
+  for (const std::string& r : rank_spellings) {
+    const std::string in_dir = ": is a file of the input directory";
+    for (const char* option : {"--json", "--markdown"}) {
+      expect_error({"probe", "oracle", "--dir", "img", option, r}, in_dir);
+      expect_error({"probe", "compare", "--ref", "img2", "--cand", at("img"), option, r}, in_dir);
+      expect_error({"compare", "img", "img2", option, r}, in_dir);
+    }
+    expect_error({"probe", "cross-mode", "--dir", at("img"), "--json", r}, in_dir);
+  }
+  fs::current_path(cwd);
+  EXPECT_EQ(read_file_bytes(at("a.safetensors")), read_file_bytes(vector_path("conv1d_silu_bias.safetensors")));
+  EXPECT_EQ(read_file_bytes(at("img/cp1.rank0.safetensors")),
+            read_file_bytes(vector_path("conv1d_silu_bias.safetensors")));
+  EXPECT_EQ(read_file_text(at("lengths.txt")), "64 2\n");
+  EXPECT_TRUE(fs::is_symlink(at("a.link")) && fs::is_symlink(at("a.rel")) && fs::is_symlink(at("rank.link")));
+  EXPECT_EQ(listing(),
+            (std::vector<std::string>{"a.link", "a.rel", "a.safetensors", "b.safetensors", "img", "img2",
+                                      "lengths.link", "lengths.txt", "loop1", "loop2", "rank.link", "regular", "sub"}));
+}
+
+// The gate's inputs (the committed fixtures, precision baseline and reference vectors) are no output either.
+TEST_F(CliErrors, TheGatesCommittedInputsAreNoOutput) {
+  expect_error({"gate", "--step", "layout properties", "--junit", vector_path("README.md")},
+               "is a file of the input directory");
+}
+
 TEST_F(CliErrors, DirectoriesDevicesLoopsAndUnwritablePathsAreRefusedBeforeAnyWork) {
   const std::vector<std::string> compare{"compare", at("a.safetensors"), at("b.safetensors")};
   const auto with = [&](const std::string& option, const std::string& path) {
@@ -208,6 +284,51 @@ TEST_F(CliErrors, ASymlinkOutputIsWrittenThrough) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::is_symlink(at("link.json")));
   EXPECT_NE(read_file_text(at("target.json")), "old");
+}
+
+// A write through a symlink (docs/DESIGN.md §5) replaces the link's target atomically and keeps the link:
+// the target is a new file renamed over the old one (another inode; a write in place would keep it), a
+// failed write leaves the target's old bytes and no temp file, in the link's directory or the target's.
+TEST_F(CliErrors, AWriteThroughASymlinkReplacesItsTargetAtomicallyAndKeepsTheLink) {
+  fs::create_directory(at("t"));
+  fs::create_directory(at("l"));
+  std::ofstream(at("t/target.json")) << "old";
+  fs::create_symlink("../t/target.json", at("l/link.json"));
+  const auto inode = [&] {
+    struct stat st {};
+    EXPECT_EQ(::stat(at("t/target.json").c_str(), &st), 0);
+    return st.st_ino;
+  };
+  const auto no_temp_files = [&] {
+    for (const char* d : {"t", "l"})
+      for (const auto& e : fs::directory_iterator(at(d)))
+        EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  };
+  const auto before = inode();
+  write_file_atomic(at("l/link.json"), std::string("new"));
+  EXPECT_TRUE(fs::is_symlink(at("l/link.json")));
+  EXPECT_EQ(fs::read_symlink(at("l/link.json")), "../t/target.json");
+  EXPECT_EQ(read_file_text(at("t/target.json")), "new");
+  EXPECT_NE(inode(), before) << "the target was rewritten in place, not replaced by a rename";
+  no_temp_files();
+  EXPECT_THROW(write_file_atomic(at("l/link.json"),
+                                 [](std::FILE* f) {
+                                   std::fputs("partial", f);
+                                   return false;
+                                 }),
+               IoError);
+  EXPECT_TRUE(fs::is_symlink(at("l/link.json")));
+  EXPECT_EQ(read_file_text(at("t/target.json")), "new");
+  no_temp_files();
+  // Through a command: the same.
+  const auto again = inode();
+  const InProcess r =
+      run_in_process({"compare", at("a.safetensors"), at("b.safetensors"), "--json", at("l/link.json")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(at("l/link.json")));
+  EXPECT_NE(read_file_text(at("t/target.json")), "new");
+  EXPECT_NE(inode(), again);
+  no_temp_files();
 }
 
 TEST_F(CliErrors, SeveralOutputsAreWrittenAllOrNone) {

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -39,6 +41,22 @@ MpiRun mpirun(const std::string& scenario, int timeout_ms) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Every rank's timeout line names exactly the ranks that did not arrive: each line of the job's output
+// that says "timed out" is "error: rank R: <what>" for R one of `timing_out` (at least one such line; the
+// first rank to fail aborts the job, so the others may print a "failed" line or none).
+void expect_timeout_lines(const MpiRun& run, const std::vector<int>& timing_out, const std::string& what) {
+  std::istringstream lines(run.output);
+  int seen = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (!has(line, "timed out")) continue;
+    ++seen;
+    bool named = false;
+    for (const int r : timing_out) named = named || line == "error: rank " + std::to_string(r) + ": " + what;
+    EXPECT_TRUE(named) << "a timeout line other than\n  error: rank R: " << what << "\n" << run.output;
+  }
+  EXPECT_GT(seen, 0) << run.output;
+}
+
 TEST(CommMpiFailure, AgreeingRanksExitCleanly) {
   const MpiRun run = mpirun("ok", 10000);
   EXPECT_EQ(run.code, 0) << run.output;
@@ -61,10 +79,35 @@ TEST(CommMpiFailure, ThrowingRankFailsEveryPeerWithoutWaitingForTheTimeout) {
 TEST(CommMpiFailure, SkippedCollectiveTimesOutNamingTheBusyRank) {
   const MpiRun run = mpirun("skip", 300);
   EXPECT_EQ(run.code, 3) << run.output;
-  EXPECT_TRUE(has(run.output,
-                  "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 0.3 s: rank 3 did not "
-                  "arrive (rank 3 did not answer: busy outside any collective)"))
-      << run.output;
+  expect_timeout_lines(run, {0, 1, 2},
+                       "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 0.3 s: rank 3 did not "
+                       "arrive (rank 3 did not answer: busy outside any collective)");
+}
+
+TEST(CommMpiFailure, TimeoutNamesExactlyTheTwoRanksThatDidNotArrive) {
+  const MpiRun run = mpirun("skip-two", 300);
+  EXPECT_EQ(run.code, 3) << run.output;
+  expect_timeout_lines(run, {0, 1},
+                       "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 0.3 s: ranks 2, 3 did "
+                       "not arrive (rank 2 did not answer: busy outside any collective; rank 3 did not answer: busy "
+                       "outside any collective)");
+}
+
+// On a sub-group whose ranks are not the world's, the missing member by its group rank and world rank.
+TEST(CommMpiFailure, SubGroupTimeoutNamesExactlyTheMissingMember) {
+  const MpiRun run = mpirun("skip-sub", 300);
+  EXPECT_EQ(run.code, 3) << run.output;
+  expect_timeout_lines(run, {1, 2},
+                       "all_gather on group of 3 ranks [1, 2, 3] (call #1): timed out after 0.3 s: rank 2 (world "
+                       "rank 3) did not arrive (rank 2 (world rank 3) did not answer: busy outside any collective)");
+}
+
+TEST(CommMpiFailure, StartTimeoutNamesExactlyTheRankThatHasNotStarted) {
+  const MpiRun run = mpirun("late-start", 300);
+  EXPECT_EQ(run.code, 3) << run.output;
+  expect_timeout_lines(run, {0, 1, 2},
+                       "run_mpi: timed out after 0.3 s waiting for every rank to start: rank(s) 3 did not arrive "
+                       "(stopped or hung before run_mpi)");
 }
 
 TEST(CommMpiFailure, SkippedCollectiveTimesOutNamingTheRankThatReturned) {
@@ -80,10 +123,9 @@ TEST(CommMpiFailure, SplitObeysTheTimeoutNamingTheStoppedRank) {
   const MpiRun run = mpirun("split-stop", 2000);
   EXPECT_EQ(run.code, 3) << run.output;
   EXPECT_LT(run.seconds, 15.0) << "rank 3 hangs for 30 s after the handshake: the split must time out at 2 s";
-  EXPECT_TRUE(has(run.output,
-                  "split on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 2 s: rank 3 did not "
-                  "arrive (rank 3 did not answer: busy outside any collective)"))
-      << run.output;
+  expect_timeout_lines(run, {0, 1, 2},
+                       "split on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 2 s: rank 3 did not "
+                       "arrive (rank 3 did not answer: busy outside any collective)");
 }
 
 TEST(CommMpiFailure, JobEndsPromptlyAfterTheFirstTimeout) {
@@ -91,7 +133,9 @@ TEST(CommMpiFailure, JobEndsPromptlyAfterTheFirstTimeout) {
   const MpiRun run = mpirun("hang", 6000);
   EXPECT_EQ(run.code, 3) << run.output;
   EXPECT_LT(run.seconds, 11.0) << run.output;
-  EXPECT_TRUE(has(run.output, "timed out after 6 s: rank 3 did not arrive")) << run.output;
+  expect_timeout_lines(run, {0, 1, 2},
+                       "all_gather on group of 4 ranks [0, 1, 2, 3] (call #1): timed out after 6 s: rank 3 did not "
+                       "arrive (rank 3 did not answer: busy outside any collective)");
 }
 
 TEST(CommMpiFailure, IoErrorOnARankExitsThree) {

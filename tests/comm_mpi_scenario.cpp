@@ -1,5 +1,6 @@
 // Failure scenarios for the MPI transport, launched by comm_mpi_failure_test under
-// `mpirun -np 4`: comm_mpi_scenario <ok|throw|skip|skip-return|split-stop|hang|io-error|mismatch> <timeout ms>.
+// `mpirun -np 4`: comm_mpi_scenario <ok|throw|skip|skip-two|skip-sub|skip-return|split-stop|hang|io-error|mismatch|
+// late-start> <timeout ms>.
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -39,6 +40,24 @@ void scenario(const std::string& name, comm::Communicator& comm) {
       return;
     }
     gather_one(comm);
+  } else if (name == "skip-two") {
+    // Ranks 2 and 3 busy outside any collective until the job is aborted (5 s: far past the timeout of
+    // ranks 0 and 1, so that a loaded machine cannot see them return first).
+    if (r >= 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      return;
+    }
+    gather_one(comm);
+  } else if (name == "skip-sub") {
+    // On the group of world ranks 1, 2, 3 (group ranks 0, 1, 2), world rank 3 skips the all_gather; world
+    // rank 0, alone in its group, is busy until the job is aborted (so that its own wait for the others to
+    // return never times out first).
+    const auto group = comm.split(r == 0 ? 0 : 1, r);
+    if (r == 0 || r == 3) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      return;
+    }
+    gather_one(*group);
   } else if (name == "skip-return") {
     if (r != 3) gather_one(comm);
   } else if (name == "split-stop") {
@@ -83,6 +102,14 @@ int main(int argc, char** argv) {
     return 3;
   }
   const std::string name = argv[1];
+  if (name == "late-start") {
+    // Rank 3 comes to run_mpi 5 s after the others (MPI itself already started): they time out waiting
+    // and abort the job first.
+    MPI_Init(nullptr, nullptr);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 3) std::this_thread::sleep_for(std::chrono::seconds(5));
+  }
   gdnv::comm::run_mpi([&](gdnv::comm::Communicator& world) { gdnv::scenario(name, world); },
                       {std::chrono::milliseconds(std::atoi(argv[2]))});
   return 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "gate/steps.hpp"
 
@@ -19,14 +20,48 @@ TEST(VerdictKnownAnswers, EveryMetricVerdictAndDivergenceLineIsTheOneWrittenFrom
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
+TEST(JudgeOnThirdPartyImages, EveryReaderGivesTheVerdictWrittenFromItsDefinitionInBothPolicies) {
+  setenv("GDNV_BIN", GDNV_CLI, 1);  // the binary the step's CLI cases start
+  const StepResult r = judge_on_third_party_images.run({});
+  EXPECT_EQ(r.cases, 52);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
 TEST(TrainingKnownAnswers, AdamWTheLossTheMaskAndTheVerdictLimitsAreTheFormulas) {
   const StepResult r = training_known_answers.run({});
   EXPECT_EQ(r.cases, 5);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }
 
+TEST(SafetensorsRoundTrip, BytesSurviveSmallIoPiecesAndOutputsNeverReplaceInputs) {
+  const StepResult r = safetensors_round_trip.run({});
+  EXPECT_EQ(r.cases, 13);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
 TEST(OracleSelfChecks, GroupedRunGivesTheWholeLayersBitsOverTwoRowBlocks) {
   const StepResult r = only(oracle_self_checks, "grouped run 2 groups, 2 row blocks");
+  EXPECT_EQ(r.cases, 1);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+TEST(OracleSelfChecks, GroupedRunGivesTheWholeLayersBitsOverFourSmallRowBlocks) {
+  const StepResult r = only(oracle_self_checks, "grouped run 2 groups, 4 row blocks of 64");
+  EXPECT_EQ(r.cases, 1);
+  EXPECT_EQ(r.failed, 0) << r.detail;
+}
+
+TEST(OracleSelfChecks, KernelConvFinalStateAndItsGradientAreTheRecurrenceOnEverySlot) {
+  for (const char* part :
+       {": y and final state", ": dht slot 0", ": dht slot 1", ": dht slot 2", ": dht slot 3", ": gradients"}) {
+    const StepResult r = only(oracle_self_checks, std::string("kernel conv every state slot") + part);
+    EXPECT_EQ(r.cases, 1) << part;
+    EXPECT_EQ(r.failed, 0) << r.detail;
+  }
+}
+
+TEST(OracleSelfChecks, GemmKeepsTheFmaChainsBitsThroughSubnormalsInEveryLaneOfEveryKernel) {
+  const StepResult r = only(oracle_self_checks, "gemm subnormal lanes");
   EXPECT_EQ(r.cases, 1);
   EXPECT_EQ(r.failed, 0) << r.detail;
 }

@@ -286,6 +286,18 @@ TEST(Layer, GroupedRunGivesTheWholeLayersBits) {
     }
 }
 
+TEST(Layer, GroupedRunRefusesAnEmptyRowBlock) {
+  const LayerConfig config = small_config(true);
+  const LayerParams params = test_params(config, 12);
+  const Tensor hidden = seeded_normal(12, "hidden_states", {11, 2, 8});
+  try {
+    layer_run_grouped(config, params, hidden, hidden, std::nullopt, {}, 2, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "layer_run_grouped: row_block must be at least 1, got 0");
+  }
+}
+
 // ---- tensor parallelism ------------------------------------------------------------------------
 
 TEST(Layer, TensorParallelShardsSumToTheUnshardedLayer) {

@@ -137,25 +137,43 @@ TEST(SafetensorsWriter, WritesAtomicallyAndNeverLeavesPartialFiles) {
   std::filesystem::remove_all(dir);
 }
 
-// Spans of one file read in 64 MiB pieces over every core: a span longer than a piece, spans out of
-// order and an empty span come back whole from their offsets; past the end is a short read, EIO.
+// Spans of one file read in pieces (4 KiB here; 64 MiB by default) over every core: a span of several
+// pieces, spans out of order and an empty span come back whole from their offsets; past the end is a
+// short read, EIO. A safetensors file read in pieces smaller than its tensor gives its bytes.
 TEST(FileSpans, ReadEverySpanFromItsOffset) {
+  constexpr std::uint64_t kPiece = 4096;
   const std::string path =
       (std::filesystem::temp_directory_path() / ("gdnv_spans_" + std::to_string(::getpid()))).string();
-  std::vector<std::uint8_t> file((65u << 20) + 8);
+  std::vector<std::uint8_t> file(3 * kPiece + 8);
   for (std::size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::uint8_t>(i * 2654435761u >> 24);
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(file.data()), static_cast<std::streamsize>(file.size()));
   const int fd = ::open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
   std::vector<std::uint8_t> big(file.size() - 3), small(3), none;
-  ASSERT_TRUE(read_spans(fd, {{big.data(), big.size(), 3}, {none.data(), 0, 1}, {small.data(), small.size(), 0}}));
+  ASSERT_TRUE(
+      read_spans(fd, {{big.data(), big.size(), 3}, {none.data(), 0, 1}, {small.data(), small.size(), 0}}, kPiece));
   EXPECT_TRUE(std::equal(big.begin(), big.end(), file.begin() + 3));
   EXPECT_TRUE(std::equal(small.begin(), small.end(), file.begin()));
   std::vector<std::uint8_t> past(16);
-  EXPECT_FALSE(read_spans(fd, {{past.data(), past.size(), file.size() - 8}}));
+  EXPECT_FALSE(read_spans(fd, {{past.data(), past.size(), file.size() - 8}}, kPiece));
   EXPECT_EQ(errno, EIO);
+  try {
+    read_spans(fd, {{small.data(), small.size(), 0}}, 0);
+    ADD_FAILURE() << "a piece of 0 bytes was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "read_spans: the piece size must be positive");
+  }
   ::close(fd);
+  TensorFile st;
+  Tensor x(DType::F32, {3000});  // 12000 bytes: three whole pieces and part of a fourth
+  for (std::int64_t i = 0; i < x.numel(); ++i) x.set(i, static_cast<double>(i) - 1500.5);
+  st.tensors.emplace("x", x);
+  st.tensors.emplace("y", Tensor::from(std::vector<double>{1.5, -2.25}, {2}));
+  write_safetensors(path, st);
+  const TensorFile back = read_safetensors(path, kPiece);
+  EXPECT_TRUE(back.at("x", path).bitwise_equal(x));
+  EXPECT_TRUE(back.at("y", path).bitwise_equal(st.tensors.at("y")));
   std::filesystem::remove(path);
 }
 

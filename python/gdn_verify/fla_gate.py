@@ -163,7 +163,7 @@ def own_spread(matrix: Matrix, spec: cases.CaseSpec, dtype: str, directory: Path
     None when every tensor's error is within min(class gate, M x FLA's own spread), else the first that is not."""
     twin = directory.with_name(directory.name + "-twin")
     dump(matrix.world, twin, noise.perturbed(cases.make_case_from_geometry(spec, 0, dtype), 0), "layer", 1)
-    return noise.first_outside(report, noise.spreads(noise.load_dump(directory), noise.load_dump(twin)))
+    return noise.twin_verdict(report, directory, twin)
 
 
 def kcp_step(matrix: Matrix, plan: DtypePlan, form: str, worlds: list[int], step: gatekit.Step) -> None:
@@ -186,11 +186,12 @@ def kcp_step(matrix: Matrix, plan: DtypePlan, form: str, worlds: list[int], step
 KERNEL_OPS = ("chunk", "fused_recurrent", "conv1d")
 
 
-def kernels_step(world: World, root: Path, binary: str, dtype: str, step: gatekit.Step) -> None:
-    """FLA's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and causal_conv1d against the oracle's
-    kernel reference (`gdn-verify reference` + `compare`, the kernel policy of docs/DESIGN.md §4)."""
-    world.run(kernel.rank_dumps, str(root), dtype, KERNEL_OPS)
-    for op in KERNEL_OPS:
+def kernels_step(world: World, root: Path, binary: str, dtype: str, step: gatekit.Step,
+                 ops: tuple[str, ...] = KERNEL_OPS) -> None:
+    """FLA's chunk_gated_delta_rule, fused_recurrent_gated_delta_rule and causal_conv1d (`ops`) against the
+    oracle's kernel reference (`gdn-verify reference` + `compare`, the kernel policy of docs/DESIGN.md §4)."""
+    world.run(kernel.rank_dumps, str(root), dtype, ops)
+    for op in ops:
         out = root / f"kernel-{op}"
         again = (f"reproduce: python -m gdn_verify.kernel --op {op} --dtype {dtype} --no-slot0-grad "
                  f"--out /tmp/fla-kernel-{op}")

@@ -33,6 +33,10 @@ GDR_GEOMETRY: dict[str, dict[str, Any]] = {
     "chunk": {"cu_seqlens": (0, 37, 170), "Hk": 1, "Hv": 4, "K": 128, "V": 128},
     "fused_recurrent": {"cu_seqlens": (0, 37, 170), "Hk": 1, "Hv": 4, "K": 32, "V": 32}}
 CONV_GEOMETRY: dict[str, Any] = {"cu_seqlens": (0, 2, 37, 170), "D": 16, "W": 4}
+# Every TINY-th token's q and k rows scaled to |x|^2 ~ 1e-6, the L2 norm's eps (docs/DESIGN.md §1): there
+# x / sqrt(|x|^2 + eps) differs from the unit vector by ~30%, so where the kernel adds eps (outside the root,
+# dropped) moves those rows by O(1); on the other rows, |x|^2 ~ K, the eps is below fp32's resolution.
+TINY = 8
 OPS = ("chunk", "fused_recurrent", "conv1d")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -70,13 +74,19 @@ def _seeded_inputs(op: str, dtype: torch.dtype, seed: int) -> dict[str, torch.Te
     g = GDR_GEOMETRY[op]
     cu = torch.tensor(g["cu_seqlens"], dtype=torch.int64)
     N, T, Hk, Hv, K, V = len(cu) - 1, int(cu[-1]), g["Hk"], g["Hv"], g["K"], g["V"]
-    call = {"q": randn(1, T, Hk, K), "k": randn(1, T, Hk, K), "v": randn(1, T, Hv, V),
+    call = {"q": _tiny_rows(randn(1, T, Hk, K)), "k": _tiny_rows(randn(1, T, Hk, K)), "v": randn(1, T, Hv, V),
             "g": (-torch.nn.functional.softplus(randn(1, T, Hv, dt=torch.float64)) * 0.5).to(dtype),
             "beta": torch.sigmoid(randn(1, T, Hv, dt=torch.float64)).to(dtype),
             "initial_state": randn(N, Hv, K, V, scale=0.1, dt=torch.float32), "cu_seqlens": cu}
     if op == "chunk":  # FLA's fused_recurrent has no backward
         call.update(do=randn(1, T, Hv, V), dht=randn(N, Hv, K, V, scale=0.1, dt=torch.float32))
     return call
+
+
+def _tiny_rows(x: torch.Tensor) -> torch.Tensor:
+    """x with tokens 3, 3 + TINY, ... scaled by 1e-3 / sqrt(K): |x|^2 ~ 1e-6 there (TINY)."""
+    x[:, 3::TINY] *= 1e-3 / x.shape[-1] ** 0.5
+    return x
 
 
 def differing_rows(directory: Path, policy: dict, cu_seqlens: torch.Tensor) -> list[str]:

@@ -6,7 +6,8 @@
 Judges whatever Megatron is importable (a checkout with --megatron PATH, or first on PYTHONPATH) on gloo
 ranks started once per world size, as `gdn-verify gate` does for the C++ modes. Steps, in order:
 
-- `oracle`: Megatron's cp1 image of each case, every tensor and stage, `gdn-verify probe oracle`;
+- `oracle`: Megatron's cp1 image of each case, every tensor and stage, `gdn-verify probe oracle`; at fp32
+  and TP 1 also its twin on inputs nudged by 2 ulps, each tensor within 20 x that spread (gdn_verify.noise);
 - `cp-vs-cp1`: headwise at W = 2, 4 and TP 2 x CP 2 (THD and SBHD, fp32 and bf16) against Megatron's own
   cp1 at the same TP, `gdn-verify probe cross-mode`;
 - `chunkwise`: `linear_cp_mode` = chunkwise (FLA's Triton path, THD and SBHD, W = 2 and 4, TP 2 x CP 2, fp32
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdn_verify import cases, cli, gatekit, megatron_controls
+from gdn_verify import cases, cli, gatekit, megatron_controls, noise
 from gdn_verify.names import Geometry
 
 SUITE = gatekit.Suite("megatron_gate", "megatron gate")
@@ -54,6 +55,7 @@ class Case:
     core: str
     tp: int = 1
     world: int = 1  # the CP world's size (TP x CP); 1: cp1 only
+    own_spread: bool = False  # cp1 also judged against Megatron's own spread (gdn_verify.noise)
 
     @property
     def label(self) -> str:
@@ -80,9 +82,10 @@ def case_options(name: str) -> str:
     return cases.geometry_case_name(GATE_CASES[name]) if name in GATE_CASES else f"--case {name}"
 
 
-ORACLE = [Case("thd-gva", "fp32", "fla-triton"), Case("sbhd", "fp32", "torch-chunk"),
+# fp32 cp1 at TP 1 also meets Megatron's own spread (both core forms; bf16 keeps its class gates, docs/fla.md)
+ORACLE = [Case("thd-gva", "fp32", "fla-triton", own_spread=True), Case("sbhd", "fp32", "torch-chunk", own_spread=True),
           Case("sbhd", "bf16", "fla-triton"), Case("sbhd", "fp32", "torch-chunk", tp=2),
-          Case("mgt-prod", "fp32", "fla-triton")]
+          Case("mgt-prod", "fp32", "fla-triton", own_spread=True)]
 CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
       Case("mgt-prod", "fp32", "fla-triton", world=2), Case("mgt-prod", "bf16", "fla-triton", world=2),
       Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "bf16", "fla-triton", world=4),
@@ -92,7 +95,7 @@ CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "f
 CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("mgt-prod", "fp32", "fla-triton", world=4),
              Case("mgt-prod", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
              Case("sbhd", "bf16", "fla-triton", world=4), Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
-QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
+QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk", own_spread=True)]
 # mgt-prod's headwise: the conv bias's CP split, whose cp1 the conv_bias_split control shares
 QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4),
             Case("mgt-prod", "fp32", "fla-triton", world=2)]
@@ -142,25 +145,43 @@ class Gate:
         else:
             self.megatron_dump(c, mode, directory, path)
 
-    def megatron_dump(self, c: Case, mode: str, directory: Path, path: str | None = None) -> None:
-        """The gate's one call into Megatron: case `c`'s `mode` dump into `directory`."""
+    def megatron_dump(self, c: Case, mode: str, directory: Path, path: str | None = None,
+                      nudged: bool = False) -> None:
+        """The gate's one call into Megatron: case `c`'s `mode` dump into `directory` (its inputs `nudged` by
+        noise.ULPS ulps: the twin of the own-spread check)."""
         from gdn_verify.adapters import Request, runner
 
         world, adapter = c.tp if mode == "cp1" else c.world, self.adapter.MegatronAdapter()
         plan = adapter.plan(Request(core=c.core, mode=mode, world=world, tp=c.tp, source=path or self.megatron_path))
         case = cases.make_case_from_geometry(case_spec(c.case), 0, c.dtype)
+        if nudged:
+            case = noise.perturbed(case, 0)
         runner.dump_in(self.world(world, path), adapter, case, plan, directory, "megatron")
 
     def judge(self, reader: str, directory: Path) -> gatekit.Verdict:
         return gatekit.judge(self.binary, reader, directory)
 
 
+def dump_options(c: Case, mode: str) -> str:
+    return (f"--adapter megatron {case_options(c.case)} --dtype {c.dtype} --core {c.core} --mode {mode} "
+            f"--world {c.tp if mode == 'cp1' else c.world} --tp {c.tp}")
+
+
 def reproduce(c: Case, modes: list[str], reader: str, megatron_path: str | None) -> str:
     """The commands that rerun one case from a shell."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
-    dumps = [f"--adapter megatron {case_options(c.case)} --dtype {c.dtype} --core {c.core} --mode {mode} "
-             f"--world {c.tp if mode == 'cp1' else c.world} --tp {c.tp}" for mode in modes]
+    dumps = [dump_options(c, mode) for mode in modes]
     return "\n".join("  " + line for line in gatekit.reproduce(dumps, reader, f"/tmp/{c.label}", env))
+
+
+def reproduce_spread(c: Case, megatron_path: str | None) -> str:
+    """The commands that rebuild a cp1 image and its nudged twin: `probe oracle` gives each tensor's error,
+    `compare IMAGE TWIN` its spread."""
+    env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
+    out, dump = f"/tmp/{c.label}", f"{env}python -m gdn_verify.dump {dump_options(c, 'cp1')}"
+    return (f"  rm -rf {out} {out}-twin && {dump} --out {out} && {dump} --nudge {noise.ULPS} --out {out}-twin && "
+            f"gdn-verify probe oracle --dir {out} && gdn-verify compare {out}/cp1.rank0.safetensors "
+            f"{out}-twin/cp1.rank0.safetensors")
 
 
 def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatekit.Step) -> None:
@@ -168,14 +189,26 @@ def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatek
     for c in cases:
         directory = gate.scratch / step.name / c.label
         modes = ["cp1"] + ([mode] if c.world > 1 else [])
+        report = None
         try:
             for m in modes:
                 gate.dump(c, m, directory)
-            v = gate.judge(reader, directory)
+            v, report = gatekit.judge_report(gate.binary, reader, directory)
             why = None if v.passed else v.line
         except Exception as e:  # noqa: BLE001 - a case that cannot run is a failing case, named
             why = f"{type(e).__name__}: {' '.join(str(e).split())}"
         step.record(c.label, why, reproduce(c, modes, reader, gate.megatron_path))
+        if c.own_spread and report is not None:
+            step.record(f"{c.label} own spread", own_spread(gate, c, directory, report),
+                        reproduce_spread(c, gate.megatron_path))
+
+
+def own_spread(gate: Gate, c: Case, directory: Path, report: dict) -> str | None:
+    """Megatron's cp1 rerun on the case's inputs nudged by noise.ULPS ulps (its twin beside `directory`): None
+    when every tensor's error is within min(class gate, M x Megatron's own spread), else the first that is not."""
+    twin = directory.with_name(directory.name + "-twin")
+    gate.megatron_dump(c, "cp1", twin, nudged=True)
+    return noise.twin_verdict(report, directory, twin)
 
 
 def has_linear_cp_mode(gate: Gate) -> bool:

@@ -29,6 +29,7 @@ M = 20.0
 # delta = 2^-24 / sqrt(3) each, added linearly: 4 delta = 1.4e-7, under FLA's smallest fp32 error measured (1.8e-7).
 FLOOR = 4 * 2.0**-24 / 3**0.5
 _BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16}
+STORAGE = ("fp32", "bf16")  # the dtypes a case is nudged in
 
 
 def nudged(t: torch.Tensor, dtype: torch.dtype, seed: int, name: str, ulps: int = ULPS) -> torch.Tensor:
@@ -81,3 +82,9 @@ def load_dump(directory: Path, mode: str = "cp1") -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(directory / f"{mode}.rank0.safetensors")
+
+
+def twin_verdict(report: Mapping, image: Path, twin: Path, mode: str = "cp1") -> str | None:
+    """`first_outside` of an image's `probe oracle --json` report, the spread measured between the image and its
+    nudged twin (both directories holding `mode`'s rank 0)."""
+    return first_outside(report, spreads(load_dump(image, mode), load_dump(twin, mode)))

@@ -5,10 +5,10 @@ triton or any kernel library is imported) and applies each triton shim whose fai
 `enable_fla()` adds those FLA's ops need on a CPU, `enable_fla_cp()` those its context parallelism
 (`fla.ops.cp`) needs with gloo.
 No shim touches the math: each changes what the interpreter, a device check or a collective's output view
-does, and each is applied only when a probe shows the failure it fixes, so on a version without the bug
-the shim is not applied. `applied()` lists the ones in force (written into an image's meta.json), `SHIMS`
-holds them all by name. The shims and the failure each fixes: gdn_verify.triton_shims (the interpreter's)
-and gdn_verify.fla_shims (FLA's).
+does, and each is applied only when a probe shows the failure it fixes (or the cost it removes, work whose
+result nothing reads), so on a version without the bug the shim is not applied. `applied()` lists the
+ones in force (written into an image's meta.json), `SHIMS` holds them all by name. The shims and the
+failure each fixes: gdn_verify.triton_shims (the interpreter's) and gdn_verify.fla_shims (FLA's).
 
 What a verdict under the interpreter does not cover (docs/DESIGN.md §14): GPU rounding (the interpreter
 computes `tl.dot` in full fp32 with numpy and ignores `input_precision`, e.g. tf32 and tf32x3), tile

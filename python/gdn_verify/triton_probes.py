@@ -159,3 +159,60 @@ def lang_patches(launch) -> int:
     finally:
         interpreter._patch_lang_core = core
     return count[0]
+
+
+@triton.jit
+def _int_products_kernel(x, y, BN: tl.constexpr):
+    o = tl.arange(0, BN)
+    v = tl.load(x + o)
+    tl.store(y + o, v * v + v)  # two int32 ops, each followed by the interpreter's overflow check
+
+
+def int_products(x: torch.Tensor) -> torch.Tensor:
+    """x * x + x over int32 x [BN], wrapped to int32 as compiled Triton's (no overflow check without debug)."""
+    y = torch.empty_like(x)
+    _int_products_kernel[(1,)](x, y, BN=x.numel())
+    return y
+
+
+def overflow_checks(launch) -> int:
+    """How many int overflow checks the interpreter computes while `launch()` runs (each ends in a
+    device_assert naming the overflow)."""
+    from triton.runtime import interpreter
+
+    semantic = interpreter.interpreter_semantic
+    device_assert = semantic.device_assert
+    count = [0]
+
+    def counted(cond, msg, mask):
+        count[0] += "overflow detected" in msg
+        return device_assert(cond, msg, mask)
+
+    semantic.device_assert = counted
+    try:
+        launch()
+    finally:
+        del semantic.device_assert
+    return count[0]
+
+
+def same_shape_compares() -> int:
+    """How many triton.language tuple comparisons the interpreter's broadcast of two [4] fp32 blocks makes."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    data = interpreter.TensorHandle(np.arange(4, dtype=np.float32), tl.float32)
+    block = tl.tensor(data, tl.block_type(tl.float32, [4]))
+    eq, count = tl.core.tuple.__eq__, [0]
+
+    def counted(self, other):
+        count[0] += 1
+        return eq(self, other)
+
+    tl.core.tuple.__eq__ = counted
+    try:
+        lhs, rhs = interpreter.interpreter_semantic.broadcast_impl_value(block, block)
+    finally:
+        tl.core.tuple.__eq__ = eq
+    assert lhs is block and rhs is block  # a same-shape broadcast returns its operands
+    return count[0]

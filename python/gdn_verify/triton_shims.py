@@ -10,6 +10,9 @@ math: each changes what the interpreter does. FLA's shims are gdn_verify.fla_shi
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
 | `patch-lang-once` | none, a cost: `triton.language` re-patched on every nested `@triton.jit` call of a launch (a quarter of FLA's layer time) | any kernel calling `tl.sum`, `tl.cumsum` or its own `@triton.jit` helpers |
+| `overflow-checks-dropped` | none, a cost: every int32 add/sub/mul's overflow check computed, then dropped (no `debug`) | any kernel's index arithmetic |
+| `np-dtype-table-once` | none, a cost: the dtype -> numpy table rebuilt on every op | every load, store, splat, cast |
+| `broadcast-same-shape` | none, a cost: two shapes compared as `tl.tuple`s on every same-shape binary op | every elementwise op on blocks |
 | `bf16-values` | none, wrong values: bf16 `tl.dot`, arithmetic, comparisons and reductions run on the uint16 storage (identity x 2.0 gives 266338304.0), fp32 -> bf16 truncates (1 + 3 2^-9 gives 1.0, not 1 + 2^-7) | the interpreter keeps bf16 as uint16 bits (FLA `chunk_gated_delta_rule` in bf16: rel. error 5e10) |
 
 """  # noqa: E501 (a Markdown table, one row a line)
@@ -257,8 +260,6 @@ def _patch_once_needed() -> bool:
 
 
 def _patch_once_patch() -> Callable[[], None]:
-    import inspect
-
     from triton import language as tl
     from triton.runtime import interpreter
 
@@ -279,8 +280,8 @@ def _patch_once_patch() -> Callable[[], None]:
         def restore(self) -> None:  # a nested call's scope: the interpreter never restores it
             pass
 
-    def patch_once(fn):
-        langs = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+    def patch_once(fn):  # the interpreter's own test of a global (a module that is tl or tl.core), by identity
+        langs = {id(v) for v in fn.__globals__.values() if v is tl or v is tl.core}
         if launches and langs <= launches[-1]:
             return Patched()
         scope = patch_lang(fn)
@@ -293,10 +294,122 @@ def _patch_once_patch() -> Callable[[], None]:
     return set_attr(interpreter, "_patch_lang", patch_once)
 
 
+# (6) Every int32 add, sub and mul of a kernel (index arithmetic: offsets, masks' bounds) is followed by an
+# overflow check: both operands cast to int64, the operation again, two comparisons, an and, and a
+# device_assert, which the interpreter drops unless its options have `debug` (they do not: InterpreterOptions
+# has debug False and nothing sets it). No error, a cost: about a tenth of FLA's layer time (its kernels'
+# offsets and masks are int32). The shim skips the check exactly when the assert it feeds would be dropped;
+# the operation itself, its int32 result (wrapped as before) and every other path are the interpreter's own.
+OVERFLOW_COST = "int32 overflow checks computed on every int add/sub/mul, then dropped with debug off"
+
+
+def _overflow_checks_needed() -> bool:
+    import torch
+    from triton.runtime import interpreter
+
+    from gdn_verify import triton_probes
+
+    checks = triton_probes.overflow_checks(lambda: triton_probes.int_products(torch.arange(4, dtype=torch.int32)))
+    return checks > 0 and not interpreter.interpreter_builder.options.debug
+
+
+def _overflow_checks_patch() -> Callable[[], None]:
+    from types import MethodType
+
+    from triton.runtime import interpreter
+
+    semantic = interpreter.interpreter_semantic
+    check = type(semantic).binary_op_sanitize_overflow_impl
+
+    def unless_dropped(self, lhs, rhs, binary_op):
+        # device_assert returns before looking at the condition unless options.debug: the same test here
+        return check(self, lhs, rhs, binary_op) if self.builder.options.debug else None
+
+    semantic.binary_op_sanitize_overflow_impl = MethodType(unless_dropped, semantic)  # this instance only
+    return lambda: delattr(semantic, "binary_op_sanitize_overflow_impl")
+
+
+# (7) The interpreter maps a Triton dtype to its numpy storage dtype on every op (each load, store, splat,
+# cast, full): a function that builds its 18-entry table anew on each call (7% of a profile of FLA's layer). No
+# error, a cost. The shim asks that function once for each scalar dtype triton.language defines and looks
+# the answers up after; any other dtype (a pointer, a block of pointers, one it has not seen) still goes to
+# the interpreter's function, so every answer is the one it gives.
+NP_DTYPE_COST = "the dtype -> numpy table rebuilt on every interpreter op"
+
+
+def _np_dtype_needed() -> bool:
+    from triton.runtime import interpreter
+
+    return _builds_a_dict(interpreter._get_np_dtype)
+
+
+def _builds_a_dict(fn: Callable) -> bool:
+    """Whether fn builds a dict on each call: a BUILD_MAP / BUILD_CONST_KEY_MAP in its own bytecode."""
+    import dis
+
+    return any(i.opname in ("BUILD_MAP", "BUILD_CONST_KEY_MAP") for i in dis.get_instructions(fn))
+
+
+def _np_dtype_patch() -> Callable[[], None]:
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    per_call = interpreter._get_np_dtype
+    table = {}
+    for v in vars(tl.core).values():
+        if type(v) is tl.dtype:  # the scalar dtypes (pointers, blocks and tuples are other classes)
+            try:
+                table[v] = per_call(v)
+            except KeyError:  # a dtype the interpreter does not store (void): left to it
+                pass
+
+    def np_dtype(tt_dtype):
+        elem = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        found = table.get(elem) if type(elem) is tl.dtype else None
+        return per_call(tt_dtype) if found is None else found
+
+    return set_attr(interpreter, "_get_np_dtype", np_dtype)
+
+
+# (8) Every binary op broadcasts its operands (semantic.broadcast_impl_value); for two blocks of one shape
+# the result is the operands unchanged, reached after building the common shape and comparing each operand's
+# shape with it as triton.language tuples (two tuple comparisons per op, 5% of a profile of FLA's layer). No error,
+# a cost. The shim returns the operands at once when both are blocks of the same shape (the same ints); any
+# other pair goes through the interpreter's broadcast.
+BROADCAST_COST = "shapes compared as triton.language tuples on every same-shape binary op"
+
+
+def _same_shape_needed() -> bool:
+    from gdn_verify import triton_probes
+
+    return triton_probes.same_shape_compares() > 0
+
+
+def _same_shape_patch() -> Callable[[], None]:
+    from types import MethodType
+
+    from triton.runtime import interpreter
+
+    semantic = interpreter.interpreter_semantic
+    broadcast = type(semantic).broadcast_impl_value
+
+    def same_shape_first(self, lhs, rhs):
+        lhs_ty, rhs_ty = lhs.type, rhs.type
+        if lhs_ty.is_block() and rhs_ty.is_block() and tuple(lhs_ty.shape) == tuple(rhs_ty.shape):
+            return lhs, rhs
+        return broadcast(self, lhs, rhs)
+
+    semantic.broadcast_impl_value = MethodType(same_shape_first, semantic)  # this instance only
+    return lambda: delattr(semantic, "broadcast_impl_value")
+
+
 TRITON_SHIMS = (
     Shim("autotune-one-config", AUTOTUNE_ERROR, _autotune_needed, _autotune_patch),
     Shim("range-var-tensor", RANGE_ERROR, _range_needed, _range_patch),
     Shim("splat-keeps-dtype", SPLAT_ERROR, _splat_needed, _splat_patch),
     Shim("bf16-values", BF16_WRONG, _bf16_needed, _bf16_patch),
     Shim("patch-lang-once", PATCH_COST, _patch_once_needed, _patch_once_patch),
+    Shim("overflow-checks-dropped", OVERFLOW_COST, _overflow_checks_needed, _overflow_checks_patch),
+    Shim("np-dtype-table-once", NP_DTYPE_COST, _np_dtype_needed, _np_dtype_patch),
+    Shim("broadcast-same-shape", BROADCAST_COST, _same_shape_needed, _same_shape_patch),
 )

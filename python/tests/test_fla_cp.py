@@ -138,6 +138,14 @@ PLANTS = {
         (("ops/gated_delta_rule/chunk.py",
           "    dg = chunk_local_cumsum(dg, chunk_size=chunk_size, reverse=True,",
           "    dg = chunk_local_cumsum(dg.half().float(), chunk_size=chunk_size, reverse=True,"),), (), ()),
+    # the L2 norm's eps added outside the root, 1 / (|x| + eps): 1e-7 relative where |x|^2 ~ K, O(1) where |x|^2 ~ eps
+    "l2norm_eps_outside_root": (
+        (("modules/norm/l2norm.py", "    b_rstd = 1 / tl.sqrt(tl.sum(b_x * b_x, 1) + eps)\n",
+          "    b_rstd = 1 / (tl.sqrt(tl.sum(b_x * b_x, 1)) + eps)\n"),), (), ()),
+    # the gradient through the chunk's last decay (dg_last) added to its second-to-last row, not its last
+    "dg_last_row_off_by_one": (
+        (("ops/common/chunk_o.py", "b_dg = tl.where(o_t < min(i_t * BT + BT, T) - 1, b_dg, b_dg + b_dg_last)",
+          "b_dg = tl.where(o_t != min(i_t * BT + BT, T) - 2, b_dg, b_dg + b_dg_last)"),), (), ()),
     # the initial state's gradient written to the next value head's slot (the chunk kernel's dh0 offset)
     "initial_state_grad_head": (
         (("ops/common/chunk_delta_h.py", "        dh0 += i_nh * K*V\n",
@@ -177,27 +185,36 @@ def test_a_bug_planted_in_a_copy_of_fla_fails_the_gate_at_its_stage_and_rank(gdn
     assert "python -m gdn_verify.dump --adapter fla --world 1 --core " in r.stdout
 
 
-def test_a_wrong_head_in_the_initial_state_gradient_fails_the_gates_kernel_step(gdnv_bin, tmp_path):
-    """The layer at cp1 has no initial state; the kernel step gives the chunk kernel one, and dht."""
-    root = planted_copy(tmp_path, "initial_state_grad_head")
+@pytest.mark.parametrize("plant,first", [("initial_state_grad_head", "1 outside tolerance; dh0 rel_rms "),
+                                         ("l2norm_eps_outside_root", "8 outside tolerance; dbeta rel_rms 1.")])
+def test_a_bug_the_layer_cannot_show_fails_the_gates_kernel_step(gdnv_bin, tmp_path, plant, first):
+    """The layer at cp1 has no initial state, and its q, k rows are far from the L2 norm's eps; the kernel step
+    gives the chunk kernel an initial state, dht, and rows with |x|^2 ~ eps (gdn_verify.kernel.TINY)."""
+    root = planted_copy(tmp_path, plant)
     step = gatekit.Step("FLA kernels (fp32)")
     with World(1, env=FlaAdapter.rank_env, path=[str(root)]) as world:
-        fla_gate.kernels_step(world, tmp_path, str(gdnv_bin), "fp32", step)
-    assert step.cases == 3 and len(step.failures) == 1, step.failures
+        fla_gate.kernels_step(world, tmp_path, str(gdnv_bin), "fp32", step, ops=("chunk",))
+    assert step.cases == 1 and len(step.failures) == 1, step.failures
     why = step.failures[0].splitlines()[0]
-    assert why.startswith("chunk: outputs.safetensors: 8 tensors compared, 0 bitwise identical, 1 outside "
-                          "tolerance; dh0 rel_rms "), why
+    assert why.startswith("chunk: outputs.safetensors: 8 tensors compared, 0 bitwise identical, " + first), why
 
 
-def test_dg_rounded_to_fp16_passes_the_class_gate_and_fails_flas_own_spread(gdnv_bin, tmp_path):
-    root = planted_copy(tmp_path, "dg_fp16")
+@pytest.mark.parametrize("plant,own_spread,first", [
+    # passes the class gates (grad::A_log at half its gate), not FLA's own spread (the full gate's layer step)
+    ("dg_fp16", True, "fla-quick own spread: grad::A_log: rel_rms 1.5"),
+    # the --quick gate's first step (fla-quick at cp1, no own spread): 136 tokens, three chunks
+    ("dg_last_row_off_by_one", False, "fla-quick: first divergence: grad_hidden (backward, rank 0 of 1, rows 87..151): "
+                                      "rel_rms 2.2")])
+def test_a_dg_bug_fails_the_layer_step(gdnv_bin, tmp_path, plant, own_spread, first):
+    root = planted_copy(tmp_path, plant)
     step = gatekit.Step("FLA layer cp1 (fp32)")
     with World(1, env=FlaAdapter.rank_env, path=[str(root)]) as world:
         matrix = fla_gate.Matrix(world, tmp_path, str(gdnv_bin))
-        fla_gate.layer_step(matrix, fla_gate.DtypePlan("fp32", (fla_gate.QUICK,), (), own_spread=True), step)
-    assert step.cases == 2 and len(step.failures) == 1, step.failures
-    assert step.failures[0].startswith("fla-quick own spread: grad::A_log: rel_rms 1.5"), step.failures
-    assert "> 20 x its own spread " in step.failures[0] and "(2 ulps; class gate 3." in step.failures[0]
+        fla_gate.layer_step(matrix, fla_gate.DtypePlan("fp32", (fla_gate.QUICK,), (), own_spread=own_spread), step)
+    assert step.cases == 1 + own_spread and len(step.failures) == 1, step.failures
+    assert step.failures[0].startswith(first), step.failures
+    if own_spread:
+        assert "> 20 x its own spread " in step.failures[0] and "(2 ulps; class gate 3." in step.failures[0]
 
 
 @pytest.mark.parametrize("args,message", [

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("megatron.core.ssm.gated_delta_net")
-from gdn_verify import megatron_controls  # noqa: E402
+from gdn_verify import megatron_controls, noise  # noqa: E402
 from gdn_verify import megatron_gate as megatron_gate_module  # noqa: E402
 from gdn_verify.gatekit import Step  # noqa: E402
 from gdn_verify.megatron_gate import Case  # noqa: E402
@@ -35,6 +35,42 @@ def test_every_headwise_control_is_caught_on_the_installed_megatron(megatron_gat
     controls = {c.name: c for c in megatron_controls.CONTROLS}
     for name, note in zip(HEADWISE, step.notes):
         assert note.startswith(f"{name} (") and f"caught: {controls[name].first}" in note, note
+
+
+def test_the_oracle_step_holds_fp32_cp1_to_megatrons_own_spread(megatron_gate, monkeypatch):
+    """Unmodified Megatron meets min(class gate, 20 x its spread); at 0.01 x (no floor) the same images fail,
+    with the command that rebuilds image and twin: the twin is dumped, compared and judged."""
+    step = Step("oracle")
+    megatron_gate_module.run_cases(megatron_gate, megatron_gate_module.QUICK_ORACLE, "cp1", "oracle", step)
+    assert step.cases == 2 and not step.failures, step.failures
+    monkeypatch.setattr(noise, "M", 0.01)
+    monkeypatch.setattr(noise, "FLOOR", 0.0)
+    tight = Step("oracle at 0.01 x the spread")
+    megatron_gate_module.run_cases(megatron_gate, megatron_gate_module.QUICK_ORACLE, "cp1", "oracle", tight)
+    assert tight.cases == 2 and len(tight.failures) == 1, tight.failures
+    assert tight.failures[0].startswith("sbhd-fp32-torch-chunk-W1 own spread: ") and " > 0.01 x its own spread " in \
+        tight.failures[0] and "python -m gdn_verify.dump --adapter megatron --case sbhd " in tight.failures[0], \
+        tight.failures[0]
+
+
+def rank_full_grads(rank, parts):
+    """A bf16 parameter whose gradient is parts[r] on CP rank r, summed by the adapter (params.full_grads)."""
+    import torch
+
+    from gdn_verify.adapters.megatron import groups, params
+
+    groups.initialize(tp=1, cp=rank.world)
+    module = torch.nn.Linear(1, 2, bias=False).to(torch.bfloat16)
+    module.weight.grad = torch.full((2, 1), parts[rank.rank], dtype=torch.bfloat16)
+    return params.full_grads(module)["weight"]
+
+
+def test_megatrons_rank_partials_are_summed_in_fp32_not_in_the_layers_dtype(megatron_gate):
+    """bf16 partials 1 and 2^-9 sum to 1 + 2^-9 in fp32; a bf16 sum would round it back to 1 (ties to even)."""
+    import torch
+
+    for total in megatron_gate.world(2).run(rank_full_grads, (1.0, 2.0 ** -9)):
+        assert total.dtype == torch.float32 and torch.equal(total, torch.full((2, 1), 1 + 2.0 ** -9)), total
 
 
 def test_a_gradient_left_empty_on_a_rank_is_one_line_naming_the_parameter_and_the_rank(megatron_gate, tmp_path):

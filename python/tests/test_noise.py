@@ -61,3 +61,43 @@ def test_the_spread_is_the_twins_rel_rms_against_the_run():
     twin = {"out": torch.tensor([3.0, 4.5]), "zero": torch.ones(2)}
     s = noise.spreads(run, twin)
     assert s["out"] == pytest.approx((0.25 / 2) ** 0.5 / (25 / 2) ** 0.5) and s["zero"] == 0.0
+
+
+def survey(gdnv_bin, *args: str) -> tuple[int, list[str]]:
+    import io
+
+    from gdn_verify import noise_survey
+
+    out = io.StringIO()
+    options = noise_survey.parser().parse_args(["--gdn-verify", str(gdnv_bin), *args])
+    return noise_survey.run(options, out), out.getvalue().splitlines()
+
+
+def test_the_survey_counts_an_unmodified_librarys_tensors_and_the_ones_outside(gdnv_bin, monkeypatch):
+    """Hugging Face's torch layer on thd-short: every tensor within the bound (0 outside); at 0.01 x the spread
+    with no floor the same seed is a false alarm, named, and the survey exits 1."""
+    rc, lines = survey(gdnv_bin, "--adapter", "hf-qwen3-next", "--case", "thd-short", "--seeds", "3")
+    assert rc == 0 and len(lines) == 2 and lines[0].startswith("seed 3: 29 tensors, largest error/spread "), lines
+    bound = "min(class gate, max(20 x own spread, 1.38e-07))"
+    assert lines[1].startswith(f"1 seeds, 29 tensors: 0 outside {bound}; "), lines
+    monkeypatch.setattr(noise, "M", 0.01)
+    monkeypatch.setattr(noise, "FLOOR", 0.0)
+    rc, lines = survey(gdnv_bin, "--adapter", "hf-qwen3-next", "--case", "thd-short", "--seeds", "3")
+    assert rc == 1 and "; OUTSIDE: " in lines[0] and " 1 outside " in lines[1], lines
+    assert lines[2].startswith("  seed 3: ") and " > 0.01 x its own spread " in lines[2], lines
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seeds", "5-2"], "--seeds '5-2': give FIRST-LAST (e.g. 0-19) or one seed"),
+    (["--seeds", "x"], "--seeds 'x': give FIRST-LAST (e.g. 0-19) or one seed"),
+    (["--dtype", "fp64"], "--dtype fp64: the spread is measured in ulps of fp32 or bf16 storage"),
+    (["--seed", "4"], "--seed 4: the survey runs every seed of --seeds FIRST-LAST; drop --seed"),
+    (["--case", "nope"], "unknown --case 'nope': use "),
+    (["--world", "2"], "--world: adapter hf-qwen3-next has no CPU context parallelism here"),
+])
+def test_the_survey_refuses_bad_input_in_one_line(gdnv_bin, capsys, args, message):
+    from gdn_verify import noise_survey
+
+    assert noise_survey.main(["--gdn-verify", str(gdnv_bin), "--adapter", "hf-qwen3-next", *args]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err

@@ -46,6 +46,8 @@ def _run(code: str, interpret: bool = True, python: str = sys.executable) -> Any
 
 TRITON_SHIMS = """
     import json, torch
+    from triton import language as tl
+    from triton.runtime import interpreter
     from gdn_verify import triton_probes as p, triton_shims
 
     def error(f):
@@ -58,21 +60,39 @@ TRITON_SHIMS = """
     x, rows = torch.arange(1.0, 9.0), torch.linspace(-1.0, 1.0, 24).reshape(3, 8)
     square = torch.linspace(-3.0, 2.0, 256).reshape(16, 16)
     four = torch.linspace(-2.0, 3.0, 32).reshape(4, 8)
+    ints = torch.tensor([3, 65536, -7, 46341], dtype=torch.int32)  # 65536^2 and 46341^2 overflow int32
     probes = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0)),
               "range-var-tensor": lambda: p.range_index(torch.zeros(4, dtype=torch.int64)),
               "splat-keeps-dtype": lambda: p.masked_copy(x, 1),
               "bf16-values": p.bf16_ops,
-              "patch-lang-once": lambda: p.row_sums(four)}
+              "patch-lang-once": lambda: p.row_sums(four),
+              "overflow-checks-dropped": lambda: p.int_products(ints),
+              "np-dtype-table-once": lambda: interpreter._get_np_dtype(tl.float32),
+              "broadcast-same-shape": p.same_shape_compares}
+    kernels = lambda: torch.cat([p.int_products(ints), p.weighted_rows(rows, 0.375).view(torch.int32),
+                                 p.row_sums(four).view(torch.int32), p.masked_copy(x, 2).view(torch.int32),
+                                 p.dot(square, square.t().contiguous()).flatten().view(torch.int32)])
+    scalars = [v for v in vars(tl.core).values() if type(v) is tl.dtype]  # every dtype triton.language defines,
+    dtypes = scalars + [f(t) for t in scalars for f in (tl.pointer_type, lambda t: tl.block_type(t, [2]))] + \
+        [tl.block_type(tl.pointer_type(tl.float32), [2])]  # its pointers, blocks, a block of pointers
+
+    def np_dtypes():  # the numpy storage of each, or the interpreter's refusal
+        return [error(lambda: interpreter._get_np_dtype(t)) or str(interpreter._get_np_dtype(t)) for t in dtypes]
     unneeded = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0), one_config=True),
                 "range-var-tensor": lambda: p.weighted_rows(rows, 0.375),
                 "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375),
                 "bf16-values": lambda: torch.cat([p.weighted_rows(rows, 0.375),
                                                   p.dot(square, square.t().contiguous()).flatten()]),
                 "patch-lang-once": lambda: torch.cat([p.row_sums(four), p.weighted_rows(rows, 0.375),
-                                                      p.dot(square, square.t().contiguous()).flatten()])}
+                                                      p.dot(square, square.t().contiguous()).flatten()]),
+                "overflow-checks-dropped": kernels, "np-dtype-table-once": kernels, "broadcast-same-shape": kernels}
     out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
            "patches_unshimmed": p.lang_patches(lambda: p.row_sums(four)),
+           "checks_unshimmed": [p.overflow_checks(lambda: p.int_products(ints)), p.int_products(ints).tolist()],
+           "table_unshimmed": triton_shims._builds_a_dict(interpreter._get_np_dtype),
+           "compares_unshimmed": p.same_shape_compares(),
            "needed": {s.name: s.needed() for s in triton_shims.TRITON_SHIMS}, "same_bits": {}}
+    before_np_dtypes = np_dtypes()
     for shim in triton_shims.TRITON_SHIMS:
         before = unneeded[shim.name]()
         shim.patch()
@@ -85,9 +105,19 @@ TRITON_SHIMS = """
                       "bf16-values": p.bf16_ops(),
                       "patch-lang-once": [p.lang_patches(lambda: p.row_sums(four)),
                                           bool(torch.allclose(p.row_sums(four), expected_row_sums,
-                                                                             rtol=1e-6, atol=0))]}
+                                                                             rtol=1e-6, atol=0))],
+                      "overflow-checks-dropped": [p.overflow_checks(lambda: p.int_products(ints)),
+                                                  p.int_products(ints).tolist()],
+                      "np-dtype-table-once": [triton_shims._builds_a_dict(interpreter._get_np_dtype),
+                                              np_dtypes() == before_np_dtypes, len(dtypes),
+                                              sum("KeyError" in d for d in before_np_dtypes)],
+                      "broadcast-same-shape": p.same_shape_compares()}
     print(json.dumps(out))
 """
+
+
+# x * x + x for x = 3, 65536, -7, 46341 in int32 arithmetic: wrapped modulo 2^32 to [-2^31, 2^31)
+WRAPPED_PRODUCTS = [(x * x + x + 2**31) % 2**32 - 2**31 for x in (3, 65536, -7, 46341)]
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +132,18 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
         "splat-keeps-dtype": "InterpreterError: ValueError('mask has unsupported dtype')",
         "bf16-values": None,  # no error: wrong values, below
         "patch-lang-once": None,  # no error: a cost, below
+        "overflow-checks-dropped": None,  # no error although two products overflow: the checks are dropped
+        "np-dtype-table-once": None,  # no error: a cost, below
+        "broadcast-same-shape": None,  # no error: a cost, below
     }
     # the launch patches triton.language once, then again on every nested call: _scaled_row (4), tl.cumsum and
     # tl.sum (4 each) and the scan's and reduction's own helpers inside them: 23 patches of a module
     assert triton_shims["patches_unshimmed"] == 23
+    # x * x + x: the mul's and the add's overflow checks computed (and dropped: the values wrap, as compiled)
+    assert triton_shims["checks_unshimmed"] == [2, WRAPPED_PRODUCTS]
+    # the dtype -> numpy table is a dict built on every call; a same-shape broadcast compares each operand's shape
+    # with the common one as triton.language tuples
+    assert triton_shims["table_unshimmed"] is True and triton_shims["compares_unshimmed"] == 2
     # bf16 computed on its uint16 bits: 0x3F80 * 0x4000 summed once for identity x 2.0, the product's
     # integers wrapped, -2.0 (0xC000) not below 1.0 (0x3F80), 1 + 3 2^-9 truncated to 1.0
     assert triton_shims["bf16_unshimmed"] == {"dot": 0x3F80 * 0x4000, "product": [0.0] * 16, "less": [0] * 16,
@@ -123,6 +161,12 @@ def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_
         # the launch's patch of triton.language, then the first nested call's of triton.language.core and
         # triton.language (tl.cumsum's module sees both), each skipped after; the sums torch's to fp32 rounding
         "patch-lang-once": [3, True],
+        # no check computed, the same int32 values as compiled Triton's (wrapped, no overflow check without debug)
+        "overflow-checks-dropped": [0, WRAPPED_PRODUCTS],
+        # no table built per call, the interpreter's answer for each of the 19 scalar dtypes triton.language
+        # defines, their pointers and blocks and a block of pointers (void's twice refused: KeyError, as before)
+        "np-dtype-table-once": [False, True, 3 * 19 + 1, 2],
+        "broadcast-same-shape": 0,  # the operands returned at once, no tuple compared
     }
 
 
