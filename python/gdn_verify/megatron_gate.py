@@ -183,9 +183,7 @@ def reproduce_spread(c: Case, megatron_path: str | None) -> str:
     `compare IMAGE TWIN` its spread."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
     out, dump = f"/tmp/{c.label}", f"{env}python -m gdn_verify.dump {dump_options(c, 'cp1')}"
-    return (f"  rm -rf {out} {out}-twin && {dump} --out {out} && {dump} --nudge {noise.ULPS} --out {out}-twin && "
-            f"gdn-verify probe oracle --dir {out} && gdn-verify compare {out}/cp1.rank0.safetensors "
-            f"{out}-twin/cp1.rank0.safetensors")
+    return "  " + noise.reproduce_twin(out, dump)
 
 
 def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatekit.Step) -> None:
