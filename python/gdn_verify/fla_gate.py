@@ -110,9 +110,7 @@ def reproduce_spread(spec: cases.CaseSpec, dtype: str) -> str:
     out = f"/tmp/{spec.name}-{dtype}-layer-w1"
     dump = (f"python -m gdn_verify.dump --adapter fla --world 1 --core layer {cases.geometry_case_name(spec)} "
             f"--dtype {dtype}")
-    return (f"reproduce: rm -rf {out} {out}-twin && {dump} --out {out} && {dump} --nudge {noise.ULPS} --out {out}-twin"
-            f" && gdn-verify probe oracle --dir {out} && gdn-verify compare {out}/cp1.rank0.safetensors "
-            f"{out}-twin/cp1.rank0.safetensors")
+    return "reproduce: " + noise.reproduce_twin(out, dump)
 
 
 def dump(world: World, directory: Path, case: cases.Case, form: str, cp: int) -> None:

@@ -7,7 +7,8 @@ Judges whatever Megatron is importable (a checkout with --megatron PATH, or firs
 ranks started once per world size, as `gdn-verify gate` does for the C++ modes. Steps, in order:
 
 - `oracle`: Megatron's cp1 image of each case, every tensor and stage, `gdn-verify probe oracle`; at fp32
-  and TP 1 also its twin on inputs nudged by 2 ulps, each tensor within 20 x that spread (gdn_verify.noise);
+  and TP 1 on FLA's kernels also its twin on inputs nudged by 2 ulps, each tensor within 20 x that spread
+  (gdn_verify.noise);
 - `cp-vs-cp1`: headwise at W = 2, 4 and TP 2 x CP 2 (THD and SBHD, fp32 and bf16) against Megatron's own
   cp1 at the same TP, `gdn-verify probe cross-mode`;
 - `chunkwise`: `linear_cp_mode` = chunkwise (FLA's Triton path, THD and SBHD, W = 2 and 4, TP 2 x CP 2, fp32
@@ -82,8 +83,11 @@ def case_options(name: str) -> str:
     return cases.geometry_case_name(GATE_CASES[name]) if name in GATE_CASES else f"--case {name}"
 
 
-# fp32 cp1 at TP 1 also meets Megatron's own spread (both core forms; bf16 keeps its class gates, docs/fla.md)
-ORACLE = [Case("thd-gva", "fp32", "fla-triton", own_spread=True), Case("sbhd", "fp32", "torch-chunk", own_spread=True),
+# fp32 cp1 at TP 1 on FLA's kernels also meets Megatron's own spread (docs/DESIGN.md §4). Not on
+# torch_chunk_gated_delta_rule: its decay gradients' error is smooth in the inputs (a cumsum of g, then exp of
+# differences), so a nudge shows a small part of it: error/spread up to 32 over 20 seeds, one of them past 20 x.
+# bf16 keeps its class gates (docs/fla.md).
+ORACLE = [Case("thd-gva", "fp32", "fla-triton", own_spread=True), Case("sbhd", "fp32", "torch-chunk"),
           Case("sbhd", "bf16", "fla-triton"), Case("sbhd", "fp32", "torch-chunk", tp=2),
           Case("mgt-prod", "fp32", "fla-triton", own_spread=True)]
 CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "fla-triton", world=4),
@@ -95,7 +99,7 @@ CP = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("thd-gva", "fp32", "f
 CHUNKWISE = [Case("thd-gva", "fp32", "fla-triton", world=2), Case("mgt-prod", "fp32", "fla-triton", world=4),
              Case("mgt-prod", "bf16", "fla-triton", world=2), Case("sbhd", "fp32", "fla-triton", world=2),
              Case("sbhd", "bf16", "fla-triton", world=4), Case("thd-gva", "fp32", "fla-triton", tp=2, world=4)]
-QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk", own_spread=True)]
+QUICK_ORACLE = [Case("sbhd", "fp32", "torch-chunk")]
 # mgt-prod's headwise: the conv bias's CP split, whose cp1 the conv_bias_split control shares
 QUICK_CP = [Case("sbhd", "fp32", "torch-chunk", world=2), Case("sbhd", "fp32", "torch-chunk", tp=2, world=4),
             Case("mgt-prod", "fp32", "fla-triton", world=2)]
@@ -179,9 +183,7 @@ def reproduce_spread(c: Case, megatron_path: str | None) -> str:
     `compare IMAGE TWIN` its spread."""
     env = f"PYTHONPATH={megatron_path}:$PYTHONPATH " if megatron_path else ""
     out, dump = f"/tmp/{c.label}", f"{env}python -m gdn_verify.dump {dump_options(c, 'cp1')}"
-    return (f"  rm -rf {out} {out}-twin && {dump} --out {out} && {dump} --nudge {noise.ULPS} --out {out}-twin && "
-            f"gdn-verify probe oracle --dir {out} && gdn-verify compare {out}/cp1.rank0.safetensors "
-            f"{out}-twin/cp1.rank0.safetensors")
+    return "  " + noise.reproduce_twin(out, dump)
 
 
 def run_cases(gate: Gate, cases: list[Case], mode: str, reader: str, step: gatekit.Step) -> None:

@@ -88,3 +88,12 @@ def twin_verdict(report: Mapping, image: Path, twin: Path, mode: str = "cp1") ->
     """`first_outside` of an image's `probe oracle --json` report, the spread measured between the image and its
     nudged twin (both directories holding `mode`'s rank 0)."""
     return first_outside(report, spreads(load_dump(image, mode), load_dump(twin, mode)))
+
+
+def reproduce_twin(out: str, dump: str) -> str:
+    """The shell commands that rebuild a cp1 image in `out` and its nudged twin in `out`-twin with `dump` (a
+    `python -m gdn_verify.dump ...` line without --out), then show each tensor's error (`probe oracle`) and
+    its spread (`compare IMAGE TWIN`)."""
+    return (f"rm -rf {out} {out}-twin && {dump} --out {out} && {dump} --nudge {ULPS} --out {out}-twin && "
+            f"gdn-verify probe oracle --dir {out} && gdn-verify compare {out}/cp1.rank0.safetensors "
+            f"{out}-twin/cp1.rank0.safetensors")

@@ -40,16 +40,18 @@ def test_every_headwise_control_is_caught_on_the_installed_megatron(megatron_gat
 def test_the_oracle_step_holds_fp32_cp1_to_megatrons_own_spread(megatron_gate, monkeypatch):
     """Unmodified Megatron meets min(class gate, 20 x its spread); at 0.01 x (no floor) the same images fail,
     with the command that rebuilds image and twin: the twin is dumped, compared and judged."""
+    case = [Case("thd-gva", "fp32", "fla-triton", own_spread=True)]
+    assert case[0] in megatron_gate_module.ORACLE
     step = Step("oracle")
-    megatron_gate_module.run_cases(megatron_gate, megatron_gate_module.QUICK_ORACLE, "cp1", "oracle", step)
+    megatron_gate_module.run_cases(megatron_gate, case, "cp1", "oracle", step)
     assert step.cases == 2 and not step.failures, step.failures
     monkeypatch.setattr(noise, "M", 0.01)
     monkeypatch.setattr(noise, "FLOOR", 0.0)
     tight = Step("oracle at 0.01 x the spread")
-    megatron_gate_module.run_cases(megatron_gate, megatron_gate_module.QUICK_ORACLE, "cp1", "oracle", tight)
+    megatron_gate_module.run_cases(megatron_gate, case, "cp1", "oracle", tight)
     assert tight.cases == 2 and len(tight.failures) == 1, tight.failures
-    assert tight.failures[0].startswith("sbhd-fp32-torch-chunk-W1 own spread: ") and " > 0.01 x its own spread " in \
-        tight.failures[0] and "python -m gdn_verify.dump --adapter megatron --case sbhd " in tight.failures[0], \
+    assert tight.failures[0].startswith("thd-gva-fp32-fla-triton-W1 own spread: ") and " > 0.01 x its own spread " in \
+        tight.failures[0] and "python -m gdn_verify.dump --adapter megatron --case thd-gva " in tight.failures[0], \
         tight.failures[0]
 
 
