@@ -3,12 +3,14 @@
 // docs/DESIGN.md §4, §5 and §8, in the third-party policy (meta.json names an `adapter`) and in ours: the
 // image's integrity (rank files at the world's boundary, one replica off on each rank in turn, files of
 // another run), NaN and Inf among finite values on either side, the band-only rule just inside and
-// outside its bounds, a cross-mode failure that is numeric only (and the CLI's exit code for it), and the
-// cumsum-decay class's gates recomputed from their formula by a route of the step's own.
+// outside its bounds, the third-party deviation bound from its definition, a cross-mode failure that is
+// numeric only (and the CLI's exit code for it), and the cumsum-decay class's gates recomputed from their
+// formula by a route of the step's own.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/math/distributions/fisher_f.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -372,10 +374,19 @@ void band_only_cases(StepResult& r, const Images& images) {
            band_only_names(cross) == want ? "" : "band-only tensors " + band_only_names(cross) + ", expected " + want});
     });
   // cp1 at rho = 0.1 from the oracle; the chunkwise run on the other side of it at s x its band, the band
-  // sqrt((13 + W) / 14) (1 + 3 / sqrt(n)) rho for the n = 128 elements at W = 4 (the class gate,
-  // 1e-10 at fp64, is below it). Elementwise the two differ by (rho + s band) |o|, outside cp-vs-cp1's bound.
+  // sqrt((13 + W) / 14 F(1 - 1e-6; nu, nu)) rho at W = 4, nu = 3 (sum e^2)^2 / sum e^4 - 2 for cp1's error
+  // e = rho o (the class gate, 1e-10 at fp64, is below it). Elementwise the two differ by (rho + s band) |o|,
+  // outside cp-vs-cp1's bound.
   const double rho = 0.1;
-  const double band = std::sqrt((13.0 + kWorld) / 14.0) * (1.0 + 3.0 / std::sqrt(static_cast<double>(o.numel()))) * rho;
+  double s2 = 0, s4 = 0;
+  for (std::int64_t i = 0; i < o.numel(); ++i) {
+    s2 += rho * rho * o.get(i) * o.get(i);
+    s4 += std::pow(rho * o.get(i), 4);
+  }
+  const double nu = std::clamp(3 * s2 * s2 / s4 - 2, 1.0, static_cast<double>(o.numel()));
+  const boost::math::fisher_f_distribution<double> ratio(nu, nu);
+  const double band =
+      std::sqrt((13.0 + kWorld) / 14.0 * boost::math::quantile(boost::math::complement(ratio, 1e-6))) * rho;
   const auto image = [&](const Flavour& f, double s) {
     const fs::path dir = images.copy(f);
     set_gradient(dir, "cp1", 1, times(o, 1 + rho));
@@ -413,6 +424,32 @@ void band_only_cases(StepResult& r, const Images& images) {
         {expect_exit("cross-mode", cross.exit_code(), 1),
          cross.band_only.empty() ? "" : "band-only tensors " + band_only_names(cross) + " under cp1-vs-old"});
   });
+}
+
+// ---- the deviation bound of a third-party CP run, from its definition (docs/DESIGN.md §4) ----------------
+
+// Known answers: F(2, 2)'s upper quantile at p is 1/p - 1 and F(1, 1)'s is cot^2(pi p / 2) (their CDFs,
+// x / (1 + x) and (2 / pi) atan sqrt(x)); an error on k of n elements, all of one size, has k roundings
+// (3 k^2 / k - 2 = 3k - 2 clamped to k only for k = 1: so k = 2 of 6 gives 4, the estimator's bias on
+// equal sizes), and an error of zero keeps all n.
+void deviation_factor_cases(StepResult& r) {
+  const double p = 1e-6;
+  const auto near = [](double got, double want) { return std::abs(got - want) <= 1e-9 * want; };
+  for (const auto& [nu, quantile] :
+       {std::pair{2.0, 1 / p - 1}, std::pair{1.0, std::pow(std::tan(M_PI / 2 * (1 - p)), 2)}})
+    r.check_case("deviation factor at nu = " + std::to_string(static_cast<int>(nu)), [&, nu = nu, quantile = quantile] {
+      const double want = std::sqrt((13.0 + kWorld) / 14.0 * quantile), got = probes::cp1_deviation_factor(nu, kWorld);
+      return near(got, want) ? "" : "factor " + std::to_string(got) + ", expected " + std::to_string(want);
+    });
+  const Tensor oracle = Tensor::from_f64({0.5, 1.5, 2.5, 3.5, 4.5, 5.5}, {6});
+  const Tensor one = Tensor::from_f64({0.5, 1.5, 2.5, 3.501, 4.5, 5.5}, {6});
+  const Tensor two = Tensor::from_f64({0.5, 1.499, 2.5, 3.501, 4.5, 5.5}, {6});
+  for (const auto& [label, run, want] : {std::tuple{"one element off", one, 1.0},
+                                         std::tuple{"two of six off", two, 4.0}, std::tuple{"no error", oracle, 6.0}})
+    r.check_case(std::string("effective roundings: ") + label, [&, run = run, want = want] {
+      const double got = probes::effective_roundings(oracle, run);
+      return near(got, want) ? "" : "nu " + std::to_string(got) + ", expected " + std::to_string(want);
+    });
 }
 
 // ---- a cross-mode failure that is numeric only (docs/DESIGN.md §5: exit 1, never 0) ----------------------
@@ -757,6 +794,7 @@ StepResult run(const StepOptions& options) {
   } catch (const Error& e) {
     r.check(false, "images", e.what());
   }
+  deviation_factor_cases(r);
   for (const harness::GateRegime regime : {harness::GateRegime::Default, harness::GateRegime::Weak})
     decay_class_cases(r, regime);
   return r;

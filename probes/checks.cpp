@@ -1,6 +1,7 @@
 #include "probes/checks.hpp"
 
 #include <algorithm>
+#include <boost/math/distributions/fisher_f.hpp>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -485,10 +486,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
   }
   // The deviation from the oracle of out, grad_hidden, the gradients and the band-only stages: against
   // headwise's where this project's image dumped it (the contract's 4x), else against the same
-  // implementation's cp1 (docs/DESIGN.md §4): a CP run repeats cp1's ~14 rounding sources (re-cut at rank
-  // boundaries, same statistics) and adds at most one per boundary it folds a state across (W - 1), in
-  // quadrature sqrt((13 + W) / 14); the RMS of n independent roundings spreads by 1 / sqrt(2 n) per run,
-  // so two runs' ratio stays within 1 + 3 / sqrt(n) (3 sigma): 2.06 for an [8] gradient, 1.03 for 10^4.
+  // implementation's cp1, by cp1_deviation_factor (docs/DESIGN.md §4).
   const bool vs_headwise = !third_party && by_mode.count("headwise") > 0;
   out.skipped = "headwise is the only CP mode dumped: no other mode to measure";
   const TensorFile& base = vs_headwise ? by_mode["headwise"] : cp1;
@@ -499,7 +497,7 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
       if (!f.has(name) || !base.has(name) || (name.starts_with("stage") && !band_only.count(name))) continue;
       const double b = rel_to_oracle(base, name);
       const double factor =
-          vs_headwise ? 4.0 : std::sqrt((13.0 + W) / 14.0) * (1.0 + 3.0 / std::sqrt(static_cast<double>(t.numel())));
+          vs_headwise ? 4.0 : cp1_deviation_factor(effective_roundings(t, base.tensors.at(name)), static_cast<int>(W));
       const double class_gate = band_only.count(name) ? band_only.at(name) : 0.0;
       out.ratios.push_back({mode, name, vs_headwise ? "headwise" : "cp1", rel_to_oracle(f, name), b,
                             std::max(factor * std::max(b, 1e-6), class_gate)});
@@ -512,6 +510,27 @@ CrossMode cross_mode(const std::string& dir, const Policy& policy) {
     return a.mode != b.mode ? a.mode < b.mode : precedes(a.tensor, b.tensor, names);
   });
   return out;
+}
+
+double effective_roundings(const Tensor& oracle, const Tensor& run) {
+  double s2 = 0, s4 = 0;
+  for (std::int64_t i = 0; i < oracle.numel(); ++i) {
+    const double e2 = (run.get(i) - oracle.get(i)) * (run.get(i) - oracle.get(i));
+    s2 += e2;
+    s4 += e2 * e2;
+  }
+  // No error, or a non-finite one (judged as such elsewhere), leaves every element's rounding.
+  const double n = std::max(1.0, static_cast<double>(oracle.numel()));
+  return s4 > 0 && std::isfinite(s4) ? std::clamp(3 * s2 * s2 / s4 - 2, 1.0, n) : n;
+}
+
+// A CP run repeats cp1's ~14 rounding sources (re-cut at rank boundaries, same statistics) and adds at most
+// one per boundary it folds a state across (W - 1): its error variance is (13 + W) / 14 cp1's. Each run's
+// squared RMS error is a sum of nu independent squared roundings, so the ratio of the two is F(nu, nu)
+// distributed; its upper 1e-6 quantile keeps a gate run of ~10^3 ratios at one false alarm in 10^3 runs.
+double cp1_deviation_factor(double nu, int W) {
+  const boost::math::fisher_f_distribution<double> ratio(nu, nu);
+  return std::sqrt((13.0 + W) / 14.0 * boost::math::quantile(boost::math::complement(ratio, 1e-6)));
 }
 
 Comparison judge_with_oracle(const std::string& dir, std::vector<ClassVerdict>* classes) {

@@ -31,7 +31,7 @@ Comparison compare_images(const std::string& ref, const std::string& cand, const
 
 // A mode's deviation from the fp64 oracle against a base's (docs/DESIGN.md §4): headwise's where dumped,
 // bound 4 max(base, 1e-6) (the contract's); else the same implementation's cp1 (a third-party image),
-// bound sqrt((13 + W) / 14) (1 + 3 / sqrt(n)) max(base, 1e-6) for a tensor of n elements on W ranks.
+// bound cp1_deviation_factor(effective_roundings(oracle, cp1), W) max(base, 1e-6).
 struct DeviationRatio {
   std::string mode, tensor, base;  // base: "headwise" | "cp1"
   double rel_rms, base_rel_rms, bound;
@@ -45,6 +45,14 @@ struct BandOnly {
   std::string tensor;
   double cp1_rel_rms, gate, class_gate;
 };
+
+// The number of independent roundings behind the RMS of `run`'s error e = run - oracle (Satterthwaite:
+// nu = (sum lambda)^2 / sum lambda^2 for the elements' error variances lambda), estimated with E e^4 =
+// 3 lambda^2 as 3 (sum e^2)^2 / sum e^4 - 2, within [1, n]; n where e is 0 or not finite.
+double effective_roundings(const Tensor& oracle, const Tensor& run);
+// How far a CP run's deviation from the oracle may exceed its cp1's on W ranks, for a tensor of nu
+// effective roundings: sqrt((13 + W) / 14 F(1 - 1e-6; nu, nu)) (docs/DESIGN.md §4).
+double cp1_deviation_factor(double nu, int W);
 
 struct CrossMode {
   Comparison vs_cp1;

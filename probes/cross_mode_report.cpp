@@ -36,8 +36,9 @@ void write_deviation(const CrossMode& r, std::ostream& out) {
     outside += !d.pass();
   }
   out << "deviation ratio ("
-      << (r.ratios.front().base == "headwise" ? "<= 4x headwise's"
-                                              : "<= sqrt((13 + W)/14) (1 + 3/sqrt(n)) x cp1's, docs/DESIGN.md §4")
+      << (r.ratios.front().base == "headwise"
+              ? "<= 4x headwise's"
+              : "<= sqrt((13 + W)/14 F(1 - 1e-6; nu, nu)) x cp1's, nu its effective roundings, docs/DESIGN.md §4")
       << ", floor 1e-6): " << r.ratios.size() << " checked, " << outside << " outside\n";
 }
 

@@ -493,7 +493,8 @@ TEST(ProbeCli, CrossModeSaysWhichDeviationBoundItApplies) {
   const auto c = run_cli("probe cross-mode --dir " + dir.string());
   EXPECT_EQ(c.code, 0) << c.out << c.err;
   EXPECT_TRUE(contains(c.out,
-                       "deviation ratio (<= sqrt((13 + W)/14) (1 + 3/sqrt(n)) x cp1's, docs/DESIGN.md §4, "
+                       "deviation ratio (<= sqrt((13 + W)/14 F(1 - 1e-6; nu, nu)) x cp1's, nu its effective roundings, "
+                       "docs/DESIGN.md §4, "
                        "floor 1e-6): 9 checked, 0 outside"))
       << c.out;
   fs::remove_all(dir);
@@ -567,7 +568,7 @@ TEST(ProbeCli, GeometryOptionsDumpAnyCaseAndRecordIt) {
   }
   // Without a headwise dump the deviation from the oracle is bounded by cp1's (docs/DESIGN.md §4).
   EXPECT_TRUE(contains(run_cli("probe cross-mode --dir " + dir.string()).out,
-                       "x cp1's, docs/DESIGN.md §4, floor 1e-6): 10 checked, 0 outside"));
+                       "nu its effective roundings, docs/DESIGN.md §4, floor 1e-6): 10 checked, 0 outside"));
   fs::remove_all(dir);
 }
 
