@@ -5,83 +5,19 @@
 //           (the upstream training run's head counts; `gdn-verify reference` on it is the scale target)
 // Every benchmark reports GFLOP/s (2 flops per multiply-add, the stage's forward + backward arithmetic
 // as counted below) and "peak %", its share of the fp64 FMA peak of the threads it ran on, measured at
-// start-up by fp64_peak_gflops.
+// start-up by bench/fp64_peak.hpp.
 #include <benchmark/benchmark.h>
 
+#include "bench/fp64_peak.hpp"
 #include "core/parallel.hpp"
 #include "reference/gated_delta_rule.hpp"
 #include "reference/layer.hpp"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
-#include <algorithm>
-#include <chrono>
-
 namespace gdnv::ref {
 namespace {
 
-// ---- the machine's fp64 peak ------------------------------------------------------------------
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-// 12 independent FMA chains of 4 (AVX2) or 8 (AVX-512) doubles: 2 FMA units x 4 cycles of latency keep
-// both units busy. The widest the CPU has, as core/gemm picks.
-__attribute__((target("avx2,fma"))) double fma_chains_avx2(std::int64_t n) {
-  __m256d c[12];
-  for (int i = 0; i < 12; ++i) c[i] = _mm256_set1_pd(i);
-  const __m256d a = _mm256_set1_pd(0.999999), b = _mm256_set1_pd(1e-9);
-  for (std::int64_t k = 0; k < n; ++k) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) c[i] = _mm256_fmadd_pd(a, c[i], b);
-  }
-  // Every chain feeds the result: one that did not would be dead code, and the count 12 times too high.
-  __m256d sum = c[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_pd(sum, c[i]);
-  double out[4];
-  _mm256_storeu_pd(out, sum);
-  return out[0];
-}
-__attribute__((target("avx512f"))) double fma_chains_avx512(std::int64_t n) {
-  __m512d c[12];
-  for (int i = 0; i < 12; ++i) c[i] = _mm512_set1_pd(i);
-  const __m512d a = _mm512_set1_pd(0.999999), b = _mm512_set1_pd(1e-9);
-  for (std::int64_t k = 0; k < n; ++k) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) c[i] = _mm512_fmadd_pd(a, c[i], b);
-  }
-  __m512d sum = c[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_pd(sum, c[i]);
-  double out[8];
-  _mm512_storeu_pd(out, sum);
-  return out[0];
-}
-#endif
-
-// GFLOP/s of `threads` threads running FMA chains at once (best of 3): the clock under AVX load, as the
-// oracle's GEMM sees it, rather than /proc/cpuinfo's nominal one.
-double fp64_peak_gflops(int threads) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (!__builtin_cpu_supports("fma")) return 0;
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  const double flops_per_step = 12 * (avx512 ? 8 : 4) * 2;
-  constexpr std::int64_t kSteps = 50'000'000;
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    parallel_for(threads, threads, [&](std::int64_t) {
-      benchmark::DoNotOptimize(avx512 ? fma_chains_avx512(kSteps) : fma_chains_avx2(kSteps));
-    });
-    const std::chrono::duration<double> s = std::chrono::steady_clock::now() - t0;
-    best = std::max(best, threads * kSteps * flops_per_step * 1e-9 / s.count());
-  }
-  return best;
-#else
-  (void)threads;
-  return 0;
-#endif
-}
-
 void report_flops(benchmark::State& state, double flops) {
-  static const double peak = fp64_peak_gflops(hardware_threads());
+  static const double peak = bench::fp64_peak(hardware_threads()).gflops;
   const double n = static_cast<double>(state.iterations());
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9 * n, benchmark::Counter::kIsRate);
   if (peak > 0)

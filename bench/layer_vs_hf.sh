@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The production-sized layer of docs/DESIGN.md §7 (hidden 4096, Hk 16, Hv 32, dk = dv = 128, T = 4096 as
-# 1024 + 2048 + 1024), forward and backward with every gradient: `gdn-verify reference` on it (wall, CPU and
-# peak memory from /usr/bin/time), then, when the bridge's venv is present, Hugging Face's Qwen3-Next
-# GatedDeltaNet in torch fp64 on the same file and the same number of threads (bench/hf_layer.py), and
-# the ratio of the two wall times. `./run bench layer` runs it; the input is written to a temporary folder.
+# 1024 + 2048 + 1024), forward and backward with every gradient, against this machine's limit: first
+# layer_roofline (CPU, GEMM kernel, fp64 FMA peak measured now, the layer's FLOPs, roofline = FLOPs / peak),
+# then `gdn-verify reference` on it (wall, CPU and peak memory from /usr/bin/time), then, when the bridge's
+# venv is present, Hugging Face's Qwen3-Next GatedDeltaNet in torch fp64 on the same file and the same
+# number of threads (bench/hf_layer.py); each time with its share of the roofline, and their ratio.
+# `./run bench layer_vs_hf` runs it; the input is written to a temporary folder.
 #   bench/layer_vs_hf.sh [BUILD_DIR]    default build; GDNV_VENV picks the venv (default .venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,21 +13,27 @@ BUILD=${1:-build}
 PY=${GDNV_VENV:-.venv}/bin/python
 THREADS=$(nproc)
 DIMS=(4096 16 32 128 128)
+LENGTHS=(1024 2048 1024)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-"$BUILD/make_layer_file" "$TMP/layer.safetensors" "${DIMS[@]}" 1024 2048 1024 >/dev/null
+"$BUILD/layer_roofline" "${DIMS[@]}" "${LENGTHS[@]}" | tee "$TMP/roofline"
+roofline=$(awk '$1 == "roofline" { print $2 }' "$TMP/roofline")
+# "  NN% of roofline" for a time in seconds (nothing where the peak was not measured).
+of_roofline() { [ -n "$roofline" ] && awk "BEGIN { printf \"  %3.0f%% of roofline\", 100 * $roofline / $1 }"; true; }
+
+"$BUILD/make_layer_file" "$TMP/layer.safetensors" "${DIMS[@]}" "${LENGTHS[@]}" >/dev/null
 /usr/bin/time -f '%e %U %S %M' -o "$TMP/time" \
   "$BUILD/gdn-verify" reference --in "$TMP/layer.safetensors" --out "$TMP/out.safetensors" >/dev/null
 read -r wall user sys rss <"$TMP/time"
 rm -f "$TMP/out.safetensors"
-printf 'gdn-verify reference   %6.1f s  (user %.1f s, sys %.1f s, peak %.2f GB, %d threads)\n' \
-  "$wall" "$user" "$sys" "$(awk "BEGIN { print $rss / 1e6 }")" "$THREADS"
+printf 'gdn-verify reference   %6.1f s%s  (user %.1f s, sys %.1f s, peak %.2f GB, %d threads)\n' \
+  "$wall" "$(of_roofline "$wall")" "$user" "$sys" "$(awk "BEGIN { print $rss / 1e6 }")" "$THREADS"
 if [ -x "$PY" ]; then
   hf=$(PYTHONPATH=python "$PY" bench/hf_layer.py "$TMP/layer.safetensors" "$THREADS" "${DIMS[@]}" 2>"$TMP/err") ||
     { cat "$TMP/err" >&2; exit 1; }
-  printf 'HF Qwen3-Next fp64     %6.1f s  (torch, %d threads)\n' "$hf" "$THREADS"
-  printf 'ratio                  %6.2fx\n' "$(awk "BEGIN { print $hf / $wall }")"
+  printf 'HF Qwen3-Next fp64     %6.1f s%s  (torch, %d threads)\n' "$hf" "$(of_roofline "$hf")" "$THREADS"
+  printf 'ratio                  %6.2fx  (torch / gdn-verify)\n' "$(awk "BEGIN { print $hf / $wall }")"
 else
   echo "HF Qwen3-Next fp64     skipped: no $PY (./run test creates it)"
 fi

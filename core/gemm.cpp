@@ -38,6 +38,7 @@ struct Kernel {
   KernelFn run, plain;
   std::int64_t mr, nr, kc, mc, nc;
   bool exact_subnormal = false;
+  const char* isa = "";
 };
 constexpr std::int64_t kMaxTile = 14 * 16;  // the largest tile below
 
@@ -122,10 +123,11 @@ __attribute__((target("avx512f,avx512dq"))) bool kernel_avx512(std::int64_t kc, 
 // the kernel walks down it stays in L1 (24 KiB for AVX2; AVX-512's 48 KiB measured best: 14 x 16 at
 // kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and 16 x 8 no faster, 24 x 8 at half that).
 #ifdef GDNV_GEMM_X86
-constexpr Kernel kAvx512{kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 14, 16, 384, 112, 1024, true};
-constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, 6, 8, 384, 96, 1024};
+constexpr Kernel kAvx512{
+    kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 14, 16, 384, 112, 1024, true, "AVX-512"};
+constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, 6, 8, 384, 96, 1024, false, "AVX2+FMA"};
 #endif
-constexpr Kernel kPortable{kernel_portable, kernel_portable, 6, 8, 384, 96, 1024};
+constexpr Kernel kPortable{kernel_portable, kernel_portable, 6, 8, 384, 96, 1024, false, "portable std::fma"};
 
 std::optional<Kernel> find(GemmKernel which) {
 #ifdef GDNV_GEMM_X86
@@ -385,6 +387,11 @@ void settle_skipped_zeros(const MatrixView<const double>& B, const MatrixView<do
 }  // namespace
 
 bool gemm_kernel_available(GemmKernel kernel) { return find(kernel).has_value(); }
+
+std::string gemm_kernel_name(GemmKernel kernel) {
+  const Kernel k = pick(kernel);
+  return std::string(k.isa) + " " + std::to_string(k.mr) + "x" + std::to_string(k.nr);
+}
 
 void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<double> C, GemmOptions options) {
   check_shapes(A, B, C);

@@ -5,6 +5,7 @@
 // the result has the same bits on any machine: AVX-512 or AVX2 + FMA where the CPU has it (chosen at
 // run time), std::fma elsewhere. Eigen's own product splits K by the cache sizes it detects, which it does not.
 #include <cstdint>
+#include <string>
 
 #include <Eigen/Dense>
 
@@ -22,6 +23,8 @@ struct MatrixView {
 // Best: the widest the CPU has. The others name one kernel, for tests (an error where the CPU lacks it).
 enum class GemmKernel { Best, Avx512, Avx2, Portable };
 bool gemm_kernel_available(GemmKernel kernel);
+// The kernel `kernel` resolves to on this CPU and its tile, e.g. "AVX2+FMA 6x8" (for the benches' reports).
+std::string gemm_kernel_name(GemmKernel kernel = GemmKernel::Best);
 
 // A lower (upper) triangular A has zeros above (below) its diagonal. Terms of the chain that only
 // such zeros feed are skipped: a product with finite B has the same bits, for about half the work.

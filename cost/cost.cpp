@@ -175,4 +175,11 @@ RankCost layer_cost(const CostGeometry& geometry, RankPlace at) {
   return cost;
 }
 
+double layer_flops(const ref::LayerConfig& config, const std::vector<std::int64_t>& lengths) {
+  CostGeometry geometry{.config = config, .cp = {}, .dtype = DType::F64, .format = Format::Thd, .cu = {0}};
+  for (std::int64_t L : lengths) geometry.cu.push_back(geometry.cu.back() + L);
+  const RankCost cost = layer_cost(geometry, {});
+  return cost.forward.flops() + cost.backward.flops();
+}
+
 }  // namespace gdnv::cost

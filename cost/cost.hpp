@@ -64,6 +64,11 @@ struct RankPlace {
 
 RankCost layer_cost(const CostGeometry& geometry, RankPlace at);
 
+// The whole layer on one device (CP 1, TP 1) over THD sequences of `lengths`, forward + backward with every
+// gradient: the FLOPs of the plain mode's ops (the two projections, the depthwise conv, the chunked core;
+// norms and gates count 0, cost/op_cost.hpp). The numerator of the benches' roofline (bench/layer_roofline).
+double layer_flops(const ref::LayerConfig& config, const std::vector<std::int64_t>& lengths);
+
 // ---- shared by the per-mode models ---------------------------------------------------------------
 
 // A rank's view of the geometry: what every mode derives from it.

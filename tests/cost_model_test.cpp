@@ -143,6 +143,29 @@ TEST(CostModel, AllGatherComputesTheWholeLayerOnEveryRank) {
   EXPECT_NEAR(split.forward.flops() * 4, whole.forward.flops(), 1e-9 * whole.forward.flops());
 }
 
+// The benches' roofline numerator (cost::layer_flops) against the count written out by hand from the layer
+// of docs/DESIGN.md §1.3, 2 flops per multiply-add: hidden 8, Hk 2, Hv 4, dk 4, dv 6, W 4, sequences of
+// 70 and 10 tokens (T = 80; 64-token chunks: 64, 6, 10).
+//   in_proj: P = 2 Hk dk + 2 Hv dv + 2 Hv = 16 + 48 + 8 = 72 outputs; out_proj: Hv dv = 24 inputs.
+//     Each GEMM once forward, twice backward (dX, dW): 3 x 2 x T hidden (72 + 24) = 6 x 80 x 8 x 96 = 368640.
+//   conv: 2 Hk dk + Hv dv = 40 channels, W taps, forward + dx + dw: 3 x 2 x 80 x 40 x 4 = 76800.
+//   core, per value head and chunk of c tokens forward (DESIGN §1.1's chunked form): K K^T and Q K^T
+//     (c^2 dk each, triangles), the solve for [U | W] (c^2 (dv + dk)), the intra-chunk output (c^2 dv):
+//     c^2 (3 dk + 2 dv) = 24 c^2; v_new = U - W S, (e^gamma Q) S and the state update: 3 x 2 c dk dv =
+//     144 c. Chunks: 24 (64^2 + 6^2 + 10^2) + 144 x 80 = 24 x 4232 + 11520 = 113088 per head, x Hv 4 =
+//     452352; the backward recomputes the states (one forward) and runs two gradient passes (two
+//     forwards): x 4 = 1809408.
+//   Norms and gates are memory-bound: 0.  Total 368640 + 76800 + 1809408 = 2254848.
+TEST(CostModel, LayerFlopsAreTheProjectionsConvAndChunkedCore) {
+  const ref::LayerConfig config({.hidden_size = 8,
+                                 .linear_num_key_heads = 2,
+                                 .linear_num_value_heads = 4,
+                                 .linear_key_head_dim = 4,
+                                 .linear_value_head_dim = 6,
+                                 .linear_conv_kernel_dim = 4});
+  EXPECT_EQ(cost::layer_flops(config, {70, 10}), 2254848.0);
+}
+
 // The roofline: an op costs the larger of its FLOP time and its HBM time; a call pays its steps'
 // latency and its larger direction over the link its group spans (TP inside a node here, CP 2 x 8
 // ranks across two nodes).

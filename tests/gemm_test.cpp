@@ -188,6 +188,18 @@ INSTANTIATE_TEST_SUITE_P(Gemm, GemmKernels,
                          testing::Values(GemmKernel::Best, GemmKernel::Avx512, GemmKernel::Avx2, GemmKernel::Portable),
                          [](const auto& param_info) { return std::string(name(param_info.param)); });
 
+// The benches print the kernel Best resolves to: the widest the CPU has, with its tile.
+TEST(Gemm, BestKernelsNameIsTheWidestTheCpuHas) {
+  EXPECT_EQ(gemm_kernel_name(GemmKernel::Portable), "portable std::fma 6x8");
+  if (gemm_kernel_available(GemmKernel::Avx2)) {
+    EXPECT_EQ(gemm_kernel_name(GemmKernel::Avx2), "AVX2+FMA 6x8");
+  }
+  const GemmKernel widest = gemm_kernel_available(GemmKernel::Avx512) ? GemmKernel::Avx512
+                            : gemm_kernel_available(GemmKernel::Avx2) ? GemmKernel::Avx2
+                                                                      : GemmKernel::Portable;
+  EXPECT_EQ(gemm_kernel_name(), gemm_kernel_name(widest));
+}
+
 TEST(Gemm, NamingAKernelTheCpuLacksIsAnError) {
   if (gemm_kernel_available(GemmKernel::Avx512)) GTEST_SKIP() << "this CPU has every kernel";
   const RowMatrix A(2, 2), B(2, 2);
