@@ -29,7 +29,7 @@ def fla042_python() -> Path:
     """.venv-fla042's Python (FLA 0.4.2, docs/fla.md); the test skips, naming how to make it, without one."""
     python = FLA042_VENV / "bin" / "python"
     if not python.is_file():
-        pytest.skip(f"no {FLA042_VENV}: make it with ./run fla042 (FLA 0.4.2 and its torch and triton, ~5.6 GB)")
+        pytest.skip(f"no {FLA042_VENV}: make it with ./run fla042 (FLA 0.4.2 and its torch and triton, 2-6 GB)")
     return python
 
 
