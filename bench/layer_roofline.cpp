@@ -5,6 +5,7 @@
 // the seconds, for the script's arithmetic.
 //   layer_roofline 4096 16 32 128 128 1024 2048 1024
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -20,7 +21,18 @@ int main(int argc, char** argv) {
     std::cerr << "usage: layer_roofline HIDDEN HK HV DK DV LEN...\n";
     return 3;
   }
-  const auto arg = [&](int i) { return std::stoll(argv[i]); };
+  const auto arg = [&](int i) -> std::int64_t {
+    std::size_t end = 0;
+    const std::string s = argv[i];
+    try {
+      const long long v = std::stoll(s, &end);
+      if (end == s.size() && v > 0) return v;
+    } catch (const std::exception&) {
+    }
+    std::cerr << "layer_roofline: argument " << i << " '" << s
+              << "' is not a positive integer: give the dims and lengths\n";
+    std::exit(3);
+  };
   const ref::LayerConfig config({.hidden_size = arg(1),
                                  .linear_num_key_heads = arg(2),
                                  .linear_num_value_heads = arg(3),
