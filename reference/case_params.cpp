@@ -7,16 +7,6 @@
 namespace gdnv::ref {
 namespace {
 
-// Element i = f(Rng(seed, name).uniform(i)).
-template <class F>
-Tensor drawn(std::uint64_t seed, const std::string& name, Shape shape, F f) {
-  Tensor t(DType::F64, std::move(shape));
-  const Rng rng(seed, name);
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = f(rng.uniform(static_cast<std::uint64_t>(i)));
-  return t;
-}
-
 // u in [0, 1) -> sign (u < 1/2: -1) and a fresh uniform in [0, 1): 2u and 2u - 1 are exact, so the
 // Python mirror (gdn_verify.cases) gives the same bits.
 double sign_of(double u) { return u < 0.5 ? -1.0 : 1.0; }
@@ -36,9 +26,10 @@ LayerParams case_params(const LayerConfig& config, std::uint64_t seed) {
   const auto a_log_2_16 = [](double u) { return det_log(2.0 + 14.0 * u); };
   for (const auto& name : param_names(config)) {
     const Shape shape = param_shape(config, name);
-    if (name == kInProjNorm || name == kOutNorm || name == kDtBias) p[name] = drawn(seed, name, shape, outside_one);
-    else if (name == kConvBias) p[name] = drawn(seed, name, shape, conv_bias);
-    else if (name == kALog) p[name] = drawn(seed, name, shape, a_log_2_16);
+    if (name == kInProjNorm || name == kOutNorm || name == kDtBias)
+      p[name] = seeded_uniform(seed, name, shape, outside_one);
+    else if (name == kConvBias) p[name] = seeded_uniform(seed, name, shape, conv_bias);
+    else if (name == kALog) p[name] = seeded_uniform(seed, name, shape, a_log_2_16);
   }
   return p;
 }

@@ -67,16 +67,6 @@ Tensor filled(Shape shape, double value) {
   return t;
 }
 
-// Element i = f(Rng(seed, name).uniform(i)).
-template <class F>
-Tensor seeded_uniform(std::uint64_t seed, const std::string& name, Shape shape, F f) {
-  Tensor t(DType::F64, std::move(shape));
-  const Rng rng(seed, name);
-  double* p = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = f(rng.uniform(static_cast<std::uint64_t>(i)));
-  return t;
-}
-
 }  // namespace
 
 LayerParams init_params(const LayerConfig& config, std::uint64_t seed) {

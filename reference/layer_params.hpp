@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "reference/layer_config.hpp"
 
@@ -27,6 +28,16 @@ inline constexpr const char* kOutProj = "out_proj.weight";   // [hidden, Hv*dv]
 // The parameter names of `config` in table order (conv1d.bias only when config.conv_bias()).
 std::vector<std::string> param_names(const LayerConfig& config);
 Shape param_shape(const LayerConfig& config, const std::string& name);
+
+// A parameter drawn from its own seeded stream: element i = f(Rng(seed, name).uniform(i)).
+template <class F>
+Tensor seeded_uniform(std::uint64_t seed, const std::string& name, Shape shape, F f) {
+  Tensor t(DType::F64, std::move(shape));
+  const Rng rng(seed, name);
+  double* p = t.data<double>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = f(rng.uniform(static_cast<std::uint64_t>(i)));
+  return t;
+}
 
 // Every name of param_names present, F64, with its shape, and nothing else. ConfigError
 // naming the parameter, its shape and the expected one.
