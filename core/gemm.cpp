@@ -34,8 +34,14 @@ using KernelFn = bool (*)(std::int64_t kc, const double* a, const double* b, dou
 // L2 and a [kc, nr] panel of B in L1 while the kernel walks the block's tiles; nc bounds B's block.
 // `run` may decline a tile whose C holds a subnormal; `plain` takes any tile. `exact_subnormal` (AVX-512)
 // advances tiles whose chains can meet subnormals on scaled panels (core/gemm_subnormal.hpp).
+using PackAFn = void (*)(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0,
+                         std::int64_t kc, double* out);
+using PackBFn = void (*)(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0,
+                         std::int64_t n, double* out);
 struct Kernel {
   KernelFn run, plain;
+  PackAFn pack_a;
+  PackBFn pack_b;
   std::int64_t mr, nr, kc, mc, nc;
   bool exact_subnormal = false;
   const char* isa = "";
@@ -119,15 +125,92 @@ __attribute__((target("avx512f,avx512dq"))) bool kernel_avx512(std::int64_t kc, 
 }
 #endif
 
-// Blocking by kernel: A's [mc, kc] block stays in L2 (288 and 336 KiB) while the [kc, nr] panel of B
-// the kernel walks down it stays in L1 (24 KiB for AVX2; AVX-512's 48 KiB measured best: 14 x 16 at
-// kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and 16 x 8 no faster, 24 x 8 at half that).
+// A[i0 : i0+m, k0 : k0+kc] as MR-row panels, each k-major: panel p holds A(i0 + p*MR + r, k0 + k) at
+// [p][k][r], zero-padded past m. MR is a compile-time constant so that each step's MR moves unroll: with
+// a run-time MR they ran as a loop of one element per turn, 11% of a layer's time.
+template <std::int64_t MR>
+void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0, std::int64_t kc,
+            double* out) {
+  for (std::int64_t p = 0; p < m; p += MR, out += MR * kc) {
+    const std::int64_t rows = std::min(MR, m - p);
+    const double* src = &A(i0 + p, k0);
+    if (rows < MR) {
+      std::fill_n(out, MR * kc, 0.0);
+      for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t r = 0; r < rows; ++r) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
+      continue;
+    }
+    // k outer: the panel's rows are read side by side, as MR sequential streams the hardware prefetches
+    // together (row after row, each row's start would wait on memory).
+    if (A.row_stride == 1) {
+      for (std::int64_t k = 0; k < kc; ++k)
+        for (std::int64_t r = 0; r < MR; ++r) out[k * MR + r] = src[r + k * A.col_stride];
+      continue;
+    }
+    for (std::int64_t k = 0; k < kc; ++k)
+      for (std::int64_t r = 0; r < MR; ++r) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
+  }
+}
+
+// B[k0 : k0+kc, j0 : j0+n] as NR-column panels: panel p holds B(k0 + k, j0 + p*NR + c) at [p][k][c],
+// zero-padded past n. A row-major B is read a few rows at a time across all panels: panel by panel, each
+// step of k would land on another row (another page, for a wide B) for 64 bytes. Any other B is read as
+// NR column streams side by side, k outer, for the reason pack_a reads A's rows so.
+template <std::int64_t NR>
+void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t n,
+            double* out) {
+  if (B.col_stride == 1) {
+    constexpr std::int64_t kRows = 8;
+    for (std::int64_t kb = 0; kb < kc; kb += kRows)
+      for (std::int64_t p = 0; p < n; p += NR) {
+        const std::int64_t cols = std::min(NR, n - p);
+        double* panel = out + p * kc;
+        for (std::int64_t k = kb; k < std::min(kb + kRows, kc); ++k) {
+          const double* src = &B(k0 + k, j0 + p);
+          if (cols == NR) {
+            for (std::int64_t c = 0; c < NR; ++c) panel[k * NR + c] = src[c];
+            continue;
+          }
+          for (std::int64_t c = 0; c < NR; ++c) panel[k * NR + c] = c < cols ? src[c] : 0.0;
+        }
+      }
+    return;
+  }
+  for (std::int64_t p = 0; p < n; p += NR, out += NR * kc) {
+    const std::int64_t cols = std::min(NR, n - p);
+    const double* src = &B(k0, j0 + p);
+    if (cols < NR) {
+      std::fill_n(out, NR * kc, 0.0);
+      for (std::int64_t c = 0; c < cols; ++c)
+        for (std::int64_t k = 0; k < kc; ++k) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
+      continue;
+    }
+    for (std::int64_t k = 0; k < kc; ++k)
+      for (std::int64_t c = 0; c < NR; ++c) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
+  }
+}
+
+// Blocking by kernel: A's [mc, kc] block stays in L2 (144 and 336 KiB) while the [kc, nr] panel of B
+// the kernel walks down it stays in L1 beside the A panel it meets (AVX2: 16 + 12 KiB of a 32 KiB L1;
+// on Zen 2, kc 256 and mc 72 ran a 2048^3 product at 44 GFLOP/s on one core, kc 384 and mc 96 at 41;
+// AVX-512's 48 KiB measured best: 14 x 16 at kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and
+// 16 x 8 no faster, 24 x 8 at half that).
 #ifdef GDNV_GEMM_X86
-constexpr Kernel kAvx512{
-    kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 14, 16, 384, 112, 1024, true, "AVX-512"};
-constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, 6, 8, 384, 96, 1024, false, "AVX2+FMA"};
+constexpr Kernel kAvx512{kernel_avx512<14, 2, true>,
+                         kernel_avx512<14, 2, false>,
+                         pack_a<14>,
+                         pack_b<16>,
+                         14,
+                         16,
+                         384,
+                         112,
+                         1024,
+                         true,
+                         "AVX-512"};
+constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, pack_a<6>, pack_b<8>, 6, 8, 256, 72, 1024, false, "AVX2+FMA"};
 #endif
-constexpr Kernel kPortable{kernel_portable, kernel_portable, 6, 8, 384, 96, 1024, false, "portable std::fma"};
+constexpr Kernel kPortable{kernel_portable, kernel_portable,    pack_a<6>, pack_b<8>, 6, 8, 384, 96, 1024,
+                           false,           "portable std::fma"};
 
 std::optional<Kernel> find(GemmKernel which) {
 #ifdef GDNV_GEMM_X86
@@ -150,48 +233,6 @@ Kernel pick(GemmKernel which) {
   const std::optional<Kernel> kernel = find(which);
   if (!kernel) throw Error("gemm: this CPU lacks the instructions of the kernel asked for");
   return *kernel;
-}
-
-// A[i0 : i0+m, k0 : k0+kc] as MR-row panels, each k-major: panel p holds A(i0 + p*MR + r, k0 + k) at
-// [p][k][r], zero-padded past m.
-void pack_a(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0, std::int64_t kc,
-            std::int64_t MR, double* out) {
-  for (std::int64_t p = 0; p < m; p += MR, out += MR * kc) {
-    const std::int64_t rows = std::min(MR, m - p);
-    if (rows < MR) std::fill_n(out, MR * kc, 0.0);
-    // k outer: the panel's rows are read side by side, as MR sequential streams the hardware prefetches
-    // together (row after row, each row's start would wait on memory).
-    const double* src = &A(i0 + p, k0);
-    for (std::int64_t k = 0; k < kc; ++k)
-      for (std::int64_t r = 0; r < rows; ++r) out[k * MR + r] = src[r * A.row_stride + k * A.col_stride];
-  }
-}
-
-// B[k0 : k0+kc, j0 : j0+n] as NR-column panels: panel p holds B(k0 + k, j0 + p*NR + c) at [p][k][c],
-// zero-padded past n. A row-major B is read a few rows at a time across all panels: panel by panel, each
-// step of k would land on another row (another page, for a wide B) for 64 bytes.
-void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc, std::int64_t j0, std::int64_t n,
-            std::int64_t NR, double* out) {
-  if (B.col_stride == 1) {
-    constexpr std::int64_t kRows = 8;
-    for (std::int64_t kb = 0; kb < kc; kb += kRows)
-      for (std::int64_t p = 0; p < n; p += NR) {
-        const std::int64_t cols = std::min(NR, n - p);
-        double* panel = out + p * kc;
-        for (std::int64_t k = kb; k < std::min(kb + kRows, kc); ++k) {
-          const double* src = &B(k0 + k, j0 + p);
-          for (std::int64_t c = 0; c < NR; ++c) panel[k * NR + c] = c < cols ? src[c] : 0.0;
-        }
-      }
-    return;
-  }
-  for (std::int64_t p = 0; p < n; p += NR, out += NR * kc) {
-    const std::int64_t cols = std::min(NR, n - p);
-    if (cols < NR) std::fill_n(out, NR * kc, 0.0);
-    const double* src = &B(k0, j0 + p);
-    for (std::int64_t c = 0; c < cols; ++c)
-      for (std::int64_t k = 0; k < kc; ++k) out[k * NR + c] = src[k * B.row_stride + c * B.col_stride];
-  }
 }
 
 // Runs op(t, ld) on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is whole
@@ -341,11 +382,11 @@ void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const Ma
     for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !options.accumulate;
-      pack_b(B, k0, kc, j0, n, NR, b_pack);
+      kernel.pack_b(B, k0, kc, j0, n, b_pack);
       if (kernel.exact_subnormal) b_panels.reset(b_pack, (n + NR - 1) / NR, NR * kc);
       for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
         const std::int64_t m = std::min(MC, M - i0);
-        pack_a(A, i0, m, k0, kc, MR, a_pack);
+        kernel.pack_a(A, i0, m, k0, kc, a_pack);
         if (kernel.exact_subnormal) a_panels.reset(a_pack, (m + MR - 1) / MR, MR * kc);
         for (std::int64_t jp = 0; jp < n; jp += NR)
           for (std::int64_t ip = 0; ip < m; ip += MR) {
