@@ -5,44 +5,26 @@
 // the seconds, for the script's arithmetic.
 //   layer_roofline 4096 16 32 128 128 1024 2048 1024
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
-#include <string>
-#include <vector>
 
 #include "bench/fp64_peak.hpp"
+#include "bench/layer_args.hpp"
 #include "core/gemm.hpp"
 #include "core/parallel.hpp"
 #include "cost/cost.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int layer_roofline(int argc, char** argv) {
   using namespace gdnv;
   if (argc < 7) {
     std::cerr << "usage: layer_roofline HIDDEN HK HV DK DV LEN...\n";
     return 3;
   }
-  const auto arg = [&](int i) -> std::int64_t {
-    std::size_t end = 0;
-    const std::string s = argv[i];
-    try {
-      const long long v = std::stoll(s, &end);
-      if (end == s.size() && v > 0) return v;
-    } catch (const std::exception&) {
-    }
-    std::cerr << "layer_roofline: argument " << i << " '" << s
-              << "' is not a positive integer: give the dims and lengths\n";
-    std::exit(3);
-  };
-  const ref::LayerConfig config({.hidden_size = arg(1),
-                                 .linear_num_key_heads = arg(2),
-                                 .linear_num_value_heads = arg(3),
-                                 .linear_key_head_dim = arg(4),
-                                 .linear_value_head_dim = arg(5)});
-  std::vector<std::int64_t> lengths;
-  for (int i = 6; i < argc; ++i) lengths.push_back(arg(i));
+  const bench::LayerArgs args = bench::parse_layer_args(argc, argv, 1);
   const int threads = hardware_threads();
   const bench::Fp64Peak peak = bench::fp64_peak(threads);
-  const double flops = cost::layer_flops(config, lengths);
+  const double flops = cost::layer_flops(args.config, args.lengths);
   std::printf("cpu                    %s, %d threads\n", bench::cpu_model().c_str(), threads);
   std::printf("gemm kernel            %s\n", gemm_kernel_name().c_str());
   if (peak.gflops <= 0) {
@@ -56,3 +38,7 @@ int main(int argc, char** argv) {
   std::printf("roofline               %6.1f s (FLOPs / peak)\n", flops / (peak.gflops * 1e9));
   return 0;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return gdnv::bench::run_tool("layer_roofline", layer_roofline, argc, argv); }
