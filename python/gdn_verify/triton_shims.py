@@ -482,6 +482,9 @@ def _shapes_patch() -> Callable[[], None]:
 # program. No error, a cost: about a tenth of FLA's layer time. The shim patches in one closure that sets the
 # interpreter's `_semantic` (replacing any the caller gave, as the lambda does) and calls the function the
 # wrapper wraps; a member that is not Triton's builtin wrapper (its code) goes through the interpreter's patch.
+# Applied first (TRITON_SHIMS): the interpreter never restores a nested @triton.jit call's patch of a module
+# its launch had not patched, so the members patched while the other shims' probes run keep that patch for
+# the process (later patches pass over them: no longer builtins); applied first, they are this shim's closures.
 BUILTIN_COST = "two frames and a keyword dict between each builtin call and the builtin"
 
 
@@ -547,8 +550,11 @@ def _broadcast_ints_patch() -> Callable[[], None]:
                 return None
         return shape
 
+    wrap = "make_tensor" if hasattr(semantic, "make_tensor") else "tensor"  # what this Triton's broadcast calls
+
     def to_shape(self, x, shape: list[int]):  # Triton's broadcast of one operand, by the interpreter's builder
-        return self.make_tensor(self.builder.create_broadcast(x.handle, shape), tl.block_type(x.type.scalar, shape))
+        handle, ty = self.builder.create_broadcast(x.handle, shape), tl.block_type(x.type.scalar, shape)
+        return getattr(self, wrap)(handle, ty)
 
     def over_ints(self, lhs, rhs):
         lhs_ty, rhs_ty = lhs.type, rhs.type
@@ -570,7 +576,8 @@ def _broadcast_ints_patch() -> Callable[[], None]:
         delattr(semantic, "broadcast_impl_value")
 
 
-TRITON_SHIMS = (
+TRITON_SHIMS = (  # builtins-called-direct first: (10)
+    Shim("builtins-called-direct", BUILTIN_COST, _builtins_needed, _builtins_patch),
     Shim("autotune-one-config", AUTOTUNE_ERROR, _autotune_needed, _autotune_patch),
     Shim("range-var-tensor", RANGE_ERROR, _range_needed, _range_patch),
     Shim("splat-keeps-dtype", SPLAT_ERROR, _splat_needed, _splat_patch),
@@ -580,6 +587,5 @@ TRITON_SHIMS = (
     Shim("np-dtype-table-once", NP_DTYPE_COST, _np_dtype_needed, _np_dtype_patch),
     Shim("broadcast-same-shape", BROADCAST_COST, _same_shape_needed, _same_shape_patch),
     Shim("block-shapes-once", SHAPES_COST, _shapes_needed, _shapes_patch),
-    Shim("builtins-called-direct", BUILTIN_COST, _builtins_needed, _builtins_patch),
     Shim("broadcast-int-shapes", BROADCAST_INTS_COST, _broadcast_ints_needed, _broadcast_ints_patch),
 )

@@ -104,7 +104,11 @@ TRITON_SHIMS = """
                 "patch-lang-once": lambda: torch.cat([p.row_sums(four), p.weighted_rows(rows, 0.375),
                                                       p.dot(square, square.t().contiguous()).flatten()]),
                 "overflow-checks-dropped": kernels, "np-dtype-table-once": kernels, "broadcast-same-shape": kernels,
-                "block-shapes-once": kernels, "builtins-called-direct": kernels, "broadcast-int-shapes": kernels}
+                "block-shapes-once": kernels, "broadcast-int-shapes": kernels,
+                # applied first (before splat-keeps-dtype, which masked_copy(x, 2)'s int32 mask needs here)
+                "builtins-called-direct": lambda: torch.cat([p.int_products(ints), p.weighted_rows(rows, 0.375).view(
+                    torch.int32), p.row_sums(four).view(torch.int32), p.dot(square, square.t().contiguous()).flatten()
+                    .view(torch.int32)])}
     out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
            "patches_unshimmed": p.lang_patches(lambda: p.row_sums(four)),
            "checks_unshimmed": [p.overflow_checks(lambda: p.int_products(ints)), p.int_products(ints).tolist()],
