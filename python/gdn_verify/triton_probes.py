@@ -216,3 +216,90 @@ def same_shape_compares() -> int:
         tl.core.tuple.__eq__ = eq
     assert lhs is block and rhs is block  # a same-shape broadcast returns its operands
     return count[0]
+
+
+def shape_builds(shape: list[int]) -> int:
+    """How many triton.language tuples the interpreter's front end builds for one more block type and one more
+    tensor of `shape` (fp32) after a first of each: their shapes (and a block type's name and numel)."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    def block() -> tl.tensor:
+        data = interpreter.TensorHandle(np.zeros(shape, dtype=np.float32), tl.float32)
+        return tl.tensor(data, tl.block_type(tl.float32, list(shape)))
+
+    block()
+    init, count = tl.core.tuple.__init__, [0]
+
+    def counted(self, args, type=None):
+        count[0] += 1
+        init(self, args, type)
+
+    tl.core.tuple.__init__ = counted
+    try:
+        block()
+    finally:
+        tl.core.tuple.__init__ = init
+    return count[0]
+
+
+def builtin_frames() -> tuple[int, bool]:
+    """The Python frames between a kernel's call of a builtin, as the interpreter patches it into
+    triton.language, and the builtin itself; and whether the builtin got the interpreter's semantic (the
+    caller's own `_semantic=None` replaced, as a kernel's call never passes one)."""
+    import sys
+    from types import FrameType, SimpleNamespace
+
+    from triton.runtime import interpreter
+
+    seen: list[tuple[int, object]] = []
+
+    @tl.core.builtin
+    def probe(caller, _semantic=None):
+        frame: FrameType | None = sys._getframe(1)
+        frames = 0
+        while frame is not None and frame is not caller:
+            frames, frame = frames + 1, frame.f_back
+        seen.append((frames, _semantic))
+
+    module = SimpleNamespace(probe=probe)
+    scope = interpreter._LangPatchScope()
+    interpreter._patch_attr(module, "probe", probe, interpreter.interpreter_builder, scope)
+    try:
+        module.probe(sys._getframe(0), _semantic=None)
+    finally:
+        scope.restore()
+    frames, semantic = seen[0]
+    return frames, semantic is interpreter.interpreter_semantic
+
+
+def broadcasts(pairs: list[tuple[list[int], list[int]]]) -> tuple[int, list]:
+    """The interpreter's broadcast of fp32 blocks of each pair of shapes (arange data): how many
+    triton.language tuple comparisons it made in all, and per pair the two results' shapes and data, or the
+    first line of its refusal."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    def block(shape: list[int]) -> tl.tensor:
+        data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        return tl.tensor(interpreter.TensorHandle(data, tl.float32), tl.block_type(tl.float32, shape))
+
+    def result(lhs_shape: list[int], rhs_shape: list[int]) -> object:
+        try:
+            out = interpreter.interpreter_semantic.broadcast_impl_value(block(lhs_shape), block(rhs_shape))
+        except ValueError as e:
+            return f"ValueError: {str(e).splitlines()[0]}"
+        return [[list(t.type.shape), t.handle.data.tolist()] for t in out]
+
+    eq, count = tl.core.tuple.__eq__, [0]
+
+    def counted(self, other):
+        count[0] += 1
+        return eq(self, other)
+
+    tl.core.tuple.__eq__ = counted
+    try:
+        results = [result(lhs, rhs) for lhs, rhs in pairs]
+    finally:
+        tl.core.tuple.__eq__ = eq
+    return count[0], results

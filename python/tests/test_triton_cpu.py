@@ -45,7 +45,7 @@ def _run(code: str, interpret: bool = True, python: str = sys.executable) -> Any
 
 
 TRITON_SHIMS = """
-    import json, torch
+    import json, numpy as np, torch
     from triton import language as tl
     from triton.runtime import interpreter
     from gdn_verify import triton_probes as p, triton_shims
@@ -61,6 +61,8 @@ TRITON_SHIMS = """
     square = torch.linspace(-3.0, 2.0, 256).reshape(16, 16)
     four = torch.linspace(-2.0, 3.0, 32).reshape(4, 8)
     ints = torch.tensor([3, 65536, -7, 46341], dtype=torch.int32)  # 65536^2 and 46341^2 overflow int32
+    # blocks of one rank broadcast both ways, one way, a dimension 1 against 1; of different ranks; refused
+    pairs = [([4, 1], [1, 4]), ([2, 4], [1, 4]), ([2, 4], [2, 1]), ([1, 1], [1, 1]), ([4], [2, 4]), ([4], [2])]
     probes = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0)),
               "range-var-tensor": lambda: p.range_index(torch.zeros(4, dtype=torch.int64)),
               "splat-keeps-dtype": lambda: p.masked_copy(x, 1),
@@ -68,7 +70,10 @@ TRITON_SHIMS = """
               "patch-lang-once": lambda: p.row_sums(four),
               "overflow-checks-dropped": lambda: p.int_products(ints),
               "np-dtype-table-once": lambda: interpreter._get_np_dtype(tl.float32),
-              "broadcast-same-shape": p.same_shape_compares}
+              "broadcast-same-shape": p.same_shape_compares,
+              "block-shapes-once": lambda: p.shape_builds([4]),
+              "builtins-called-direct": p.builtin_frames,
+              "broadcast-int-shapes": lambda: p.broadcasts([([4, 1], [1, 4])])}
     kernels = lambda: torch.cat([p.int_products(ints), p.weighted_rows(rows, 0.375).view(torch.int32),
                                  p.row_sums(four).view(torch.int32), p.masked_copy(x, 2).view(torch.int32),
                                  p.dot(square, square.t().contiguous()).flatten().view(torch.int32)])
@@ -78,6 +83,19 @@ TRITON_SHIMS = """
 
     def np_dtypes():  # the numpy storage of each, or the interpreter's refusal
         return [error(lambda: interpreter._get_np_dtype(t)) or str(interpreter._get_np_dtype(t)) for t in dtypes]
+
+    def shape_facts():  # what a block type and a tensor built twice of each shape hold, or Triton's refusal
+        facts = []
+        for shape in ([4], [16, 32], [1, 8], (2, 2), tl.core.tuple([8, 2]), [tl.constexpr(4)], [3], []):
+            for elem in (tl.float32, tl.pointer_type(tl.bfloat16)):
+                def build():
+                    b = tl.block_type(elem, shape)
+                    t = tl.tensor(interpreter.TensorHandle(np.zeros(1, dtype=np.float32), tl.float32), b)
+                    return [b.name, b.numel, list(b.shape), b.element_ty is elem, b == tl.block_type(elem, shape),
+                            [type(d).__name__ + str(d.value) for d in t.shape], t.numel.value, t.type is b,
+                            t.dtype is elem]
+                facts += [error(build) or build() for _ in range(2)]
+        return facts
     unneeded = {"autotune-one-config": lambda: p.scaled(torch.arange(6.0), one_config=True),
                 "range-var-tensor": lambda: p.weighted_rows(rows, 0.375),
                 "splat-keeps-dtype": lambda: p.weighted_rows(rows, 0.375),
@@ -85,14 +103,22 @@ TRITON_SHIMS = """
                                                   p.dot(square, square.t().contiguous()).flatten()]),
                 "patch-lang-once": lambda: torch.cat([p.row_sums(four), p.weighted_rows(rows, 0.375),
                                                       p.dot(square, square.t().contiguous()).flatten()]),
-                "overflow-checks-dropped": kernels, "np-dtype-table-once": kernels, "broadcast-same-shape": kernels}
+                "overflow-checks-dropped": kernels, "np-dtype-table-once": kernels, "broadcast-same-shape": kernels,
+                "block-shapes-once": kernels, "broadcast-int-shapes": kernels,
+                # applied first (before splat-keeps-dtype, which masked_copy(x, 2)'s int32 mask needs here)
+                "builtins-called-direct": lambda: torch.cat([p.int_products(ints), p.weighted_rows(rows, 0.375).view(
+                    torch.int32), p.row_sums(four).view(torch.int32), p.dot(square, square.t().contiguous()).flatten()
+                    .view(torch.int32)])}
     out = {"unshimmed": {n: error(f) for n, f in probes.items()}, "bf16_unshimmed": p.bf16_ops(),
            "patches_unshimmed": p.lang_patches(lambda: p.row_sums(four)),
            "checks_unshimmed": [p.overflow_checks(lambda: p.int_products(ints)), p.int_products(ints).tolist()],
            "table_unshimmed": triton_shims._builds_a_dict(interpreter._get_np_dtype),
            "compares_unshimmed": p.same_shape_compares(),
+           "builds_unshimmed": [p.shape_builds([4]), p.shape_builds([16, 32])],
+           "frames_unshimmed": p.builtin_frames(),
+           "broadcasts_unshimmed": p.broadcasts(pairs),
            "needed": {s.name: s.needed() for s in triton_shims.TRITON_SHIMS}, "same_bits": {}}
-    before_np_dtypes = np_dtypes()
+    before_np_dtypes, before_shape_facts = np_dtypes(), shape_facts()
     for shim in triton_shims.TRITON_SHIMS:
         before = unneeded[shim.name]()
         shim.patch()
@@ -111,7 +137,11 @@ TRITON_SHIMS = """
                       "np-dtype-table-once": [triton_shims._builds_a_dict(interpreter._get_np_dtype),
                                               np_dtypes() == before_np_dtypes, len(dtypes),
                                               sum("KeyError" in d for d in before_np_dtypes)],
-                      "broadcast-same-shape": p.same_shape_compares()}
+                      "broadcast-same-shape": p.same_shape_compares(),
+                      "block-shapes-once": [p.shape_builds([4]), p.shape_builds([16, 32]),
+                                            shape_facts() == before_shape_facts, before_shape_facts[-8:]],
+                      "builtins-called-direct": p.builtin_frames(),
+                      "broadcast-int-shapes": p.broadcasts(pairs)}
     print(json.dumps(out))
 """
 
@@ -135,6 +165,9 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
         "overflow-checks-dropped": None,  # no error although two products overflow: the checks are dropped
         "np-dtype-table-once": None,  # no error: a cost, below
         "broadcast-same-shape": None,  # no error: a cost, below
+        "block-shapes-once": None,  # no error: a cost, below
+        "builtins-called-direct": None,  # no error: a cost, below
+        "broadcast-int-shapes": None,  # no error: a cost, below
     }
     # the launch patches triton.language once, then again on every nested call: _scaled_row (4), tl.cumsum and
     # tl.sum (4 each) and the scan's and reduction's own helpers inside them: 23 patches of a module
@@ -144,6 +177,18 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
     # the dtype -> numpy table is a dict built on every call; a same-shape broadcast compares each operand's shape
     # with the common one as triton.language tuples
     assert triton_shims["table_unshimmed"] is True and triton_shims["compares_unshimmed"] == 2
+    # one more block type and tensor of a shape already built: each builds its shape's triton.language tuple anew
+    assert triton_shims["builds_unshimmed"] == [2, 2]
+    # a builtin called through the interpreter's patch: its lambda and the builtin's wrapper between kernel and
+    # builtin, which gets the interpreter's semantic
+    assert triton_shims["frames_unshimmed"] == [2, True]
+    # each operand's shape compared with the common one as triton.language tuples: 2 per pair of one rank (5 of 6
+    # pairs; [4] with [2] is refused first), the results as numpy broadcasts arange data
+    compares, results = triton_shims["broadcasts_unshimmed"]
+    assert compares == 2 * 5
+    assert results[0] == [[[4, 4], [[i] * 4 for i in range(4)]], [[4, 4], [list(range(4))] * 4]]
+    assert results[4] == [[[2, 4], [list(range(4))] * 2], [[2, 4], [[0, 1, 2, 3], [4, 5, 6, 7]]]]
+    assert results[5] == "ValueError: Cannot make_shape_compatible: incompatible dimensions at index 0: 4 and 2"
     # bf16 computed on its uint16 bits: 0x3F80 * 0x4000 summed once for identity x 2.0, the product's
     # integers wrapped, -2.0 (0xC000) not below 1.0 (0x3F80), 1 + 3 2^-9 truncated to 1.0
     assert triton_shims["bf16_unshimmed"] == {"dot": 0x3F80 * 0x4000, "product": [0.0] * 16, "less": [0] * 16,
@@ -167,6 +212,14 @@ def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_
         # defines, their pointers and blocks and a block of pointers (void's twice refused: KeyError, as before)
         "np-dtype-table-once": [False, True, 3 * 19 + 1, 2],
         "broadcast-same-shape": 0,  # the operands returned at once, no tuple compared
+        # no tuple built for a shape seen before; every block type and tensor of 8 shapes (two of them refused)
+        # and 2 element types, each built twice, holds what Triton's constructors give (the refusals the same)
+        "block-shapes-once": [0, 0, True, ["ValueError: Shape element 0 must be a power of 2"] * 4 +
+                              ["TypeError: 0d block_type is forbidden"] * 4],
+        "builtins-called-direct": [1, True],  # one closure between kernel and builtin, the same semantic
+        # no tuple compared where the ranks agree (the pair of ranks 1 and 2 goes to the interpreter's broadcast:
+        # its 2), every result and the refusal as before
+        "broadcast-int-shapes": [2, triton_shims["broadcasts_unshimmed"][1]],
     }
 
 
