@@ -7,6 +7,9 @@ Each wrapper takes and returns CPU tensors.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import triton
 import triton.language as tl
@@ -196,24 +199,38 @@ def overflow_checks(launch) -> int:
     return count[0]
 
 
-def same_shape_compares() -> int:
-    """How many triton.language tuple comparisons the interpreter's broadcast of two [4] fp32 blocks makes."""
+@contextmanager
+def _tuple_calls(method: str) -> Iterator[list[int]]:
+    """Counts the calls of triton.language tuple's `method` (`__eq__`, `__init__`) made inside the block."""
+    original, count = getattr(tl.core.tuple, method), [0]
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    setattr(tl.core.tuple, method, counted)
+    try:
+        yield count
+    finally:
+        setattr(tl.core.tuple, method, original)
+
+
+def _fp32_block(shape: list[int]) -> tl.tensor:
+    """An interpreter fp32 block of `shape` holding 0, 1, 2, ... in row-major order."""
     import numpy as np
     from triton.runtime import interpreter
 
-    data = interpreter.TensorHandle(np.arange(4, dtype=np.float32), tl.float32)
-    block = tl.tensor(data, tl.block_type(tl.float32, [4]))
-    eq, count = tl.core.tuple.__eq__, [0]
+    data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    return tl.tensor(interpreter.TensorHandle(data, tl.float32), tl.block_type(tl.float32, list(shape)))
 
-    def counted(self, other):
-        count[0] += 1
-        return eq(self, other)
 
-    tl.core.tuple.__eq__ = counted
-    try:
+def same_shape_compares() -> int:
+    """How many triton.language tuple comparisons the interpreter's broadcast of two [4] fp32 blocks makes."""
+    from triton.runtime import interpreter
+
+    block = _fp32_block([4])
+    with _tuple_calls("__eq__") as count:
         lhs, rhs = interpreter.interpreter_semantic.broadcast_impl_value(block, block)
-    finally:
-        tl.core.tuple.__eq__ = eq
     assert lhs is block and rhs is block  # a same-shape broadcast returns its operands
     return count[0]
 
@@ -221,25 +238,9 @@ def same_shape_compares() -> int:
 def shape_builds(shape: list[int]) -> int:
     """How many triton.language tuples the interpreter's front end builds for one more block type and one more
     tensor of `shape` (fp32) after a first of each: their shapes (and a block type's name and numel)."""
-    import numpy as np
-    from triton.runtime import interpreter
-
-    def block() -> tl.tensor:
-        data = interpreter.TensorHandle(np.zeros(shape, dtype=np.float32), tl.float32)
-        return tl.tensor(data, tl.block_type(tl.float32, list(shape)))
-
-    block()
-    init, count = tl.core.tuple.__init__, [0]
-
-    def counted(self, args, type=None):
-        count[0] += 1
-        init(self, args, type)
-
-    tl.core.tuple.__init__ = counted
-    try:
-        block()
-    finally:
-        tl.core.tuple.__init__ = init
+    _fp32_block(shape)
+    with _tuple_calls("__init__") as count:
+        _fp32_block(shape)
     return count[0]
 
 
@@ -277,29 +278,15 @@ def broadcasts(pairs: list[tuple[list[int], list[int]]]) -> tuple[int, list]:
     """The interpreter's broadcast of fp32 blocks of each pair of shapes (arange data): how many
     triton.language tuple comparisons it made in all, and per pair the two results' shapes and data, or the
     first line of its refusal."""
-    import numpy as np
     from triton.runtime import interpreter
-
-    def block(shape: list[int]) -> tl.tensor:
-        data = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-        return tl.tensor(interpreter.TensorHandle(data, tl.float32), tl.block_type(tl.float32, shape))
 
     def result(lhs_shape: list[int], rhs_shape: list[int]) -> object:
         try:
-            out = interpreter.interpreter_semantic.broadcast_impl_value(block(lhs_shape), block(rhs_shape))
+            out = interpreter.interpreter_semantic.broadcast_impl_value(_fp32_block(lhs_shape), _fp32_block(rhs_shape))
         except ValueError as e:
             return f"ValueError: {str(e).splitlines()[0]}"
         return [[list(t.type.shape), t.handle.data.tolist()] for t in out]
 
-    eq, count = tl.core.tuple.__eq__, [0]
-
-    def counted(self, other):
-        count[0] += 1
-        return eq(self, other)
-
-    tl.core.tuple.__eq__ = counted
-    try:
+    with _tuple_calls("__eq__") as count:
         results = [result(lhs, rhs) for lhs, rhs in pairs]
-    finally:
-        tl.core.tuple.__eq__ = eq
     return count[0], results
