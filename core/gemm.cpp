@@ -190,27 +190,24 @@ void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc,
   }
 }
 
+// A kernel with its MR x NR tile and the packing routines instantiated for that tile.
+template <std::int64_t MR, std::int64_t NR>
+constexpr Kernel tile_kernel(KernelFn run, KernelFn plain, std::int64_t kc, std::int64_t mc, bool exact_subnormal,
+                             const char* isa) {
+  return {run, plain, pack_a<MR>, pack_b<NR>, MR, NR, kc, mc, 1024, exact_subnormal, isa};
+}
+
 // Blocking by kernel: A's [mc, kc] block stays in L2 (144 and 336 KiB) while the [kc, nr] panel of B
 // the kernel walks down it stays in L1 beside the A panel it meets (AVX2: 16 + 12 KiB of a 32 KiB L1;
 // on Zen 2, kc 256 and mc 72 ran a 2048^3 product at 44 GFLOP/s on one core, kc 384 and mc 96 at 41;
 // AVX-512's 48 KiB measured best: 14 x 16 at kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and
 // 16 x 8 no faster, 24 x 8 at half that).
 #ifdef GDNV_GEMM_X86
-constexpr Kernel kAvx512{kernel_avx512<14, 2, true>,
-                         kernel_avx512<14, 2, false>,
-                         pack_a<14>,
-                         pack_b<16>,
-                         14,
-                         16,
-                         384,
-                         112,
-                         1024,
-                         true,
-                         "AVX-512"};
-constexpr Kernel kAvx2{kernel_avx2, kernel_avx2, pack_a<6>, pack_b<8>, 6, 8, 256, 72, 1024, false, "AVX2+FMA"};
+constexpr Kernel kAvx512 =
+    tile_kernel<14, 16>(kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 384, 112, true, "AVX-512");
+constexpr Kernel kAvx2 = tile_kernel<6, 8>(kernel_avx2, kernel_avx2, 256, 72, false, "AVX2+FMA");
 #endif
-constexpr Kernel kPortable{kernel_portable, kernel_portable,    pack_a<6>, pack_b<8>, 6, 8, 384, 96, 1024,
-                           false,           "portable std::fma"};
+constexpr Kernel kPortable = tile_kernel<6, 8>(kernel_portable, kernel_portable, 384, 96, false, "portable std::fma");
 
 std::optional<Kernel> find(GemmKernel which) {
 #ifdef GDNV_GEMM_X86
