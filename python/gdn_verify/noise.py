@@ -13,10 +13,11 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from gdn_verify.cases import Case
-from gdn_verify.rng import hash64, stream_of
+from gdn_verify.rng import hashes, stream_of
 
 ULPS = 2
 # M: twice the largest error/spread of unmodified FLA 0.6.0's GatedDeltaNet.forward over 700 tensors of the FLA
@@ -34,10 +35,10 @@ STORAGE = ("fp32", "bf16")  # the dtypes a case is nudged in
 
 def nudged(t: torch.Tensor, dtype: torch.dtype, seed: int, name: str, ulps: int = ULPS) -> torch.Tensor:
     """`t` (F64 holding `dtype` values) with each non-zero element moved `ulps` representable values of
-    `dtype` up or down in magnitude, the sign from hash64(seed, stream_of("perturb/" + name), i)."""
+    `dtype` up or down in magnitude, the sign from hashes(seed, stream_of("perturb/" + name), i)."""
     flat = t.reshape(-1)
-    signs = torch.tensor([1 if hash64(seed, stream_of("perturb/" + name), i) & 1 else -1 for i in range(flat.numel())],
-                         dtype=torch.int64)
+    odd = hashes(seed, stream_of("perturb/" + name), np.arange(flat.numel(), dtype=np.uint64)) & np.uint64(1)
+    signs = torch.from_numpy(odd.astype(np.int64) * 2 - 1)
     bits = flat.to(dtype).view(_BITS[dtype]).to(torch.int64)
     moved = torch.where(flat != 0, bits + signs * ulps, bits).to(_BITS[dtype]).view(dtype)
     return moved.to(torch.float64).reshape(t.shape)
