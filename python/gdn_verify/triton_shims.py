@@ -6,7 +6,7 @@ math: each changes what the interpreter does. FLA's shims are gdn_verify.fla_shi
 
 | shim | failure it fixes (exact message) | where |
 |---|---|---|
-| `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the first config is kept |
+| `autotune-one-config` | `RuntimeError: 0 active drivers ([]). There should only be one.` | any `@triton.autotune` with several configs: benchmarking needs a driver; the config with the fewest programs is kept (the first of those tied) |
 | `range-var-tensor` | `AttributeError("'int' object has no attribute 'to'")` | a `range`/`tl.range` loop variable is a Python int in the interpreter, a scalar tensor when compiled (FLA `chunk_delta_h.py`: `i_t.to(tl.int64)`) |
 | `splat-keeps-dtype` | `ValueError('mask has unsupported dtype')` | the interpreter's splat takes the handle's dtype, int32 after a comparison, not the int1 it splats to (FLA `causal_conv1d` backward with initial state) |
 | `patch-lang-once` | none, a cost: `triton.language` re-patched on every nested `@triton.jit` call of a launch (a quarter of FLA's layer time) | any kernel calling `tl.sum`, `tl.cumsum` or its own `@triton.jit` helpers |
@@ -23,6 +23,7 @@ math: each changes what the interpreter does. FLA's shims are gdn_verify.fla_shi
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -61,7 +62,12 @@ def fails_with(probe: Callable[[], object], message: str) -> bool:
 
 
 # (1) The autotuner benchmarks each config on the active driver; the interpreter has none (and its CPU
-# time would say nothing about a GPU's), so the first config (after the kernel's own pruning) is kept.
+# time would say nothing about a GPU's). One config is kept (after the kernel's own pruning): the one whose
+# launch has the fewest programs, the first of those tied. The interpreter's time is per program and per op,
+# nearly never per element, so that is the config it runs fastest: FLA's causal_conv1d at D = 1024 runs 8
+# programs of BD = 128 instead of 64 of its first config's BD = 16. A config can change a kernel's bits where
+# its block sets the order of a reduction (a tl.dot loop over BK); docs/triton_cpu.md lists what changes on
+# FLA's kernels, and the gates' images were byte-identical under both rules.
 AUTOTUNE_ERROR = "0 active drivers"
 
 
@@ -71,11 +77,23 @@ def _autotune_needed() -> bool:
     return fails_with(lambda: driver.active.get_benchmarker(), AUTOTUNE_ERROR)
 
 
+def _programs(tuner, kwargs: dict, config) -> int:
+    """The programs of the launch `tuner.run` makes with `config`: its grid's product."""
+    grid = kwargs["grid"]
+    if callable(grid):
+        grid = grid({**tuner.nargs, **kwargs, **config.all_kwargs()})
+    return math.prod(grid)
+
+
 def _autotune_patch() -> Callable[[], None]:
     from triton.runtime.autotuner import Autotuner
 
     prune = Autotuner.prune_configs
-    return set_attr(Autotuner, "prune_configs", lambda self, kwargs: prune(self, kwargs)[:1])
+
+    def fewest_programs(self, kwargs):
+        return [min(prune(self, kwargs), key=lambda config: _programs(self, kwargs, config))]
+
+    return set_attr(Autotuner, "prune_configs", fewest_programs)
 
 
 # (2) Compiled Triton's loop variable of `for i in range(...)` / `tl.range(...)` is a scalar tensor; the

@@ -47,6 +47,45 @@ def test_fla_layer_torch_core_stays_an_option(python_dump, tmp_path):
     assert meta["path"] == "torch" and meta["decay_class"] == "product-of-decays"
 
 
+# A dump under either autotune rule, then each autotuned kernel's config: every config ties under the first rule,
+# so min() keeps the first.
+DUMP_UNDER_RULE = """
+import gc, json, sys
+from gdn_verify import dump, triton_shims
+if sys.argv[1] == "first":
+    triton_shims._programs = lambda tuner, kwargs, config: 0
+code = dump.main(sys.argv[2:])
+from triton.runtime.autotuner import Autotuner
+tuners = [t for t in gc.get_objects() if isinstance(t, Autotuner) and getattr(t, "best_config", None)]
+print(json.dumps({t.base_fn.__name__: t.best_config.kwargs for t in tuners}))
+sys.exit(code)
+"""
+
+
+def test_fewest_programs_config_gives_fla_layer_the_bits_of_its_first_config(tmp_path):
+    from gdn_verify import safetensors_file
+
+    configs, tensors = {}, {}
+    for rule in ("fewest", "first"):
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+        r = subprocess.run([sys.executable, "-c", DUMP_UNDER_RULE, rule, "--adapter", "fla", "--case", "thd-gva",
+                            "--dtype", "fp32", "--out", str(tmp_path / rule)],
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        configs[rule] = json.loads(r.stdout.splitlines()[-1])
+        files = (tmp_path / rule).glob("*.safetensors")
+        tensors[rule] = {f"{f.name}:{name}": safetensors_file.tensor_bytes(t) for f in files
+                         for name, t in safetensors_file.read_safetensors(f)[0].items()}
+    # the kernels whose configs tile only rows or channels, each computed alone: fewer, larger programs
+    changed = {k: [configs["first"][k], v] for k, v in configs["fewest"].items() if configs["first"][k] != v}
+    assert changed == {"causal_conv1d_fwd_kernel": [{"BD": 16}, {"BD": 64}],
+                       "causal_conv1d_bwd_kernel": [{"BD": 16}, {"BD": 64}],
+                       "layer_norm_gated_fwd_kernel": [{"BT": 16}, {"BT": 64}],
+                       "l2norm_fwd_kernel": [{"BT": 8}, {"BT": 128}], "l2norm_bwd_kernel": [{"BT": 8}, {"BT": 128}]}
+    assert sum(k.startswith("cp1.rank0.safetensors:") for k in tensors["first"]) == 9  # out, every gradient
+    assert tensors["fewest"] == tensors["first"]
+
+
 @pytest.mark.parametrize("op,compared", [("chunk", 8), ("fused_recurrent", 2)])
 def test_fla_triton_gated_delta_rule_kernels_pass_the_fp32_kernel_gate(gdnv_bin, tmp_path, op, compared):
     r = kernel_check(gdnv_bin, tmp_path, "--op", op)

@@ -125,7 +125,8 @@ TRITON_SHIMS = """
         out["same_bits"][shim.name] = bool(torch.equal(before, unneeded[shim.name]()) and before.abs().sum() > 0)
     scaled_rows = four * torch.arange(1.0, 5.0)[:, None]
     expected_row_sums = (torch.cumsum(scaled_rows, 1) + scaled_rows.sum(1, keepdim=True)).sum(0)
-    out["shimmed"] = {"autotune-one-config": p.scaled(torch.arange(6.0)).tolist(),
+    scaled = p.scaled(torch.arange(6.0)).tolist()
+    out["shimmed"] = {"autotune-one-config": [scaled, p._scaled_kernel.best_config.kwargs],
                       "range-var-tensor": p.range_index(torch.zeros(4, dtype=torch.int64)).tolist(),
                       "splat-keeps-dtype": [p.masked_copy(x, 1).tolist(), p.masked_copy(x, 2).tolist()],
                       "bf16-values": p.bf16_ops(),
@@ -199,7 +200,8 @@ def test_each_triton_shim_is_needed_here_and_its_failure_is_exact(triton_shims):
 def test_each_triton_shim_fixes_its_failure_with_compiled_tritons_result(triton_shims):
     x = [float(i) for i in range(1, 9)]
     assert triton_shims["shimmed"] == {
-        "autotune-one-config": [3.0 * i - 1.0 for i in range(6)],
+        # of 6 elements, BLOCK 8 launches 1 program, the first config's BLOCK 4 two
+        "autotune-one-config": [[3.0 * i - 1.0 for i in range(6)], {"BLOCK": 8}],
         "range-var-tensor": [0, 3, 6, 9],
         "splat-keeps-dtype": [x + [0.0] * 8, x + x],
         "bf16-values": {"dot": 2.0, "product": [2.0] + [0.0] * 15, "less": [1] * 16, "rounded": 1.0 + 2**-7},
