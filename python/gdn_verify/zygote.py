@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import os
 import pickle
 import signal
@@ -98,6 +99,9 @@ def serve(fd: int) -> None:
                 __import__(name)
             except ImportError:
                 pass
+    # The imports' objects left out of the ranks' garbage collections, which would write to every one of them and so
+    # copy most of the pages a rank shares with this process.
+    gc.freeze()
     while True:
         request, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
         if not request:
