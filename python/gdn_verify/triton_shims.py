@@ -64,10 +64,10 @@ def fails_with(probe: Callable[[], object], message: str) -> bool:
 # (1) The autotuner benchmarks each config on the active driver; the interpreter has none (and its CPU
 # time would say nothing about a GPU's). One config is kept (after the kernel's own pruning): the one whose
 # launch has the fewest programs, the first of those tied. The interpreter's time is per program and per op,
-# nearly never per element, so that is the config it runs fastest: FLA's causal_conv1d at D = 1024 runs 8
-# programs of BD = 128 instead of 64 of its first config's BD = 16. A config can change a kernel's bits where
-# its block sets the order of a reduction (a tl.dot loop over BK); docs/triton_cpu.md lists what changes on
-# FLA's kernels, and the gates' images were byte-identical under both rules.
+# nearly never per element, so that is the config it runs fastest: FLA's causal_conv1d takes BD = 64 or 128
+# where its first config has 16. A config can change a kernel's bits where its block sets the order of a
+# reduction (a tl.dot loop over BK); docs/triton_cpu.md says what changes on FLA's kernels, whose gate images
+# are byte-identical under both rules.
 AUTOTUNE_ERROR = "0 active drivers"
 
 
