@@ -73,7 +73,7 @@ def a_log_between(seed: int, heads: int, lo: float, hi: float) -> torch.Tensor:
     """A_log with A log-uniform in [lo, hi] per head: the gate regimes of docs/DESIGN.md §4."""
     rng = Rng(seed, "A_log/regime")
     log_lo, log_hi = det_log(lo), det_log(hi)
-    return torch.tensor([log_lo + (log_hi - log_lo) * rng.uniform(i) for i in range(heads)], dtype=torch.float64)
+    return torch.from_numpy(log_lo + (log_hi - log_lo) * rng.uniforms(heads))
 
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16}

@@ -23,20 +23,14 @@ def hashes(seed: int, stream: int, index: np.ndarray) -> np.ndarray:
     each element of `index` (uint64): numpy's uint64 arithmetic wraps modulo 2^64 as C++'s does."""
     u64 = np.uint64
     weyl = ((seed * 0x9E3779B97F4A7C15) & _MASK) ^ ((stream + 0x632BE59BD9B4E019) & _MASK) * 0xBF58476D1CE4E5B9 & _MASK
-    with np.errstate(over="ignore"):
-        x = u64(weyl) + index.astype(u64) * u64(0x94D049BB133111EB)
-        for _ in range(2):
-            x ^= x >> u64(30)
-            x *= u64(0xBF58476D1CE4E5B9)
-            x ^= x >> u64(27)
-            x *= u64(0x94D049BB133111EB)
-            x ^= x >> u64(31)
+    x = u64(weyl) + index.astype(u64) * u64(0x94D049BB133111EB)
+    for _ in range(2):
+        x ^= x >> u64(30)
+        x *= u64(0xBF58476D1CE4E5B9)
+        x ^= x >> u64(27)
+        x *= u64(0x94D049BB133111EB)
+        x ^= x >> u64(31)
     return x
-
-
-def hash64(seed: int, stream: int, index: int) -> int:
-    """`hashes` of one index."""
-    return int(hashes(seed, stream, np.array([index & _MASK], dtype=np.uint64))[0])
 
 
 def stream_of(name: str) -> int:
@@ -91,19 +85,14 @@ class Rng:
         first = hashes(self.seed ^ 0x5BD1E995, self.stream, pending)
         a = 0
         while pending.size:
-            with np.errstate(over="ignore"):
-                base = first + np.uint64(a * 2)
-                u = 2.0 * _unit(hashes(self.seed, self.stream, base)) - 1.0
-                v = 2.0 * _unit(hashes(self.seed, self.stream, base + np.uint64(1))) - 1.0
+            base = first + np.uint64(a * 2)
+            u = 2.0 * _unit(hashes(self.seed, self.stream, base)) - 1.0
+            v = 2.0 * _unit(hashes(self.seed, self.stream, base + np.uint64(1))) - 1.0
             r2 = u * u + v * v
             ok = (0.0 < r2) & (r2 < 1.0)
             out[pending[ok]] = u[ok] * np.sqrt(-2.0 * det_log(r2[ok]) / r2[ok])
             pending, first, a = pending[~ok], first[~ok], a + 1
         return out
-
-    def uniform(self, i: int) -> float:
-        """Draw i of `uniforms`."""
-        return float(_unit(hashes(self.seed, self.stream, np.array([i], dtype=np.uint64)))[0])
 
 
 def seeded_normal(seed: int, name: str, shape: tuple[int, ...], std: float = 1.0) -> torch.Tensor:
@@ -112,6 +101,6 @@ def seeded_normal(seed: int, name: str, shape: tuple[int, ...], std: float = 1.0
 
 
 def seeded_uniform(seed: int, name: str, shape: tuple[int, ...], f) -> torch.Tensor:
-    """Flat element i = f(Rng(seed, name).uniform(i)), F64."""
+    """Flat element i = f(draw i of Rng(seed, name).uniforms), F64."""
     draws = Rng(seed, name).uniforms(math.prod(shape)).tolist()
     return torch.tensor([f(u) for u in draws], dtype=torch.float64).reshape(shape)
