@@ -215,7 +215,7 @@ def _tuple_calls(method: str) -> Iterator[list[int]]:
         setattr(tl.core.tuple, method, original)
 
 
-def _fp32_block(shape: list[int]) -> tl.tensor:
+def fp32_block(shape: list[int]) -> tl.tensor:
     """An interpreter fp32 block of `shape` holding 0, 1, 2, ... in row-major order."""
     import numpy as np
     from triton.runtime import interpreter
@@ -228,7 +228,7 @@ def same_shape_compares() -> int:
     """How many triton.language tuple comparisons the interpreter's broadcast of two [4] fp32 blocks makes."""
     from triton.runtime import interpreter
 
-    block = _fp32_block([4])
+    block = fp32_block([4])
     with _tuple_calls("__eq__") as count:
         lhs, rhs = interpreter.interpreter_semantic.broadcast_impl_value(block, block)
     assert lhs is block and rhs is block  # a same-shape broadcast returns its operands
@@ -238,9 +238,9 @@ def same_shape_compares() -> int:
 def shape_builds(shape: list[int]) -> int:
     """How many triton.language tuples the interpreter's front end builds for one more block type and one more
     tensor of `shape` (fp32) after a first of each: their shapes (and a block type's name and numel)."""
-    _fp32_block(shape)
+    fp32_block(shape)
     with _tuple_calls("__init__") as count:
-        _fp32_block(shape)
+        fp32_block(shape)
     return count[0]
 
 
@@ -282,7 +282,7 @@ def broadcasts(pairs: list[tuple[list[int], list[int]]]) -> tuple[int, list]:
 
     def result(lhs_shape: list[int], rhs_shape: list[int]) -> object:
         try:
-            out = interpreter.interpreter_semantic.broadcast_impl_value(_fp32_block(lhs_shape), _fp32_block(rhs_shape))
+            out = interpreter.interpreter_semantic.broadcast_impl_value(fp32_block(lhs_shape), fp32_block(rhs_shape))
         except ValueError as e:
             return f"ValueError: {str(e).splitlines()[0]}"
         return [[list(t.type.shape), t.handle.data.tolist()] for t in out]

@@ -438,15 +438,10 @@ BLOCK_ATTRS, TENSOR_ATTRS = {"element_ty", "shape", "numel", "name"}, {"handle",
 
 
 def _shapes_needed() -> bool:
-    import numpy as np
-    from triton import language as tl
-    from triton.runtime import interpreter
-
     from gdn_verify import triton_probes
 
-    block = tl.block_type(tl.float32, [4])
-    tensor = tl.tensor(interpreter.TensorHandle(np.zeros(4, dtype=np.float32), tl.float32), block)
-    same_attrs = set(vars(block)) == BLOCK_ATTRS and set(vars(tensor)) == TENSOR_ATTRS
+    tensor = triton_probes.fp32_block([4])
+    same_attrs = set(vars(tensor.type)) == BLOCK_ATTRS and set(vars(tensor)) == TENSOR_ATTRS
     return same_attrs and triton_probes.shape_builds([4]) > 0
 
 
