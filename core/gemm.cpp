@@ -422,6 +422,32 @@ void settle_skipped_zeros(const MatrixView<const double>& B, const MatrixView<do
   }
 }
 
+// C's blocks for the threads: `rows` x `cols` blocks of row_size x col_size (multiples of the tile).
+struct Blocks {
+  std::int64_t rows, cols, row_size, col_size;
+};
+
+// At least four blocks per thread, taken in turn, so that a thread slowed by other work on its core
+// (a shared machine's neighbour) takes fewer: with two blocks per thread one such thread at 70% speed
+// held the other idle for a sixth of each product. Each block packs its own A rows and B columns, so
+// of the splits into that many blocks the one that packs the fewest elements: A once per column of
+// blocks, B once per row of blocks (a wide B is split by columns, a tall A by rows).
+Blocks split(const Kernel& kernel, std::int64_t M, std::int64_t K, std::int64_t N, int threads) {
+  const std::int64_t tiles_m = (M + kernel.mr - 1) / kernel.mr, tiles_n = (N + kernel.nr - 1) / kernel.nr;
+  const std::int64_t wanted = threads > 1 ? std::int64_t{4} * threads : 1;
+  Blocks best{1, 1, round_up(M, kernel.mr), round_up(N, kernel.nr)};
+  double best_packed = INFINITY;
+  for (std::int64_t rows = 1; rows <= std::min(wanted, tiles_m); ++rows) {
+    const std::int64_t cols = std::min((wanted + rows - 1) / rows, tiles_n);
+    if (rows * cols < std::min(wanted, tiles_m * tiles_n)) continue;
+    const double packed = static_cast<double>(M * K) * cols + static_cast<double>(K * N) * rows;
+    if (packed >= best_packed) continue;
+    best_packed = packed;
+    best = {rows, cols, (tiles_m + rows - 1) / rows * kernel.mr, (tiles_n + cols - 1) / cols * kernel.nr};
+  }
+  return best;
+}
+
 }  // namespace
 
 bool gemm_kernel_available(GemmKernel kernel) { return find(kernel).has_value(); }
@@ -441,18 +467,16 @@ void gemm(MatrixView<const double> A, MatrixView<const double> B, MatrixView<dou
   }
   const Kernel kernel = pick(options.kernel);
   if (options.a == Triangle::Upper && options.accumulate) settle_skipped_zeros(B, C, options.a, kernel.mr);
-  // Slabs of C's rows run in parallel, each a whole blocked product of its own (its own packed B, no
-  // barrier between the threads); two per thread, so that a thread slowed by other work shares out, for
-  // B packed twice per thread (2% of a layer projection's time).
   const int threads = options.threads > 0 ? options.threads : hardware_threads();
-  const std::int64_t slabs = std::min((M + kernel.mc - 1) / kernel.mc, std::int64_t{threads} * (threads > 1 ? 2 : 1));
-  const std::int64_t slab_rows = round_up((M + slabs - 1) / std::max<std::int64_t>(slabs, 1), kernel.mr);
-  parallel_for(slabs, threads, [&](std::int64_t slab) {
-    const std::int64_t i0 = slab * slab_rows;
-    if (i0 >= M) return;
-    const MatrixView<const double> A_slab{&A(i0, 0), std::min(slab_rows, M - i0), K, A.row_stride, A.col_stride};
-    const MatrixView<double> C_slab{&C(i0, 0), A_slab.rows, C.cols, C.row_stride, C.col_stride};
-    gemm_slab(kernel, A_slab, B, C_slab, options, i0);
+  const Blocks blocks = split(kernel, M, K, C.cols, threads);
+  parallel_for(blocks.rows * blocks.cols, threads, [&](std::int64_t task) {
+    const std::int64_t i0 = task / blocks.cols * blocks.row_size, j0 = task % blocks.cols * blocks.col_size;
+    if (i0 >= M || j0 >= C.cols) return;
+    const std::int64_t m = std::min(blocks.row_size, M - i0), n = std::min(blocks.col_size, C.cols - j0);
+    const MatrixView<const double> A_block{&A(i0, 0), m, K, A.row_stride, A.col_stride};
+    const MatrixView<const double> B_block{&B(0, j0), K, n, B.row_stride, B.col_stride};
+    const MatrixView<double> C_block{&C(i0, j0), m, n, C.row_stride, C.col_stride};
+    gemm_slab(kernel, A_block, B_block, C_block, options, i0);
   });
   if (options.a == Triangle::Lower) settle_skipped_zeros(B, C, options.a, kernel.mr);
 }
