@@ -28,13 +28,13 @@ Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), Unini
 Tensor::Tensor(DType dtype, Shape shape, Uninitialized) : dtype_(dtype), shape_(std::move(shape)) {
   for (auto d : shape_)
     if (d < 0) throw Error("Tensor: negative dimension in shape " + shape_str(shape_));
-  bytes_.resize(static_cast<std::size_t>(numel()) * dtype_size(dtype_));
+  bytes_ = Bytes(static_cast<std::size_t>(numel()) * dtype_size(dtype_));
 }
 
 Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), Uninitialized{}); }
 
 Tensor::Tensor(DType dtype, Shape shape, const std::vector<std::uint8_t>& bytes)
-    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes.begin(), bytes.end()) {
+    : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes.data(), bytes.size()) {
   if (bytes_.size() != static_cast<std::size_t>(numel()) * dtype_size(dtype_))
     throw Error("Tensor: " + std::to_string(bytes_.size()) + " bytes for " + std::string(dtype_name(dtype_)) + " " +
                 shape_str(shape_));

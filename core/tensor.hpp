@@ -1,8 +1,9 @@
 #pragma once
 // An owning, contiguous, row-major tensor of one storage dtype.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -39,23 +40,37 @@ constexpr DType dtype_of() {
 std::int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2, 3]"
 
-// An allocator that leaves new elements uninitialised where a vector would zero them: storage that is
-// written in full before it is read need not be filled first (at real sizes, zero-filling is serial time).
-template <class T>
-struct DefaultInitAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
-  using std::allocator<T>::allocator;
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
+// A tensor's storage: n bytes, unspecified until written (storage written in full before it is read
+// need not be zeroed first: at real sizes zeroing is serial time). Not a std::vector with a
+// default-initialising allocator: with any allocator but std::allocator its destructor destroys each
+// element in turn, and code built at -O1 (the orchestration libraries, CMakeLists.txt) keeps that as a
+// loop over every byte: 0.3 s of one thread to free a real-size layer's result.
+class Bytes {
+ public:
+  Bytes() = default;
+  explicit Bytes(std::size_t n) : data_(n > 0 ? new std::uint8_t[n] : nullptr), size_(n) {}
+  Bytes(const std::uint8_t* first, std::size_t n) : Bytes(n) { std::copy_n(first, n, data_.get()); }
+  Bytes(const Bytes& other) : Bytes(other.data(), other.size_) {}
+  Bytes(Bytes&& other) noexcept : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)) {}
+  Bytes& operator=(Bytes other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    return *this;
   }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
+  ~Bytes() = default;
+
+  std::size_t size() const { return size_; }
+  std::uint8_t* data() { return data_.get(); }
+  const std::uint8_t* data() const { return data_.get(); }
+  std::uint8_t* begin() { return data(); }
+  std::uint8_t* end() { return data() + size_; }
+  const std::uint8_t* begin() const { return data(); }
+  const std::uint8_t* end() const { return data() + size_; }
+  bool operator==(const Bytes& other) const { return std::equal(begin(), end(), other.begin(), other.end()); }
+
+ private:
+  std::unique_ptr<std::uint8_t[]> data_;
+  std::size_t size_ = 0;
 };
 
 class Tensor {
@@ -122,7 +137,7 @@ class Tensor {
 
   DType dtype_;
   Shape shape_;
-  std::vector<std::uint8_t, DefaultInitAllocator<std::uint8_t>> bytes_;
+  Bytes bytes_;
 };
 
 // The flat index of t's first NaN or Inf (numel when every element is finite); F64 only. A large

@@ -124,6 +124,23 @@ TEST(Tensor, RejectsWrongByteCountAndBadReshape) {
   EXPECT_THROW(Tensor(DType::F32, {2}).data<double>(), Error);
 }
 
+// A copy owns its bytes: writing one leaves the other; assignment replaces them whole, and a move
+// hands them over.
+TEST(Tensor, CopiesOwnTheirBytes) {
+  const Tensor a = Tensor::from(std::vector<double>{1, 2, 3}, {3});
+  Tensor b = a;
+  b.set(1, 5.0);
+  EXPECT_EQ(a.get(1), 2.0);
+  EXPECT_EQ(b.get(1), 5.0);
+  b = a;
+  EXPECT_TRUE(b.bitwise_equal(a));
+  EXPECT_NE(b.bytes(), a.bytes());
+  const std::uint8_t* storage = b.bytes();
+  const Tensor c = std::move(b);
+  EXPECT_EQ(c.bytes(), storage);
+  EXPECT_TRUE(c.bitwise_equal(a));
+}
+
 TEST(Tensor, BitwiseEqualSeesSignedZero) {
   const Tensor a = Tensor::from(std::vector<double>{0.0}, {1});
   const Tensor b = Tensor::from(std::vector<double>{-0.0}, {1});
