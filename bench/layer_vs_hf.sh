@@ -37,4 +37,8 @@ if [ -x "$PY" ]; then
 else
   echo "HF Qwen3-Next fp64     skipped: no $PY (./run test creates it)"
 fi
+# The peak again, after the runs: where other work shares the cores (a VM's neighbour), it takes FMA
+# throughput and clock, and the peak before and after shows how far the machine moved during the runs.
+after=$("$BUILD/layer_roofline" "${DIMS[@]}" "${LENGTHS[@]}" | awk '$1 == "fp64" && $3 ~ /^[0-9.]+$/ { print $3 }')
+[ -n "$after" ] && printf 'fp64 peak after        %s GFLOP/s (measured again after the runs)\n' "$after"
 printf 'load average: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
