@@ -224,12 +224,13 @@ TEST(Gemm, ReadsTransposesAndBlocksThroughTheirStrides) {
   EXPECT_TRUE((big.array() == 0.0).all());
 }
 
-// Several threads split C into blocks of rows and columns (four or more per thread, multiples of the
-// tile; a wide B split by columns, 7 x 1025, a tall A by rows, 289 x 17): every block edge, a triangular
-// A whose diagonal crosses blocks, accumulation, and the layer's x W^T (B a transposed view), against
-// the chain written out, up to a product larger than one cache block each way.
+// Several threads split C into blocks of rows and columns (up to four per thread, multiples of the tile;
+// a wide B split by columns, 7 x 1025, a tall A by rows, 1500 x 20, both, 390 x 1030; products under
+// 2^21 multiply-adds whole, 289 x 17): every block edge, a triangular A whose diagonal crosses blocks,
+// accumulation, and the layer's x W^T (B a transposed view), against the chain written out, up to a
+// product larger than one cache block each way.
 TEST(Gemm, BlocksOnAnyThreadCountKeepEveryChainOnAwkwardShapes) {
-  const Dims dims[] = {{289, 257, 17}, {145, 513, 9}, {7, 300, 1025}, {390, 260, 1030}};
+  const Dims dims[] = {{289, 257, 17}, {145, 513, 9}, {7, 300, 1025}, {1500, 200, 20}, {390, 260, 1030}};
   for (const Dims& d : dims) {
     const RowMatrix B = random_matrix(d.K, d.N, "B"), C0 = random_matrix(d.M, d.N, "C");
     const RowMatrix Wt = random_matrix(d.N, d.K, "W");  // B = W^T, read through its strides
