@@ -1,7 +1,8 @@
-// Packed, blocked GEMM in the style of BLIS: B is packed in [KC, NC] blocks of NR-column panels, A in
-// [MC, KC] blocks of MR-row panels (one per thread), and a micro-kernel advances one MR x NR tile of C
-// by KC steps of its fused multiply-add chains. A tile enters the kernel holding C (or 0 on the first
-// block of a plain product), so each chain runs unbroken over k in order whatever the blocking.
+// Packed, blocked GEMM in the style of BLIS: A is packed in blocks of up to kPackRows rows and KC columns
+// as MR-row panels, B in [KC, NC] blocks of NR-column panels (each thread its own), and a micro-kernel
+// advances one MR x NR tile of C by KC steps of its fused multiply-add chains. A tile enters the kernel
+// holding C (or 0 on the first block of a plain product), so each chain runs unbroken over k in order
+// whatever the blocking.
 #include "core/gemm.hpp"
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "core/gemm_subnormal.hpp"
@@ -30,8 +33,10 @@ std::int64_t round_up(std::int64_t x, std::int64_t to) { return (x + to - 1) / t
 // False, with t untouched, where the kernel declines the tile (AVX-512: t holds a subnormal).
 using KernelFn = bool (*)(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero);
 
-// A micro-kernel with its tile (mr x nr) and the blocking that suits it: an [mc, kc] block of A stays in
-// L2 and a [kc, nr] panel of B in L1 while the kernel walks the block's tiles; nc bounds B's block.
+// A micro-kernel with its tile (mr x nr) and the blocking that suits it: a [kc, mr] panel of A, whose
+// elements the kernel broadcasts, stays in L1 while the kernel walks a row of tiles through B's [kc, nc]
+// block in L2, loading each of its [kc, nr] panels as whole vectors; nc is set by the L2 size
+// (block_columns).
 // `run` may decline a tile whose C holds a subnormal; `plain` takes any tile. `exact_subnormal` (AVX-512)
 // advances tiles whose chains can meet subnormals on scaled panels (core/gemm_subnormal.hpp).
 using PackAFn = void (*)(const MatrixView<const double>& A, std::int64_t i0, std::int64_t m, std::int64_t k0,
@@ -42,7 +47,7 @@ struct Kernel {
   KernelFn run, plain;
   PackAFn pack_a;
   PackBFn pack_b;
-  std::int64_t mr, nr, kc, mc, nc;
+  std::int64_t mr, nr, kc, nc;
   bool exact_subnormal = false;
   const char* isa = "";
 };
@@ -192,22 +197,22 @@ void pack_b(const MatrixView<const double>& B, std::int64_t k0, std::int64_t kc,
 
 // A kernel with its MR x NR tile and the packing routines instantiated for that tile.
 template <std::int64_t MR, std::int64_t NR>
-constexpr Kernel tile_kernel(KernelFn run, KernelFn plain, std::int64_t kc, std::int64_t mc, bool exact_subnormal,
-                             const char* isa) {
-  return {run, plain, pack_a<MR>, pack_b<NR>, MR, NR, kc, mc, 1024, exact_subnormal, isa};
+constexpr Kernel tile_kernel(KernelFn run, KernelFn plain, std::int64_t kc, bool exact_subnormal, const char* isa) {
+  return {run, plain, pack_a<MR>, pack_b<NR>, MR, NR, kc, 0, exact_subnormal, isa};
 }
 
-// Blocking by kernel: A's [mc, kc] block stays in L2 (144 and 336 KiB) while the [kc, nr] panel of B
-// the kernel walks down it stays in L1 beside the A panel it meets (AVX2: 16 + 12 KiB of a 32 KiB L1;
-// on Zen 2, kc 256 and mc 72 ran a 2048^3 product at 44 GFLOP/s on one core, kc 384 and mc 96 at 41;
-// AVX-512's 48 KiB measured best: 14 x 16 at kc 384 ran 89-98 GFLOP/s on one core, 8 x 24, 12 x 16 and
-// 16 x 8 no faster, 24 x 8 at half that).
+// Blocking by kernel: the A panel the kernel broadcasts from takes 12 KiB (AVX2, kc 256) or 28 KiB
+// (AVX-512, kc 256) of L1, and the B panels stream through the rest. This is how MKL's and BLIS's AVX-512
+// kernels keep their operands: the broadcast one stays, the vector-loaded one streams. Kept the other
+// way round (a 48 KiB B panel in a 48 KiB L1, the A panel streaming), 14 x 16 at kc 384 ran at 0.75-0.80
+// of MKL's speed on a 1536^3 product on one core of an Intel Xeon, measured in turn with MKL in one
+// process; this way, at 0.84-0.89 (kc 192-320 alike).
 #ifdef GDNV_GEMM_X86
 constexpr Kernel kAvx512 =
-    tile_kernel<14, 16>(kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 384, 112, true, "AVX-512");
-constexpr Kernel kAvx2 = tile_kernel<6, 8>(kernel_avx2, kernel_avx2, 256, 72, false, "AVX2+FMA");
+    tile_kernel<14, 16>(kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 256, true, "AVX-512");
+constexpr Kernel kAvx2 = tile_kernel<6, 8>(kernel_avx2, kernel_avx2, 256, false, "AVX2+FMA");
 #endif
-constexpr Kernel kPortable = tile_kernel<6, 8>(kernel_portable, kernel_portable, 384, 96, false, "portable std::fma");
+constexpr Kernel kPortable = tile_kernel<6, 8>(kernel_portable, kernel_portable, 384, false, "portable std::fma");
 
 std::optional<Kernel> find(GemmKernel which) {
 #ifdef GDNV_GEMM_X86
@@ -226,17 +231,30 @@ std::optional<Kernel> find(GemmKernel which) {
   return std::nullopt;
 }
 
+// B's [kc, nc] block takes half of L2 (glibc reads its size from cpuid; 512 KiB where unknown), at most
+// 512 columns: 1 MiB of a Xeon's 2 MiB at kc 256, where 256 and 768 columns ran no faster.
+std::int64_t block_columns(const Kernel& kernel) {
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  const std::int64_t half_l2 = (l2 > 0 ? l2 : 512 << 10) / 2;
+  const std::int64_t panels = half_l2 / (kernel.kc * kernel.nr * std::int64_t{sizeof(double)});
+  return std::clamp<std::int64_t>(panels, 4, 512 / kernel.nr) * kernel.nr;
+}
+
 Kernel pick(GemmKernel which) {
-  const std::optional<Kernel> kernel = find(which);
+  std::optional<Kernel> kernel = find(which);
   if (!kernel) throw Error("gemm: this CPU lacks the instructions of the kernel asked for");
+  kernel->nc = block_columns(*kernel);
   return *kernel;
 }
 
 // Runs op(t, ld) on the tile of C at (i, j) with `rows` x `cols` valid entries: in place when it is whole
 // and row-major, else through a padded copy. op returns false where it left t untouched.
+// op is taken by reference: a copy of it, stored and then read back in wider moves, made each call wait
+// until the previous tile's stores of C had left the store buffer (7% of a product's samples, on the
+// instruction that read the copy back).
 template <class Op>
 bool on_tile(const Kernel& kernel, const MatrixView<double>& C, std::int64_t i, std::int64_t j, std::int64_t rows,
-             std::int64_t cols, bool zero, Op op) {
+             std::int64_t cols, bool zero, const Op& op) {
   const std::int64_t NR = kernel.nr;
   if (rows == kernel.mr && cols == NR && C.col_stride == 1) return op(&C(i, j), C.row_stride);
   double tile[kMaxTile] = {};
@@ -320,17 +338,17 @@ void advance_tile(const Kernel& kernel, const double* a_pack, const double* b_pa
   with(kernel.plain);
 }
 
-// Asks the cache for the tile of C that follows the one at row i, column j in a block of rows
-// [i_begin, i_end) and columns up to j_end (rows first): the kernel loads a tile before its first fma,
+// Asks the cache for the tile of C that follows the one at row i, column j in a block of columns
+// [j_begin, j_end) and rows up to i_end (columns first): the kernel loads a tile before its first fma,
 // and from memory each row would stall all of the tile's chains.
-void prefetch_next_tile(const Kernel& kernel, const MatrixView<double>& C, std::int64_t i_begin, std::int64_t i_end,
-                        std::int64_t i, std::int64_t j, std::int64_t j_end) {
-  i += kernel.mr;
-  if (i >= i_end) {
-    i = i_begin;
-    j += kernel.nr;
+void prefetch_next_tile(const Kernel& kernel, const MatrixView<double>& C, std::int64_t j_begin, std::int64_t j_end,
+                        std::int64_t i, std::int64_t j, std::int64_t i_end) {
+  j += kernel.nr;
+  if (j >= j_end) {
+    j = j_begin;
+    i += kernel.mr;
   }
-  if (j >= j_end) return;
+  if (i >= i_end) return;
   for (std::int64_t r = 0; r < kernel.mr && i + r < i_end; ++r) {
     __builtin_prefetch(&C(i + r, j), 1);
     __builtin_prefetch(&C(i + r, std::min(j + kernel.nr, j_end) - 1), 1);
@@ -365,29 +383,36 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
                 std::to_string(B.cols) + "] does not conform");
 }
 
+// The most rows of A packed at a time: 2 MiB at kc 256, in L3 while B's blocks pass them.
+constexpr std::int64_t kPackRows = 1024;
+
 // C = A B (or C += A B) on one thread, A's rows offset by `row0` in the whole product (for its triangle).
 void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
                const MatrixView<double>& C, const GemmOptions& options, std::int64_t row0) {
   const std::int64_t M = C.rows, N = C.cols, K = A.cols;
-  const std::int64_t MR = kernel.mr, NR = kernel.nr, KC = kernel.kc, MC = kernel.mc, NC = kernel.nc;
+  const std::int64_t MR = kernel.mr, NR = kernel.nr, KC = kernel.kc, NC = kernel.nc;
   thread_local std::vector<double> a_buffer, b_buffer;
   thread_local ScaledPanels a_panels, b_panels;
-  double* const a_pack = aligned(a_buffer, round_up(MC, MR) * KC);
+  // A's rows in even blocks of at most kPackRows, so that each element of A is packed once and each of
+  // B once per block of A.
+  const std::int64_t row_blocks = (M + kPackRows - 1) / kPackRows,
+                     rows = round_up((M + row_blocks - 1) / row_blocks, MR);
+  double* const a_pack = aligned(a_buffer, rows * KC);
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
-  for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
-    const std::int64_t n = std::min(NC, N - j0);
+  for (std::int64_t i0 = 0; i0 < M; i0 += rows) {
+    const std::int64_t m = std::min(rows, M - i0);
     for (std::int64_t k0 = 0; k0 < K; k0 += KC) {
       const std::int64_t kc = std::min(KC, K - k0);
       const bool from_zero = k0 == 0 && !options.accumulate;
-      kernel.pack_b(B, k0, kc, j0, n, b_pack);
-      if (kernel.exact_subnormal) b_panels.reset(b_pack, (n + NR - 1) / NR, NR * kc);
-      for (std::int64_t i0 = 0; i0 < M; i0 += MC) {
-        const std::int64_t m = std::min(MC, M - i0);
-        kernel.pack_a(A, i0, m, k0, kc, a_pack);
-        if (kernel.exact_subnormal) a_panels.reset(a_pack, (m + MR - 1) / MR, MR * kc);
-        for (std::int64_t jp = 0; jp < n; jp += NR)
-          for (std::int64_t ip = 0; ip < m; ip += MR) {
-            prefetch_next_tile(kernel, C, i0, i0 + m, i0 + ip, j0 + jp, j0 + n);
+      kernel.pack_a(A, i0, m, k0, kc, a_pack);
+      if (kernel.exact_subnormal) a_panels.reset(a_pack, (m + MR - 1) / MR, MR * kc);
+      for (std::int64_t j0 = 0; j0 < N; j0 += NC) {
+        const std::int64_t n = std::min(NC, N - j0);
+        kernel.pack_b(B, k0, kc, j0, n, b_pack);
+        if (kernel.exact_subnormal) b_panels.reset(b_pack, (n + NR - 1) / NR, NR * kc);
+        for (std::int64_t ip = 0; ip < m; ip += MR)
+          for (std::int64_t jp = 0; jp < n; jp += NR) {
+            prefetch_next_tile(kernel, C, j0, j0 + n, i0 + ip, j0 + jp, i0 + m);
             const auto [skip, steps] = panel_steps(options.a, row0 + i0 + ip, MR, k0, kc);
             const TileJob job{
                 ip / MR, jp / NR, skip, steps, i0 + ip, j0 + jp, std::min(MR, m - ip), std::min(NR, n - jp), from_zero};
