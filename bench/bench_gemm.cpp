@@ -1,5 +1,14 @@
 // The oracle's fixed-order GEMM (core/gemm) beside Eigen's product, at the oracle's two typical shapes:
-// a layer projection and one chunk of the chunked gated delta rule. One thread each.
+// a layer projection and one chunk of the chunked gated delta rule. One thread each. Then against MKL,
+// torch's CPU GEMM, in the same process (BM_GemmAgainstMkl).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include <benchmark/benchmark.h>
 
 #include "core/eigen.hpp"
@@ -89,6 +98,100 @@ void BM_GemmLinearAllCores(benchmark::State& state) {
 }
 // The scale layer's out_proj (T = 4096, Hv*dv = 4096 -> hidden 4096).
 BENCHMARK(BM_GemmLinearAllCores)->Args({4096, 4096, 4096})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// MKL's DGEMM from the library GDNV_MKL names (torch's lib/libtorch_cpu.so carries it), or why not.
+struct Mkl {
+  using Dgemm = void (*)(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
+                         const double* a, const int* lda, const double* b, const int* ldb, const double* beta,
+                         double* c, const int* ldc);
+  using SetThreads = int (*)(int);
+  Dgemm dgemm = nullptr;
+  SetThreads set_threads = nullptr;
+  std::string error;
+};
+
+const Mkl& mkl() {
+  static const Mkl loaded = [] {
+    Mkl m;
+    const char* path = std::getenv("GDNV_MKL");
+    if (!path) {
+      m.error =
+          "set GDNV_MKL to a library with MKL's DGEMM, e.g. .venv/lib/python3.12/site-packages/torch/lib/"
+          "libtorch_cpu.so (./run bench sets it where .venv has torch)";
+      return m;
+    }
+    void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      m.error = std::string("GDNV_MKL: ") + dlerror();
+      return m;
+    }
+    m.dgemm = reinterpret_cast<Mkl::Dgemm>(dlsym(library, "DGEMM"));
+    m.set_threads = reinterpret_cast<Mkl::SetThreads>(dlsym(library, "MKL_Set_Num_Threads_Local"));
+    if (!m.dgemm || !m.set_threads)
+      m.error = std::string("GDNV_MKL: ") + path + " lacks DGEMM or MKL_Set_Num_Threads_Local";
+    return m;
+  }();
+  return loaded;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// core/gemm and MKL in turn on the same operands, one call of each per iteration, on the same threads:
+// "ratio" is the median of the pairs' speed ratios (ours / MKL's). Where other work shares the cores
+// (a VM's neighbour), the machine's speed moves from second to second and separate timings of the two
+// swing by 30-40%; a pair's two calls meet nearly the same machine. Args: M, K, N, threads.
+void BM_GemmAgainstMkl(benchmark::State& state) {
+  const Mkl& m = mkl();
+  if (!m.error.empty()) {
+    state.SkipWithError(m.error.c_str());
+    return;
+  }
+  const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
+            N = static_cast<int>(state.range(2)), threads = static_cast<int>(state.range(3));
+  Operands x(M, K, N);
+  RowMatrix C_mkl(M, N);
+  const double one = 1, zero = 0;
+  m.set_threads(threads);
+  // Row-major C = A B is column-major C^T = B^T A^T.
+  const auto theirs = [&] {
+    m.dgemm("N", "N", &N, &M, &K, &one, x.B.data(), &N, x.A.data(), &K, &zero, C_mkl.data(), &N);
+  };
+  const auto ours = [&] { gemm(view(x.A), view(x.B), mutable_view(x.C), {.threads = threads}); };
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](auto f) {
+    const auto start = Clock::now();
+    f();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::vector<double> ours_s, theirs_s, ratios;
+  for (auto _ : state) {
+    ours_s.push_back(seconds(ours));
+    theirs_s.push_back(seconds(theirs));
+    ratios.push_back(theirs_s.back() / ours_s.back());
+  }
+  // The operands are exact in binary (every product 0.125, sums of them), so both must give the same C.
+  if (x.C != C_mkl) {
+    state.SkipWithError("MKL's C differs from core/gemm's: the DGEMM call's arguments are wrong");
+    return;
+  }
+  const double flop = 2.0 * M * K * N;
+  state.counters["GFLOP/s"] = 1e-9 * flop / median(ours_s);
+  state.counters["MKL GFLOP/s"] = 1e-9 * flop / median(theirs_s);
+  state.counters["ratio"] = median(ratios);
+}
+// A square product on one thread and on every core; the scale layer's in_proj for one key head's GVA
+// group (T 2048 of 4096 rows, hidden 4096, 772 columns) on 2 threads.
+BENCHMARK(BM_GemmAgainstMkl)
+    ->Args({1536, 1536, 1536, 1})
+    ->Args({2048, 2048, 2048, 2})
+    ->Args({2048, 4096, 772, 2})
+    ->Iterations(15)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace gdnv

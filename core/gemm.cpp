@@ -204,9 +204,9 @@ constexpr Kernel tile_kernel(KernelFn run, KernelFn plain, std::int64_t kc, bool
 // Blocking by kernel: the A panel the kernel broadcasts from takes 12 KiB (AVX2, kc 256) or 28 KiB
 // (AVX-512, kc 256) of L1, and the B panels stream through the rest. This is how MKL's and BLIS's AVX-512
 // kernels keep their operands: the broadcast one stays, the vector-loaded one streams. Kept the other
-// way round (a 48 KiB B panel in a 48 KiB L1, the A panel streaming), 14 x 16 at kc 384 ran at 0.75-0.80
+// way round (a 48 KiB B panel in a 48 KiB L1, the A panel streaming), 14 x 16 at kc 384 ran at 0.75-0.84
 // of MKL's speed on a 1536^3 product on one core of an Intel Xeon, measured in turn with MKL in one
-// process; this way, at 0.84-0.89 (kc 192-320 alike).
+// process (bench_gemm's BM_GemmAgainstMkl); this way, at 0.84-0.91 (kc 192-320 alike).
 #ifdef GDNV_GEMM_X86
 constexpr Kernel kAvx512 =
     tile_kernel<14, 16>(kernel_avx512<14, 2, true>, kernel_avx512<14, 2, false>, 256, true, "AVX-512");
