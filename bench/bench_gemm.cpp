@@ -183,8 +183,8 @@ void BM_GemmAgainstMkl(benchmark::State& state) {
   state.counters["MKL GFLOP/s"] = 1e-9 * flop / median(theirs_s);
   state.counters["ratio"] = median(ratios);
 }
-// A square product on one thread and on every core; the scale layer's in_proj for one key head's GVA
-// group (T 2048 of 4096 rows, hidden 4096, 772 columns) on 2 threads.
+// A square product on one thread and on two; the scale layer's in_proj for one key head's GVA group (2048
+// of its 4096 rows at a time, hidden 4096, 772 columns) on two.
 BENCHMARK(BM_GemmAgainstMkl)
     ->Args({1536, 1536, 1536, 1})
     ->Args({2048, 2048, 2048, 2})
