@@ -1,4 +1,4 @@
-// Packed, blocked GEMM in the style of BLIS: A is packed in blocks of up to kPackRows rows and KC columns
+// Packed, blocked GEMM in the style of BLIS: A is packed in blocks of about kPackRows rows and KC columns
 // as MR-row panels, B in [KC, NC] blocks of NR-column panels (each thread its own), and a micro-kernel
 // advances one MR x NR tile of C by KC steps of its fused multiply-add chains. A tile enters the kernel
 // holding C (or 0 on the first block of a plain product), so each chain runs unbroken over k in order
@@ -383,8 +383,12 @@ void check_shapes(const MatrixView<const double>& A, const MatrixView<const doub
                 std::to_string(B.cols) + "] does not conform");
 }
 
-// The most rows of A packed at a time: 2 MiB at kc 256, in L3 while B's blocks pass them.
+// The rows of A packed at a time, about: 2 MiB at kc 256, in L3 while B's blocks pass them. A block of C
+// with M rows packs A in pack_blocks(M) even blocks of 683 to 1535 rows (M rounded to the nearest
+// multiple of kPackRows, so that a block of C rounded up to whole tiles, e.g. 1036 rows, is one), and B
+// once for each.
 constexpr std::int64_t kPackRows = 1024;
+std::int64_t pack_blocks(std::int64_t M) { return std::max<std::int64_t>((M + kPackRows / 2) / kPackRows, 1); }
 
 // C = A B (or C += A B) on one thread, A's rows offset by `row0` in the whole product (for its triangle).
 void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const MatrixView<const double>& B,
@@ -393,10 +397,7 @@ void gemm_slab(const Kernel& kernel, const MatrixView<const double>& A, const Ma
   const std::int64_t MR = kernel.mr, NR = kernel.nr, KC = kernel.kc, NC = kernel.nc;
   thread_local std::vector<double> a_buffer, b_buffer;
   thread_local ScaledPanels a_panels, b_panels;
-  // A's rows in even blocks of at most kPackRows, so that each element of A is packed once and each of
-  // B once per block of A.
-  const std::int64_t row_blocks = (M + kPackRows - 1) / kPackRows,
-                     rows = round_up((M + row_blocks - 1) / row_blocks, MR);
+  const std::int64_t row_blocks = pack_blocks(M), rows = round_up((M + row_blocks - 1) / row_blocks, MR);
   double* const a_pack = aligned(a_buffer, rows * KC);
   double* const b_pack = aligned(b_buffer, round_up(std::min(N, NC), NR) * KC);
   for (std::int64_t i0 = 0; i0 < M; i0 += rows) {
@@ -461,8 +462,8 @@ constexpr std::int64_t kBlockWork = std::int64_t{1} << 20;
 // takes 22% longer than an even share of the work would, four per thread 6%. Fewer where the product
 // is small: no block under kBlockWork, and a product under twice that stays whole on the calling thread.
 // Each block packs its own A rows and B columns, so of the splits into that many blocks the one that
-// packs the fewest elements: A once per column of blocks, B once per row (a wide B is split by columns,
-// a tall A by rows).
+// packs the fewest elements: A once per column of blocks, B once per row of blocks and block of A's
+// rows (pack_blocks; a wide B is split by columns, a tall A by rows).
 Blocks split(const Kernel& kernel, std::int64_t M, std::int64_t K, std::int64_t N, int threads) {
   const std::int64_t tiles_m = (M + kernel.mr - 1) / kernel.mr, tiles_n = (N + kernel.nr - 1) / kernel.nr;
   const auto by_work =
@@ -470,14 +471,18 @@ Blocks split(const Kernel& kernel, std::int64_t M, std::int64_t K, std::int64_t 
   const std::int64_t wanted =
       threads > 1 ? std::max<std::int64_t>(std::min({std::int64_t{4} * threads, by_work, tiles_m * tiles_n}), 1) : 1;
   Blocks best{1, 1, round_up(M, kernel.mr), round_up(N, kernel.nr)};
-  double best_packed = INFINITY;
+  // Exactly `wanted` blocks first: one more would give some threads a block more than the others.
+  std::pair<bool, double> best_cost{true, INFINITY};
   for (std::int64_t rows = 1; rows <= std::min(wanted, tiles_m); ++rows) {
     const std::int64_t cols = std::min((wanted + rows - 1) / rows, tiles_n);
     if (rows * cols < wanted) continue;
-    const double packed = static_cast<double>(M * K) * cols + static_cast<double>(K * N) * rows;
-    if (packed >= best_packed) continue;
-    best_packed = packed;
-    best = {rows, cols, (tiles_m + rows - 1) / rows * kernel.mr, (tiles_n + cols - 1) / cols * kernel.nr};
+    const std::int64_t row_size = (tiles_m + rows - 1) / rows * kernel.mr;
+    const double packed =
+        static_cast<double>(M * K) * cols + static_cast<double>(K * N) * rows * pack_blocks(std::min(row_size, M));
+    const std::pair<bool, double> cost{rows * cols != wanted, packed};
+    if (cost >= best_cost) continue;
+    best_cost = cost;
+    best = {rows, cols, row_size, (tiles_n + cols - 1) / cols * kernel.nr};
   }
   return best;
 }

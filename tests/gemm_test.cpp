@@ -44,10 +44,10 @@ struct Dims {
 };
 
 // Edges of the tiles (6 x 8, 14 x 16), of the K blocks (256 deep, 384 for the portable kernel), of B's
-// blocks (at most 512 columns, fewer on a small L2) and of A's blocks of at most 1024 rows (two at 1030).
+// blocks (at most 512 columns, fewer on a small L2) and of A's blocks of about 1024 rows (two at 1540).
 const Dims kDims[] = {{1, 1, 1},     {5, 3, 7},      {6, 8, 8},      {7, 9, 9},     {14, 16, 16},
                       {15, 17, 17},  {13, 383, 17},  {97, 385, 9},   {113, 40, 33}, {12, 769, 31},
-                      {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}, {300, 40, 20}, {1030, 257, 9}};
+                      {3, 40, 1025}, {191, 64, 130}, {64, 128, 128}, {300, 40, 20}, {1540, 257, 9}};
 
 const char* name(GemmKernel kernel) {
   switch (kernel) {
