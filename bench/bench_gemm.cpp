@@ -152,7 +152,11 @@ void BM_GemmAgainstMkl(benchmark::State& state) {
   }
   const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
             N = static_cast<int>(state.range(2)), threads = static_cast<int>(state.range(3));
+  // Small integers, so that every sum is exact in any order: the two Cs must be the same bits, and one
+  // from a transposed or misread operand would differ (constant operands would hide that).
   Operands x(M, K, N);
+  for (Eigen::Index i = 0; i < x.A.size(); ++i) x.A.data()[i] = static_cast<double>(i % 7) - 3;
+  for (Eigen::Index i = 0; i < x.B.size(); ++i) x.B.data()[i] = static_cast<double>(i % 5) - 2;
   RowMatrix C_mkl(M, N);
   const double one = 1, zero = 0;
   m.set_threads(threads);
@@ -173,7 +177,6 @@ void BM_GemmAgainstMkl(benchmark::State& state) {
     theirs_s.push_back(seconds(theirs));
     ratios.push_back(theirs_s.back() / ours_s.back());
   }
-  // The operands are exact in binary (every product 0.125, sums of them), so both must give the same C.
   if (x.C != C_mkl) {
     state.SkipWithError("MKL's C differs from core/gemm's: the DGEMM call's arguments are wrong");
     return;
