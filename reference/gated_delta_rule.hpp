@@ -2,6 +2,7 @@
 // fp64 oracle of the gated delta rule (docs/DESIGN.md §1.1, FLA chunk_gated_delta_rule semantics).
 // Two independent forms: recurrent (slow, obviously correct) and chunked WY/UT (fast).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,9 +22,15 @@ struct GdrInputs {
   bool use_qk_l2norm = false;                           // x / sqrt(sum x^2 + 1e-6) on q and k
 };
 
+// The chunked forward's intermediates of every chunk (the state entering it, its intra-chunk stage and
+// V_new), for the backward of the same inputs and chunk size: per value head and chunk of c tokens
+// K V + 4 c^2 + c (K + 2 V + 1) doubles, 448 KiB at c = 64, K = V = 128 (docs/DESIGN.md §1.1).
+struct GdrTape;
+
 struct GdrOutputs {
-  Tensor o;            // [B, T, Hv, V]
-  Tensor final_state;  // [N, Hv, K, V]  (N = B without cu_seqlens)
+  Tensor o;                             // [B, T, Hv, V]
+  Tensor final_state;                   // [N, Hv, K, V]  (N = B without cu_seqlens)
+  std::shared_ptr<const GdrTape> tape;  // the chunked form's, when asked for
 };
 
 struct GdrGrads {
@@ -44,9 +51,11 @@ GdrOutputs gdr_recurrent_forward(const GdrInputs& in, int threads = 0);
 GdrGrads gdr_recurrent_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
                                 int threads = 0);
 
-GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64, int threads = 0);
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size = 64, int threads = 0, bool keep_tape = false);
+// With `tape` (the forward's of these inputs) the backward takes each chunk's intermediates from it instead
+// of running the forward's state pass again: the same bits.
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht,
-                              int chunk_size = 64, int threads = 0);
+                              int chunk_size = 64, int threads = 0, const GdrTape* tape = nullptr);
 // [B, T, Hv]: the magnitude m_t of the sum dgamma_t that a kernel forming its decays from a cumsum gamma of
 // g computes over chunks of chunk_size tokens (no gradient of the final state), every product carrying
 // gamma_t counted with its absolute value (docs/DESIGN.md §4, cumsum-decay).

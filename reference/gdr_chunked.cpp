@@ -5,8 +5,10 @@
 //   O = scale [(e^gamma Q) S + (Q K^T * e^{gamma_i - gamma_j} * tril_incl) V_new],
 //   S <- e^{gamma_C} S + (e^{gamma_C - gamma} K)^T V_new.
 // Stages, as in FLA's pipeline: intra-chunk (gamma, A, T, U, W) -> state pass (V_new, next S) -> output.
-// The backward keeps S once per chunk and recomputes the chunk's intermediates from it.
+// The backward takes each chunk's S, intra-chunk stage and V_new from the forward's tape, or runs the
+// forward's state pass once more to record them (docs/DESIGN.md §1.1).
 #include <cmath>
+#include <memory>
 
 #include "core/error.hpp"
 #include "core/gemm.hpp"
@@ -39,6 +41,13 @@ struct Intra {
   RowMatrix T;      // [c, c]  (I + A)^-1, unit lower triangular (FLA's solve_tril)
   RowMatrix U;      // [c, V]
   RowMatrix W;      // [c, K]
+};
+
+// A chunk as the state pass leaves it: the state S entering it, its intra-chunk stage and V_new.
+struct ChunkRecord {
+  RowMatrix S;
+  Intra in;
+  RowMatrix v_new;
 };
 
 struct ChunkGrads {
@@ -188,12 +197,12 @@ Vec dgamma_magnitudes(const Chunk& x, const Intra& in, const RowMatrix& S, const
   return m;
 }
 
-// Backward of one chunk. S [K, V] is the state entering it, d_o [c, V] the output gradient; dS [K, V]
-// enters as the gradient of the state leaving the chunk and leaves as the gradient of S.
-ChunkGrads chunk_backward(const Chunk& x, double scale, const RowMatrix& S, const RowMatrix& d_o, RowMatrix& dS) {
-  const Intra in = intra_chunk(x);
+// Backward of one chunk from its record (S [K, V] the state entering it); d_o [c, V] is the output
+// gradient; dS [K, V] enters as the gradient of the state leaving the chunk and leaves as the gradient of S.
+ChunkGrads chunk_backward(const Chunk& x, const ChunkRecord& r, double scale, const RowMatrix& d_o, RowMatrix& dS) {
+  const Intra& in = r.in;
+  const RowMatrix &S = r.S, &v_new = r.v_new;
   const Index c = x.g.size();
-  const RowMatrix v_new = new_values(in, S);
   const Vec e_gamma = in.gamma.array().exp();
   const double gamma_C = in.gamma(c - 1), e_C = std::exp(gamma_C);
   const Vec e_tail = tail_sums(x.g).array().exp();
@@ -280,39 +289,42 @@ void check_chunk_size(int chunk_size) {
                       "; it must be a positive number of tokens (e.g. 64)");
 }
 
-void forward_head(const Head& hd, double scale, int C, RowMatrix& S, Tensor& o) {
+std::int64_t chunk_count(std::int64_t len, int C) { return (len + C - 1) / C; }
+
+// Runs one head's chunks from the state S, leaving S at the head's end: the output into o and each
+// chunk's record into records, where given.
+void forward_head(const Head& hd, double scale, int C, RowMatrix& S, Tensor* o, std::vector<ChunkRecord>* records) {
   for (std::int64_t begin = 0; begin < hd.s.len; begin += C) {
     const std::int64_t c = std::min<std::int64_t>(C, hd.s.len - begin);
     const Chunk x = hd.chunk(begin, c);
-    const Intra in = intra_chunk(x);
-    const RowMatrix v_new = new_values(in, S);
-    chunk_output(x, in, S, v_new, scale, head_rows(o, hd.s, hd.h, begin, c));
+    Intra in = intra_chunk(x);
+    RowMatrix v_new = new_values(in, S);
+    if (o) chunk_output(x, in, S, v_new, scale, head_rows(*o, hd.s, hd.h, begin, c));
+    RowMatrix S_in = records ? S : RowMatrix();
     advance_state(x, in, v_new, S);
+    if (records) records->push_back({std::move(S_in), std::move(in), std::move(v_new)});
   }
 }
 
-// Runs the backward of one head chunk by chunk; `magnitudes`, when given, receives each chunk's
-// dgamma_magnitudes (taken before the chunk's backward moves dS on).
-void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, const Tensor& d_o, RowMatrix& dS,
-                   GdrGrads& grads, Tensor* magnitudes = nullptr) {
-  std::vector<RowMatrix> checkpoints;  // state entering each chunk
-  RowMatrix S = S0;
-  for (std::int64_t begin = 0; begin < hd.s.len; begin += C) {
-    checkpoints.push_back(S);
-    const Chunk x = hd.chunk(begin, std::min<std::int64_t>(C, hd.s.len - begin));
-    const Intra in = intra_chunk(x);
-    advance_state(x, in, new_values(in, S), S);
+// Runs the backward of one head chunk by chunk from its records (the forward's tape, or else the state
+// pass run here from S0); `magnitudes`, when given, receives each chunk's dgamma_magnitudes (taken before
+// the chunk's backward moves dS on).
+void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, const std::vector<ChunkRecord>* taped,
+                   const Tensor& d_o, RowMatrix& dS, GdrGrads& grads, Tensor* magnitudes = nullptr) {
+  std::vector<ChunkRecord> recorded;
+  if (!taped) {
+    RowMatrix S = S0;
+    forward_head(hd, scale, C, S, nullptr, &recorded);
+    taped = &recorded;
   }
-  for (auto j = static_cast<std::int64_t>(checkpoints.size()) - 1; j >= 0; --j) {
+  for (auto j = chunk_count(hd.s.len, C) - 1; j >= 0; --j) {
     const std::int64_t begin = j * C, c = std::min<std::int64_t>(C, hd.s.len - begin);
     const Chunk x = hd.chunk(begin, c);
+    const ChunkRecord& r = (*taped)[static_cast<std::size_t>(j)];
     const RowMatrix d_o_c = head_rows(d_o, hd.s, hd.h, begin, c);
-    if (magnitudes) {
-      const Intra in = intra_chunk(x);
-      head_gates(*magnitudes, hd.s, hd.h, begin, c) =
-          dgamma_magnitudes(x, in, checkpoints[j], dS, new_values(in, checkpoints[j]), scale * d_o_c);
-    }
-    const ChunkGrads d = chunk_backward(x, scale, checkpoints[j], d_o_c, dS);
+    if (magnitudes)
+      head_gates(*magnitudes, hd.s, hd.h, begin, c) = dgamma_magnitudes(x, r.in, r.S, dS, r.v_new, scale * d_o_c);
+    const ChunkGrads d = chunk_backward(x, r, scale, d_o_c, dS);
     head_rows(grads.dq, hd.s, hd.kh, begin, c) += d.dq;
     head_rows(grads.dk, hd.s, hd.kh, begin, c) += d.dk;
     head_rows(grads.dv, hd.s, hd.h, begin, c) = d.dv;
@@ -323,28 +335,65 @@ void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, con
 
 }  // namespace
 
-GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size, int threads) {
+// Each (sequence, value head)'s chunk records, at [sequence slot * Hv + value head].
+struct GdrTape {
+  int chunk_size;
+  std::vector<std::int64_t> lengths;  // each sequence's tokens
+  std::int64_t Hv;
+  std::vector<std::vector<ChunkRecord>> heads;
+};
+
+namespace {
+
+std::vector<std::int64_t> lengths_of(const GdrGeometry& geo) {
+  std::vector<std::int64_t> lengths;
+  for (const Sequence& s : geo.seqs) lengths.push_back(s.len);
+  return lengths;
+}
+
+std::size_t tape_slot(const Sequence& s, std::int64_t Hv, std::int64_t h) {
+  return static_cast<std::size_t>(s.n * Hv + h);
+}
+
+void check_tape(const GdrTape* tape, const GdrGeometry& geo, int chunk_size) {
+  if (tape && (tape->chunk_size != chunk_size || tape->Hv != geo.Hv || tape->lengths != lengths_of(geo)))
+    throw Error(
+        "gdr_chunked_backward: the tape was recorded for other sequences, heads or chunk size; pass the "
+        "tape of the forward of these inputs, or none");
+}
+
+}  // namespace
+
+GdrOutputs gdr_chunked_forward(const GdrInputs& in, int chunk_size, int threads, bool keep_tape) {
   check_chunk_size(chunk_size);
   const GdrGeometry geo = gdr_geometry(in);
   GdrOutputs out = make_outputs(geo);
+  std::shared_ptr<GdrTape> tape;
+  if (keep_tape)
+    tape = std::make_shared<GdrTape>(
+        GdrTape{chunk_size, lengths_of(geo), geo.Hv, std::vector<std::vector<ChunkRecord>>(geo.seqs.size() * geo.Hv)});
   for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix S = state_or_zero(in.initial_state, geo, s, h);
-    forward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S, out.o);
+    std::vector<ChunkRecord>* records = tape ? &tape->heads[tape_slot(s, geo.Hv, h)] : nullptr;
+    forward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S, &out.o, records);
     state_of(out.final_state, s.n, h) = S;
   });
+  out.tape = std::move(tape);
   return out;
 }
 
 GdrGrads gdr_chunked_backward(const GdrInputs& in, const Tensor& d_o, const std::optional<Tensor>& dht, int chunk_size,
-                              int threads) {
+                              int threads, const GdrTape* tape) {
   check_chunk_size(chunk_size);
   const GdrGeometry geo = gdr_geometry(in);
   check_grad_inputs(geo, d_o, dht);
+  check_tape(tape, geo, chunk_size);
   GdrGrads grads = make_grads(geo);
   for_each_head_parallel(geo, threads, [&](const Sequence& s, std::int64_t h) {
     RowMatrix dS = state_or_zero(dht, geo, s, h);
     const RowMatrix S0 = state_or_zero(in.initial_state, geo, s, h);
-    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, d_o, dS, grads);
+    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0,
+                  tape ? &tape->heads[tape_slot(s, geo.Hv, h)] : nullptr, d_o, dS, grads);
     state_of(grads.dh0, s.n, h) = dS;
   });
   finish_qk_grads(in, grads);
@@ -360,7 +409,7 @@ Tensor gdr_dgamma_magnitudes(const GdrInputs& in, const Tensor& d_o, int chunk_s
   for_each_head_parallel(geo, 1, [&](const Sequence& s, std::int64_t h) {
     RowMatrix dS = state_or_zero(std::nullopt, geo, s, h);
     const RowMatrix S0 = state_or_zero(in.initial_state, geo, s, h);
-    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, d_o, dS, grads, &magnitudes);
+    backward_head({in, s, h, geo.key_head(h)}, geo.scale, chunk_size, S0, nullptr, d_o, dS, grads, &magnitudes);
   });
   return magnitudes;
 }

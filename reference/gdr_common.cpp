@@ -114,7 +114,8 @@ void finish_qk_grads(const GdrInputs& in, GdrGrads& grads) {
 }
 
 GdrOutputs make_outputs(const GdrGeometry& geo) {
-  return {Tensor(DType::F64, {geo.B, geo.T, geo.Hv, geo.V}), Tensor(DType::F64, {geo.N, geo.Hv, geo.K, geo.V})};
+  return {Tensor(DType::F64, {geo.B, geo.T, geo.Hv, geo.V}), Tensor(DType::F64, {geo.N, geo.Hv, geo.K, geo.V}),
+          nullptr};
 }
 
 GdrGrads make_grads(const GdrGeometry& geo) {

@@ -85,15 +85,16 @@ void linear_backward(const Tensor& x, const Tensor& W, const Tensor& dy, Tensor&
   product_into(dY.transpose(), as_matrix(x, N, in_dim), dWm, {.threads = threads});
 }
 
-Tensor core_forward(const GdrInputs& in, const LayerOptions& options) {
-  return options.core == CoreForm::Recurrent ? gdr_recurrent_forward(in, options.threads).o
-                                             : gdr_chunked_forward(in, options.chunk_size, options.threads).o;
+GdrOutputs core_forward(const GdrInputs& in, const LayerOptions& options) {
+  return options.core == CoreForm::Recurrent
+             ? gdr_recurrent_forward(in, options.threads)
+             : gdr_chunked_forward(in, options.chunk_size, options.threads, options.keep_core_tape);
 }
 
-GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOptions& options) {
+GdrGrads core_backward(const GdrInputs& in, const Tensor& d_o, const LayerOptions& options, const GdrTape* tape) {
   return options.core == CoreForm::Recurrent
              ? gdr_recurrent_backward(in, d_o, std::nullopt, options.threads)
-             : gdr_chunked_backward(in, d_o, std::nullopt, options.chunk_size, options.threads);
+             : gdr_chunked_backward(in, d_o, std::nullopt, options.chunk_size, options.threads, tape);
 }
 
 }  // namespace
@@ -142,7 +143,9 @@ Mixer mixer_forward(const LayerConfig& config, const LayerParams& params, const 
   m.core_in.beta = std::move(gates.beta);
   m.core_in.cu_seqlens = cu_seqlens;
   m.core_in.use_qk_l2norm = true;  // Megatron: fla l2norm(x) = x / sqrt(sum x^2 + 1e-6) on q and k
-  m.o = core_forward(m.core_in, options);
+  GdrOutputs core = core_forward(m.core_in, options);
+  m.o = std::move(core.o);
+  m.core_tape = std::move(core.tape);
   m.y = gated_rmsnorm_forward(m.o, m.z, param(params, kOutNorm), config.eps(), options.threads);
   return m;
 }
@@ -161,7 +164,7 @@ MixerGrads mixer_backward(const LayerConfig& config, const LayerParams& params, 
   if (stages) (*stages)["stage_grad::gated_norm"] = dy;
   GatedNormGrads norm =
       gated_rmsnorm_backward(fwd.o, fwd.z, param(params, kOutNorm), fwd.y.rstd, dy, out_norm_terms, options.threads);
-  GdrGrads core = core_backward(fwd.core_in, norm.d_o, options);
+  GdrGrads core = core_backward(fwd.core_in, norm.d_o, options, fwd.core_tape.get());
   for (std::int64_t i = 0; i < options.gate_grad_offset.numel(); ++i)
     core.dg.set(i, core.dg.get(i) + options.gate_grad_offset.get(i));
   done_with("stage_grad::core", norm.d_o);
@@ -371,6 +374,8 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
                       shape_str(grad_output.shape()) + "; expected F64 " + shape_str(hidden_states.shape()) +
                       ", the shape of hidden_states");
   const LayerConfig local = tp_local_config(config, groups);
+  LayerOptions group_options = options;
+  group_options.keep_core_tape = true;
   const std::int64_t S = hidden_states.dim(0), B = hidden_states.dim(1), N = B * S, hidden = config.hidden();
   const std::int64_t lv = local.v_dim(), lp = local.in_proj_dim();
   const int threads = options.threads;
@@ -391,7 +396,7 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
     const LayerParams shard = tp_shard(config, params, groups, group);
     Mixer m = mixer_forward(
         local, shard, project_normed(h, ln_w, config.eps(), shard.at(kInProj), threads, row_block).reshaped({B, S, lp}),
-        cu_seqlens, options);
+        cu_seqlens, group_options);
     // The group's value heads are W_out's columns [group * lv, (group + 1) * lv): out's chains continue.
     const auto Y = as_matrix(m.y.y, N, lv);
     product_into(Y, W_out.middleCols(group * lv, lv).transpose(), as_matrix(out, N, hidden),
@@ -402,7 +407,7 @@ GroupedRun layer_run_grouped(const LayerConfig& config, const LayerParams& param
     product_into(as_matrix(dout, N, hidden), W_out.middleCols(group * lv, lv), as_matrix(dy, N, lv),
                  {.threads = threads});
     Tensor group_terms;
-    MixerGrads mg = mixer_backward(local, shard, m, dy, options, nullptr, &group_terms);
+    MixerGrads mg = mixer_backward(local, shard, m, dy, group_options, nullptr, &group_terms);
     m = Mixer();
     spill.put(group, mg.dp, group_terms);
     for (const auto& [name, g] : mg.params)

@@ -33,6 +33,9 @@ struct LayerOptions {
   // how the harness measures a tensor's condition to the roundings of a chunk-local cumsum of g and of its
   // backward, the reverse cumsum giving dg (docs/DESIGN.md §4, cumsum-decay).
   Tensor gate_offset, gate_grad_offset;
+  // The chunked core's forward keeps its tape in the Mixer for mixer_backward (the same bits, without the
+  // backward's second state pass), for one GVA group's memory in layer_run_grouped (docs/DESIGN.md §7).
+  bool keep_core_tape = false;
 };
 
 using CuSeqlens = std::optional<std::vector<std::int64_t>>;
@@ -65,7 +68,8 @@ struct Mixer {
   Tensor b, a;           // [B, T, Hv]  beta and alpha sections of P
   GdrInputs core_in;     // conv outputs q,k [B,T,Hk,dk], v [B,T,Hv,dv]; g, beta [B,T,Hv]; L2 norm in the core
   Tensor o;              // [B, T, Hv, dv]  core output
-  GatedNorm y;           // y [B, T, Hv, dv], rstd [B*T*Hv]
+  std::shared_ptr<const GdrTape> core_tape;  // with LayerOptions::keep_core_tape
+  GatedNorm y;                               // y [B, T, Hv, dv], rstd [B*T*Hv]
 };
 Mixer mixer_forward(const LayerConfig& config, const LayerParams& params,
                     const Tensor& p,  // [B, T, in_proj_dim]

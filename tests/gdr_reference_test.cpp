@@ -309,7 +309,7 @@ TEST_P(GdrVarlen, PackedEqualsEachSequenceAlone) {
                         false};
     const FormRun alone = run(one, slice_tokens(d_o, 0, t0, len), slice_state(dht, n));
     // Identical arithmetic per sequence: bit-for-bit equal, so the tolerance is eps-level.
-    const FormRun packed_n{{slice_tokens(packed.out.o, 0, t0, len), slice_state(packed.out.final_state, n)},
+    const FormRun packed_n{{slice_tokens(packed.out.o, 0, t0, len), slice_state(packed.out.final_state, n), nullptr},
                            {{{"dq", slice_tokens(packed.grads.all[0].second, 0, t0, len)},
                              {"dk", slice_tokens(packed.grads.all[1].second, 0, t0, len)},
                              {"dv", slice_tokens(packed.grads.all[2].second, 0, t0, len)},
@@ -408,6 +408,27 @@ TEST(GdrForms, ThreadCountChangesNoBit) {
         EXPECT_TRUE(many.grads.all[i].second.bitwise_equal(one.grads.all[i].second)) << one.grads.all[i].first;
     }
   }
+}
+
+// The backward given the forward's tape skips its own state pass: every gradient is the same bits as
+// without it, over varlen (a zero-length sequence and a partial last chunk), GVA and two threads.
+TEST(GdrForms, BackwardFromTheForwardsTapeGivesTheSameBits) {
+  const GdrSpec s{.T = 90,
+                  .Hk = 2,
+                  .Hv = 4,
+                  .K = 7,
+                  .V = 5,
+                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90},
+                  .l2norm = true};
+  const GdrInputs in = random_gdr(s);
+  const Tensor d_o = d_o_for(in, 6), dht = dht_for(in, 6);
+  const ref::GdrOutputs taped = ref::gdr_chunked_forward(in, 16, 2, true);
+  ASSERT_NE(taped.tape, nullptr);
+  EXPECT_EQ(ref::gdr_chunked_forward(in, 16, 2).tape, nullptr);
+  const Grads want = named(ref::gdr_chunked_backward(in, d_o, dht, 16, 2));
+  const Grads got = named(ref::gdr_chunked_backward(in, d_o, dht, 16, 2, taped.tape.get()));
+  for (std::size_t i = 0; i < want.all.size(); ++i)
+    EXPECT_TRUE(got.all[i].second.bitwise_equal(want.all[i].second)) << want.all[i].first;
 }
 
 // Chunk-boundary sweep: T in {C-1, C, C+1, 2C+1} for every supported C, odd K and V.
@@ -542,6 +563,26 @@ TEST(GdrErrors, BadGradientInputsAreRejected) {
       ADD_FAILURE() << "expected ConfigError";
     } catch (const ConfigError& e) {
       EXPECT_STREQ(e.what(), "do has shape [1, 6, 4, 3], expected [B, T, Hv, V] (the shape of o) = [1, 6, 4, 2]");
+    }
+  }
+}
+
+TEST(GdrErrors, TapeOfOtherSequencesOrChunkSizeIsRejected) {
+  const GdrInputs in = random_gdr({.T = 12, .Hv = 2, .initial_state = false});
+  GdrInputs shorter = in;
+  shorter.cu_seqlens = std::vector<std::int64_t>{0, 5, 12};
+  const Tensor d_o = d_o_for(in, 3);
+  const auto tape = ref::gdr_chunked_forward(in, 4, 1, true).tape;
+  for (const auto& f : std::vector<std::function<void()>>{
+           [&] { ref::gdr_chunked_backward(in, d_o, std::nullopt, 8, 1, tape.get()); },
+           [&] { ref::gdr_chunked_backward(shorter, d_o, std::nullopt, 4, 1, tape.get()); }}) {
+    try {
+      f();
+      ADD_FAILURE() << "expected Error";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "gdr_chunked_backward: the tape was recorded for other sequences, heads or chunk size; pass the "
+                   "tape of the forward of these inputs, or none");
     }
   }
 }
