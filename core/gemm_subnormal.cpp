@@ -157,24 +157,24 @@ void include(PanelRange& r, double v) {
 }  // namespace
 
 #ifdef GDNV_GEMM_X86
-__attribute__((target("avx512f,avx512dq"))) PanelRange panel_range(const double* p, std::int64_t n) {
-  const __m512d magnitude = _mm512_castsi512_pd(_mm512_set1_epi64(static_cast<long long>(~kSign)));
-  const __m512d inf = _mm512_set1_pd(INFINITY);
-  __m512d lo = inf, hi = _mm512_setzero_pd();
-  __mmask8 non_finite = 0;
+// On the magnitudes' bits, whose unsigned order is the doubles' order: the largest is the max (NaN and inf
+// above every finite one), and the smallest of bits - 1 skips the zeros (0 - 1 wraps to the top). Three
+// integer operations per vector, where the comparisons and blends on doubles took six.
+__attribute__((target("avx512f"))) PanelRange panel_range(const double* p, std::int64_t n) {
+  const __m512i magnitude = _mm512_set1_epi64(static_cast<long long>(~kSign)), one = _mm512_set1_epi64(1);
+  __m512i lo = _mm512_set1_epi64(-1), hi = _mm512_setzero_si512();
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m512d x = _mm512_and_pd(_mm512_loadu_pd(p + i), magnitude);
-    non_finite |= _mm512_fpclass_pd_mask(x, 0x99);  // NaN, +-inf
+    const __m512i x = _mm512_and_si512(_mm512_loadu_si512(p + i), magnitude);
     // The masked forms, all lanes set: GCC 12 warns that the plain ones read an undefined vector.
-    hi = _mm512_mask_max_pd(hi, 0xFF, hi, x);
-    lo = _mm512_mask_min_pd(lo, 0xFF, lo,
-                            _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_EQ_OQ), x, inf));
+    hi = _mm512_mask_max_epu64(hi, 0xFF, hi, x);
+    lo = _mm512_mask_min_epu64(lo, 0xFF, lo, _mm512_sub_epi64(x, one));
   }
-  alignas(64) double lows[8], highs[8];
-  _mm512_store_pd(lows, lo);
-  _mm512_store_pd(highs, hi);
-  PanelRange r{*std::min_element(lows, lows + 8), *std::max_element(highs, highs + 8), non_finite == 0};
+  alignas(64) std::uint64_t lows[8], highs[8];
+  _mm512_store_si512(lows, lo);
+  _mm512_store_si512(highs, hi);
+  const std::uint64_t top = *std::max_element(highs, highs + 8), bottom = *std::min_element(lows, lows + 8);
+  PanelRange r{bottom == ~std::uint64_t{0} ? INFINITY : from_bits(bottom + 1), from_bits(top), top < bits_of(INFINITY)};
   for (; i < n; ++i) include(r, p[i]);
   return r;
 }

@@ -1,8 +1,10 @@
 // The oracle's GEMM against its own definition: each C(i, j) is the fma chain over k in order, so both
 // kernels, on any number of threads, must reproduce a naive triple loop bit for bit, across every
 // blocking boundary.
+#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include "core/eigen.hpp"
 #include "core/error.hpp"
 #include "core/gemm.hpp"
+#include "core/gemm_subnormal.hpp"
 #include "core/rng.hpp"
 
 namespace gdnv {
@@ -268,6 +271,32 @@ TEST(Gemm, EmptyDepthGivesZeroOrLeavesC) {
   EXPECT_TRUE((C.array() == 2.0).all());
   gemm(view(A), view(B), mutable_view(C));
   EXPECT_TRUE((C.array() == 0.0).all());
+}
+
+// The subnormal path's panel scan (gemm_detail::panel_range) against the plain loop over magnitudes:
+// zeros of both signs skipped for the smallest, subnormals counted, every length's vector body and tail.
+TEST(Gemm, PanelRangeIsThePlainScansRange) {
+  const double values[] = {0.0, -0.0, 5e-324, -3e-310, 2.5e-300, -1.0, 7.0, -DBL_MAX, 0x1p-1022, 1e300};
+  for (const std::int64_t n : {0, 1, 7, 8, 9, 16, 23, 64}) {
+    for (const double bad : {0.0, HUGE_VAL, -HUGE_VAL, std::nan("")}) {
+      std::vector<double> p(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) p[i] = values[hash64(3, 0, static_cast<std::uint64_t>(i)) % std::size(values)];
+      if (n > 0 && bad != 0.0) p[static_cast<std::size_t>(n * 5 / 7)] = bad;
+      double lo = INFINITY, hi = 0;
+      bool finite = true;
+      for (const double v : p) {
+        finite &= std::isfinite(v);
+        if (std::isfinite(v)) hi = std::max(hi, std::fabs(v));
+        if (v != 0) lo = std::min(lo, std::fabs(v));
+      }
+      const gemm_detail::PanelRange r = gemm_detail::panel_range(p.data(), n);
+      SCOPED_TRACE("n " + std::to_string(n) + ", planted " + std::to_string(bad));
+      EXPECT_EQ(r.finite, finite);
+      if (!finite) continue;
+      EXPECT_EQ(r.min_nonzero, lo);
+      EXPECT_EQ(r.max, hi);
+    }
+  }
 }
 
 TEST(Gemm, NonconformingShapesAreRejected) {
