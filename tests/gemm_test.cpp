@@ -4,8 +4,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -280,7 +280,8 @@ TEST(Gemm, PanelRangeIsThePlainScansRange) {
   for (const std::int64_t n : {0, 1, 7, 8, 9, 16, 23, 64}) {
     for (const double bad : {0.0, HUGE_VAL, -HUGE_VAL, std::nan("")}) {
       std::vector<double> p(static_cast<std::size_t>(n));
-      for (std::int64_t i = 0; i < n; ++i) p[i] = values[hash64(3, 0, static_cast<std::uint64_t>(i)) % std::size(values)];
+      for (std::int64_t i = 0; i < n; ++i)
+        p[i] = values[hash64(3, 0, static_cast<std::uint64_t>(i)) % std::size(values)];
       if (n > 0 && bad != 0.0) p[static_cast<std::size_t>(n * 5 / 7)] = bad;
       double lo = INFINITY, hi = 0;
       bool finite = true;
