@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -76,6 +77,21 @@ void BM_GemmSubnormal(benchmark::State& state) {
   report(state, x);
 }
 BENCHMARK(BM_GemmSubnormal)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// The chunked core's dA += d_bk W^T: B's columns (W's rows, the chunk's tokens) fall by 2^-1 a column from
+// 2^-1002 into the subnormals, and C, already holding d_bv U^T, is too large for both panels' scales
+// together, so the exact path scales one panel: B's, or B's subnormals take an assist in every FMA.
+void BM_GemmSubnormalOnePanelScaled(benchmark::State& state) {
+  Operands x(64, 128, 64);
+  for (Eigen::Index j = 0; j < x.B.cols(); ++j) x.B.col(j) *= std::ldexp(1.0, -1000 - static_cast<int>(j));
+  x.C.setConstant(20.0);
+  for (auto _ : state) {
+    gemm(view(x.A), view(x.B), mutable_view(x.C), {.accumulate = true, .threads = 1});
+    benchmark::DoNotOptimize(x.C.data());
+  }
+  report(state, x);
+}
+BENCHMARK(BM_GemmSubnormalOnePanelScaled)->Unit(benchmark::kMicrosecond);
 
 // The three products of a layer's linear y = x W^T over T tokens (x [T, in], W [out, in]) as the
 // oracle runs them, on every core: forward y = x W^T, dx = dy W and dW = dy^T x, through transposed
