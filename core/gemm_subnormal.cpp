@@ -8,8 +8,9 @@
 //   whose spacing is u': fma(a', b', acc' + M) rounds the exact a' b' + acc' to the grid, ties to even
 //   (M is an even multiple of u'), and subtracting M is exact (Sterbenz). A result that rounds to 0
 //   keeps the sign of the exact value, as the original's underflow does.
-// - Where acc' is so large that acc' + M is inexact (a chain cancelling from |acc'| >= 2^52 thr or so
-//   into the subnormal range), the tile is declined.
+// - Where |acc'| >= thr makes acc' + M inexact (a chain crossing from the lowest binades into the
+//   subnormal range), that lane's step is rounded from w = fl(a' b' + acc') instead (round_crossing),
+//   and the tile is declined only where w is a midpoint of the grid and acc' - w is inexact.
 #include "core/gemm_subnormal.hpp"
 
 #include <algorithm>
@@ -55,6 +56,47 @@ double scaled(double x, int s) {
 }
 
 #ifdef GDNV_GEMM_X86
+// x - y, with whether it is exact (Knuth's TwoSum error is 0).
+double difference(double x, double y, bool& exact) {
+  const double d = x - y, back = d - x;
+  exact = (x - (d - back)) + (-y - back) == 0;
+  return d;
+}
+
+// One step acc + a b of a chain crossing from |acc| >= thr into the subnormal range, where acc + M is
+// inexact: rounded to the grid u = thr 2^-52. w = fl(acc + a b) lies below thr on a finer grid, and
+// rounding to a finer grid cannot cross a midpoint of u, so w rounds to u as the exact value does, unless
+// w is such a midpoint; there the sign of the exact value less w decides, exact where acc - w is (false
+// where it is not). A result that rounds to 0 keeps w's sign, the exact value's.
+bool round_crossing(double a, double b, double acc, double w, double thr, double& out) {
+  const double M = std::copysign(thr, w), half = thr * 0x1p-53;
+  const double nearest = (w + M) - M;  // w + M lies in [thr, 2 thr), whose grid is u: ties to even
+  if (std::fabs(nearest - w) != half) {
+    out = std::copysign(std::fabs(nearest), w);
+    return true;
+  }
+  bool exact = false;
+  const double d = difference(acc, w, exact);
+  if (!exact) return false;
+  const double beyond = std::fma(a, b, d);  // acc + a b - w, its sign exact
+  out = beyond == 0 ? std::copysign(std::fabs(nearest), w) : w + std::copysign(half, beyond);
+  return true;
+}
+
+// round_crossing on the lanes of `lanes`, into those of `out`.
+__attribute__((target("avx512f"))) bool round_crossings(__mmask8 lanes, double a, __m512d b, __m512d acc, __m512d w,
+                                                        double thr, __m512d& out) {
+  alignas(64) double bs[8], accs[8], ws[8], outs[8];
+  _mm512_store_pd(bs, b);
+  _mm512_store_pd(accs, acc);
+  _mm512_store_pd(ws, w);
+  _mm512_store_pd(outs, out);
+  for (int l = 0; l < 8; ++l)
+    if ((lanes >> l & 1) && !round_crossing(a, bs[l], accs[l], ws[l], thr, outs[l])) return false;
+  out = _mm512_load_pd(outs);
+  return true;
+}
+
 // R rows of the 14-row tile (c: R x 16, row stride 16), kc steps. False where a chain cancels from
 // |acc| >= thr into the subnormal range.
 template <int R>
@@ -94,12 +136,15 @@ __attribute__((target("avx512f,avx512dq"))) bool subnormal_rows(std::int64_t kc,
           // Exact for |acc| < thr; above, Fast2Sum (|acc| >= |M|) gives the addition's rounding error.
           const __mmask8 large =
               _mm512_mask_cmp_pd_mask(below[v], _mm512_and_pd(acc[i][v], magnitude), thr_v, _CMP_GE_OQ);
+          __mmask8 crossing = 0;
           if (large) {
             const __m512d error = _mm512_sub_pd(M, _mm512_sub_pd(shifted, acc[i][v]));
-            if (_mm512_mask_cmp_pd_mask(large, error, zero, _CMP_NEQ_UQ)) return false;
+            crossing = _mm512_mask_cmp_pd_mask(large, error, zero, _CMP_NEQ_UQ);
           }
           const __m512d on_grid = _mm512_sub_pd(_mm512_fmadd_pd(ai, bv[v], shifted), M);
-          r[v] = _mm512_mask_blend_pd(below[v], r[v], _mm512_or_pd(on_grid, r_sign));
+          __m512d next = _mm512_mask_blend_pd(below[v], r[v], _mm512_or_pd(on_grid, r_sign));
+          if (crossing && !round_crossings(crossing, a[i], bv[v], acc[i][v], r[v], thr, next)) return false;
+          r[v] = next;
         }
       }
       acc[i][0] = r[0];

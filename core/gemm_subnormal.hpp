@@ -33,8 +33,8 @@ void scale_panel(const double* in, std::int64_t n, int s, double* out);
 
 // The 14 x 16 tile t (row stride ld) advanced by kc steps of panels scaled by 2^s in all (from 0 when
 // zero). False, t untouched, where it cannot be done exactly this way (s < 52, t non-finite or too
-// large to scale, or a chain cancelling from far above the subnormal range into it): the caller then
-// runs the plain kernel.
+// large to scale, or a chain crossing into the subnormal range onto a midpoint of its grid with an
+// inexact remainder): the caller then runs the plain kernel.
 bool subnormal_tile_avx512(std::int64_t kc, const double* a, const double* b, double* t, std::int64_t ld, bool zero,
                            int s);
 

@@ -187,6 +187,29 @@ TEST_P(GemmKernels, KeepTheBitsOfAChainThatCancelsFromNormalIntoSubnormal) {
   EXPECT_GT(cases, 20);
 }
 
+// Chains that cross from the lowest normal binade, [DBL_MIN, 2 DBL_MIN), into the subnormals in one step,
+// as the chunked core's decayed rows do: with an odd acc the exact path's acc' + M is inexact, so the step
+// is rounded from fl(a b + acc). Exact halfway results (ties to even), and results a hair off halfway,
+// which fl(a b + acc) rounds onto the midpoint, so only the remainder's sign decides.
+TEST_P(GemmKernels, KeepTheBitsOfAChainCrossingFromTheLowestBinadeIntoSubnormal) {
+  const Rng rng(17, "crossing");
+  for (std::uint64_t i = 0; i < 600; ++i) {
+    const auto m = static_cast<std::int64_t>(rng.uniform(4 * i, 0x1p52, 0x1p53)) | 1;  // acc = m 2^-1074, odd
+    // m - k - 1/2 < 2^52: the result is subnormal; 2 k + 1 < 2^53: a2 is exact.
+    const auto k = static_cast<std::int64_t>(rng.uniform(4 * i + 1, static_cast<double>(m) - 0x1p52, 0x1p52 - 1));
+    const double acc = std::ldexp(static_cast<double>(m), -1074);
+    const double a2 = -std::ldexp(static_cast<double>(2 * k + 1), -1069);  // a2 b2 = -(k + 1/2) 2^-1074 ...
+    const double b2 = i % 3 == 0 ? 0x1p-6 : i % 3 == 1 ? 0x1p-6 * (1 + 0x1p-52) : 0x1p-6 * (1 - 0x1p-53);
+    RowMatrix A(1, 2), B = RowMatrix::Constant(2, 16, b2);  // ... times 1, 1 + 2^-52 or 1 - 2^-53
+    A << acc, a2;
+    B.row(0).setOnes();
+    RowMatrix C(1, 16);
+    gemm(view(A), view(B), mutable_view(C), {.kernel = GetParam()});
+    ASSERT_TRUE(same_bits(C, fma_chain(A, B, nullptr))) << std::hexfloat << acc << " " << a2 << " " << b2;
+    ASSERT_EQ(std::fpclassify(C(0, 0)), FP_SUBNORMAL);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmKernels,
                          testing::Values(GemmKernel::Best, GemmKernel::Avx512, GemmKernel::Avx2, GemmKernel::Portable),
                          [](const auto& param_info) { return std::string(name(param_info.param)); });
