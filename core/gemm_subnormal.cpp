@@ -97,8 +97,8 @@ __attribute__((target("avx512f"))) bool round_crossings(__mmask8 lanes, double a
   return true;
 }
 
-// R rows of the 14-row tile (c: R x 16, row stride 16), kc steps. False where a chain cancels from
-// |acc| >= thr into the subnormal range.
+// R rows of the 14-row tile (c: R x 16, row stride 16), kc steps. False where a chain crossing from
+// |acc| >= thr into the subnormal range cannot be rounded exactly (round_crossing).
 template <int R>
 __attribute__((target("avx512f,avx512dq"))) bool subnormal_rows(std::int64_t kc, const double* a, const double* b,
                                                                 double* c, double thr) {
