@@ -289,8 +289,6 @@ void check_chunk_size(int chunk_size) {
                       "; it must be a positive number of tokens (e.g. 64)");
 }
 
-std::int64_t chunk_count(std::int64_t len, int C) { return (len + C - 1) / C; }
-
 // Runs one head's chunks from the state S, leaving S at the head's end: the output into o and each
 // chunk's record into records, where given.
 void forward_head(const Head& hd, double scale, int C, RowMatrix& S, Tensor* o, std::vector<ChunkRecord>* records) {
@@ -317,7 +315,7 @@ void backward_head(const Head& hd, double scale, int C, const RowMatrix& S0, con
     forward_head(hd, scale, C, S, nullptr, &recorded);
     taped = &recorded;
   }
-  for (auto j = chunk_count(hd.s.len, C) - 1; j >= 0; --j) {
+  for (auto j = static_cast<std::int64_t>(taped->size()) - 1; j >= 0; --j) {
     const std::int64_t begin = j * C, c = std::min<std::int64_t>(C, hd.s.len - begin);
     const Chunk x = hd.chunk(begin, c);
     const ChunkRecord& r = (*taped)[static_cast<std::size_t>(j)];

@@ -379,17 +379,14 @@ TEST(GdrForms, BatchedEqualsPacked) {
   EXPECT_TRUE(close("dh0", got.grads.all[5].second, want.grads.all[5].second, 1e-15));
 }
 
+// Varlen with a zero-length sequence and partial last chunks, GVA, odd K and V.
+const GdrSpec kVarlenGva{
+    .T = 90, .Hk = 2, .Hv = 6, .K = 7, .V = 5, .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90}, .l2norm = true};
+
 // Each (sequence, key head) piece runs whole on one thread: 1, 2 or 3 threads give the same bits,
 // including dq, dk, which sum over the value heads of a GVA group.
 TEST(GdrForms, ThreadCountChangesNoBit) {
-  const GdrSpec s{.T = 90,
-                  .Hk = 2,
-                  .Hv = 6,
-                  .K = 7,
-                  .V = 5,
-                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90},
-                  .l2norm = true};
-  const GdrInputs in = random_gdr(s);
+  const GdrInputs in = random_gdr(kVarlenGva);
   const Tensor d_o = d_o_for(in, 4), dht = dht_for(in, 4);
   for (const bool chunked : {false, true}) {
     auto run = [&](int threads) {
@@ -411,24 +408,25 @@ TEST(GdrForms, ThreadCountChangesNoBit) {
 }
 
 // The backward given the forward's tape skips its own state pass: every gradient is the same bits as
-// without it, over varlen (a zero-length sequence and a partial last chunk), GVA and two threads.
+// without it, on two threads. And it does read the tape: one recorded from other values of the same
+// shapes moves every gradient.
 TEST(GdrForms, BackwardFromTheForwardsTapeGivesTheSameBits) {
-  const GdrSpec s{.T = 90,
-                  .Hk = 2,
-                  .Hv = 4,
-                  .K = 7,
-                  .V = 5,
-                  .cu_seqlens = std::vector<std::int64_t>{0, 17, 17, 90},
-                  .l2norm = true};
-  const GdrInputs in = random_gdr(s);
+  const GdrInputs in = random_gdr(kVarlenGva);
+  GdrSpec other_spec = kVarlenGva;
+  other_spec.seed = 2;
+  const GdrInputs other = random_gdr(other_spec);
   const Tensor d_o = d_o_for(in, 6), dht = dht_for(in, 6);
   const ref::GdrOutputs taped = ref::gdr_chunked_forward(in, 16, 2, true);
   ASSERT_NE(taped.tape, nullptr);
   EXPECT_EQ(ref::gdr_chunked_forward(in, 16, 2).tape, nullptr);
   const Grads want = named(ref::gdr_chunked_backward(in, d_o, dht, 16, 2));
   const Grads got = named(ref::gdr_chunked_backward(in, d_o, dht, 16, 2, taped.tape.get()));
-  for (std::size_t i = 0; i < want.all.size(); ++i)
+  const auto other_tape = ref::gdr_chunked_forward(other, 16, 2, true).tape;
+  const Grads misled = named(ref::gdr_chunked_backward(in, d_o, dht, 16, 2, other_tape.get()));
+  for (std::size_t i = 0; i < want.all.size(); ++i) {
     EXPECT_TRUE(got.all[i].second.bitwise_equal(want.all[i].second)) << want.all[i].first;
+    EXPECT_FALSE(misled.all[i].second.bitwise_equal(want.all[i].second)) << want.all[i].first;
+  }
 }
 
 // Chunk-boundary sweep: T in {C-1, C, C+1, 2C+1} for every supported C, odd K and V.

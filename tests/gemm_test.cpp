@@ -167,8 +167,9 @@ TEST_P(GemmKernels, SettleTheSignedZerosATrianglesSkippedZerosWouldGive) {
   }
 }
 
-// A chain that cancels in one step from a normal value of ~2^-968 to a subnormal: a' b' + acc' at the
-// larger scale would need acc' + M with |acc'| >> M, inexact, so the exact path must decline the tile.
+// A chain that cancels in one step from a normal value of ~2^-968 to a subnormal: at the larger scale
+// acc' + M with |acc'| >> M is inexact, so the exact path rounds the step from fl(a' b' + acc'), or declines
+// the tile where that lands on a midpoint of the subnormal grid with an inexact remainder.
 TEST_P(GemmKernels, KeepTheBitsOfAChainThatCancelsFromNormalIntoSubnormal) {
   const Rng rng(13, "cancel");
   int cases = 0;
@@ -207,6 +208,32 @@ TEST_P(GemmKernels, KeepTheBitsOfAChainCrossingFromTheLowestBinadeIntoSubnormal)
     gemm(view(A), view(B), mutable_view(C), {.kernel = GetParam()});
     ASSERT_TRUE(same_bits(C, fma_chain(A, B, nullptr))) << std::hexfloat << acc << " " << a2 << " " << b2;
     ASSERT_EQ(std::fpclassify(C(0, 0)), FP_SUBNORMAL);
+  }
+}
+
+// The same crossings straight through the exact path (gemm_detail::subnormal_tile_avx512), whose
+// decline the product above would hide behind the plain kernel: it takes each tile, on panels scaled by
+// 2^500 each, and gives the chain's bits.
+TEST(Gemm, ExactPathTakesAChainCrossingFromTheLowestBinadeIntoSubnormal) {
+  if (!gemm_kernel_available(GemmKernel::Avx512)) GTEST_SKIP() << "this CPU lacks the AVX-512 kernel";
+  const Rng rng(19, "crossing tile");
+  for (std::uint64_t i = 0; i < 300; ++i) {
+    const auto m = static_cast<std::int64_t>(rng.uniform(4 * i, 0x1p52, 0x1p53)) | 1;
+    const auto k = static_cast<std::int64_t>(rng.uniform(4 * i + 1, static_cast<double>(m) - 0x1p52, 0x1p52 - 1));
+    const double acc = std::ldexp(static_cast<double>(m), -1074);
+    const double a2 = -std::ldexp(static_cast<double>(2 * k + 1), -1069);
+    const double b2 = i % 3 == 0 ? 0x1p-6 : i % 3 == 1 ? 0x1p-6 * (1 + 0x1p-52) : 0x1p-6 * (1 - 0x1p-53);
+    double a[2 * 14] = {}, b[2 * 16], tile[14 * 16];
+    a[0] = std::ldexp(acc, 500);  // step 0, row 0: the chain's first term, acc x 1
+    a[14] = std::ldexp(a2, 500);  // step 1, row 0
+    for (int j = 0; j < 16; ++j) {
+      b[j] = 0x1p500;
+      b[16 + j] = std::ldexp(b2, 500);
+    }
+    ASSERT_TRUE(gemm_detail::subnormal_tile_avx512(2, a, b, tile, 16, true, 1000)) << "declined, case " << i;
+    const double want = std::fma(a2, b2, std::fma(acc, 1.0, 0.0));
+    ASSERT_EQ(tile[0], want) << std::hexfloat << acc << " " << a2 << " " << b2;
+    ASSERT_EQ(std::fpclassify(tile[0]), FP_SUBNORMAL);
   }
 }
 
